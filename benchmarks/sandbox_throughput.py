@@ -1,0 +1,71 @@
+"""Evaluations per second and latency of the sandboxes on a trivial candidate, beside bare process spawning.
+
+Usage: python -m benchmarks.sandbox_throughput [--n 60] [--workers 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from evolve.problem import load_problem
+from sandboxes.process import ProcessSandbox
+from tests.helpers import write_problem
+
+TRIVIAL = "def solve(x):\n    return x * x\n"
+
+
+def measure(fn: Callable[[], object], n: int, workers: int) -> tuple[float, float, float]:
+    """(evals/s over `workers` threads, median ms, p90 ms)."""
+    latencies: list[float] = []
+
+    def one(_: int) -> None:
+        t = time.perf_counter()
+        fn()
+        latencies.append((time.perf_counter() - t) * 1000)
+
+    fn()  # warm-up
+    start = time.perf_counter()
+    with ThreadPoolExecutor(workers) as pool:
+        list(pool.map(one, range(n)))
+    wall = time.perf_counter() - start
+    q = statistics.quantiles(latencies, n=10)
+    return n / wall, statistics.median(latencies), q[8]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--n", type=int, default=60)
+    ap.add_argument("--workers", type=int, default=2)
+    args = ap.parse_args()
+    problem = load_problem(write_problem(Path(tempfile.mkdtemp()) / "bench"))
+    process = ProcessSandbox(slots=args.workers)
+    rows: dict[str, tuple[float, float, float]] = {
+        "bare subprocess.run(python -c pass)": measure(
+            lambda: subprocess.run([sys.executable, "-c", "pass"], check=True), args.n, args.workers
+        ),
+        "process sandbox, trivial candidate": measure(lambda: process.evaluate(problem, TRIVIAL), args.n, args.workers),
+    }
+    table = Table(title=f"sandbox throughput ({args.n} evaluations, {args.workers} workers)")
+    for col in ("backend", "evals/s", "median ms", "p90 ms"):
+        table.add_column(col, justify="right" if col != "backend" else "left")
+    for name, (eps, med, p90) in rows.items():
+        table.add_row(name, f"{eps:.1f}", f"{med:.1f}", f"{p90:.1f}")
+    Console().print(table)
+    base = rows["bare subprocess.run(python -c pass)"]
+    proc = rows["process sandbox, trivial candidate"]
+    print(f"sandbox=process evals_per_s={proc[0]:.1f} median_ms={proc[1]:.1f} baseline_evals_per_s={base[0]:.1f}")
+
+
+if __name__ == "__main__":
+    main()

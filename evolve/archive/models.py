@@ -1,0 +1,142 @@
+"""The archive's tables. Every program, prompt, completion and evaluation of a search is kept here.
+
+Token ids and logprobs are packed little-endian arrays (int32 / float32), not JSON: a long run stores
+millions of them and the trainer reads them back in bulk.
+"""
+
+from __future__ import annotations
+
+from array import array
+from datetime import UTC, datetime
+from typing import Any, ClassVar
+
+from sqlalchemy import JSON, DateTime, Float, ForeignKey, Index, Integer, LargeBinary, String, Text
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC).replace(tzinfo=None)
+
+
+def pack_ints(values: list[int] | None) -> bytes | None:
+    return None if values is None else array("i", values).tobytes()
+
+
+def pack_floats(values: list[float] | None) -> bytes | None:
+    return None if values is None else array("f", values).tobytes()
+
+
+def unpack(data: bytes | None, code: str) -> list[Any] | None:
+    if data is None:
+        return None
+    out = array(code)
+    out.frombytes(data)
+    return out.tolist()
+
+
+class Base(DeclarativeBase):
+    type_annotation_map: ClassVar[dict[Any, Any]] = {dict[str, Any]: JSON, list[Any]: JSON}
+
+
+class Run(Base):
+    __tablename__ = "runs"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    problem_name: Mapped[str] = mapped_column(String(200))
+    problem_dir: Mapped[str] = mapped_column(Text)
+    problem_fingerprint: Mapped[str] = mapped_column(String(64))
+    config: Mapped[dict[str, Any]]
+    seed: Mapped[int] = mapped_column(Integer)
+    status: Mapped[str] = mapped_column(String(20), default="running")
+    state: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow, onupdate=utcnow)
+
+
+class PolicyVersion(Base):
+    __tablename__ = "policy_versions"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    run_id: Mapped[int | None] = mapped_column(ForeignKey("runs.id"))
+    number: Mapped[int] = mapped_column(Integer, default=0)
+    base_model: Mapped[str] = mapped_column(Text)
+    adapter_path: Mapped[str | None] = mapped_column(Text)
+    parent_id: Mapped[int | None] = mapped_column(ForeignKey("policy_versions.id"))
+    train_config: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    stats: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+
+
+class Program(Base):
+    __tablename__ = "programs"
+    __table_args__ = (Index("ix_programs_run_hash", "run_id", "code_hash", unique=True),)
+    id: Mapped[int] = mapped_column(primary_key=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id"), index=True)
+    code: Mapped[str] = mapped_column(Text)
+    code_hash: Mapped[str] = mapped_column(String(64))
+    parent_id: Mapped[int | None] = mapped_column(ForeignKey("programs.id"))
+    island: Mapped[int] = mapped_column(Integer, default=0)
+    generation: Mapped[int] = mapped_column(Integer, default=0)
+    created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+    evaluation: Mapped[Evaluation | None] = relationship(back_populates="program", uselist=False)
+
+
+class Evaluation(Base):
+    __tablename__ = "evaluations"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    program_id: Mapped[int] = mapped_column(ForeignKey("programs.id"), unique=True)
+    scores: Mapped[dict[str, Any]]
+    scalar: Mapped[float | None] = mapped_column(Float)
+    error_kind: Mapped[str | None] = mapped_column(String(20), index=True)
+    error: Mapped[str | None] = mapped_column(Text)
+    duration_s: Mapped[float] = mapped_column(Float)
+    feedback: Mapped[str | None] = mapped_column(Text)
+    stdout: Mapped[str | None] = mapped_column(Text)
+    stderr: Mapped[str | None] = mapped_column(Text)
+    sandbox: Mapped[str] = mapped_column(String(20))
+    created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+    program: Mapped[Program] = relationship(back_populates="evaluation")
+
+
+class Prompt(Base):
+    __tablename__ = "prompts"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id"), index=True)
+    parent_id: Mapped[int] = mapped_column(ForeignKey("programs.id"))
+    inspiration_ids: Mapped[list[Any]]
+    island: Mapped[int] = mapped_column(Integer, default=0)
+    text: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+
+
+class Completion(Base):
+    """One completion of a prompt; the completions of one prompt are one group."""
+
+    __tablename__ = "completions"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    prompt_id: Mapped[int] = mapped_column(ForeignKey("prompts.id"), index=True)
+    policy_version_id: Mapped[int | None] = mapped_column(ForeignKey("policy_versions.id"), index=True)
+    sampling: Mapped[dict[str, Any]]
+    text: Mapped[str] = mapped_column(Text)
+    token_ids: Mapped[bytes | None] = mapped_column(LargeBinary)
+    logprobs: Mapped[bytes | None] = mapped_column(LargeBinary)
+    finish_reason: Mapped[str | None] = mapped_column(String(20))
+    created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+
+    @property
+    def token_id_list(self) -> list[int] | None:
+        return unpack(self.token_ids, "i")
+
+    @property
+    def logprob_list(self) -> list[float] | None:
+        return unpack(self.logprobs, "f")
+
+
+class Variant(Base):
+    """Answer `slot` of a completion: a parse status, and the child program it made (if any)."""
+
+    __tablename__ = "variants"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    completion_id: Mapped[int] = mapped_column(ForeignKey("completions.id"), index=True)
+    slot: Mapped[int] = mapped_column(Integer)
+    status: Mapped[str] = mapped_column(String(20))
+    detail: Mapped[str | None] = mapped_column(Text)
+    program_id: Mapped[int | None] = mapped_column(ForeignKey("programs.id"), index=True)

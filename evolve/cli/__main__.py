@@ -1,0 +1,3 @@
+from evolve.cli import main
+
+main()

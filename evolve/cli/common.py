@@ -1,0 +1,27 @@
+"""What every command shares: one-line errors with exit code 2, and how a score vector is printed."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import NoReturn
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+console = Console()
+err_console = Console(stderr=True)
+
+
+def fail(message: str, code: int = 2) -> NoReturn:
+    err_console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    raise typer.Exit(code)
+
+
+def vector_table(scores: Mapping[str, float], title: str = "score vector") -> Table:
+    table = Table(title=title, show_edge=False)
+    table.add_column("component")
+    table.add_column("value", justify="right")
+    for name, value in scores.items():
+        table.add_row(name, f"{value:.6g}")
+    return table

@@ -1,0 +1,184 @@
+"""Load and validate a problem folder. Every failure is one `ProblemError` line naming the file and the fix."""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import importlib.util
+import math
+import sys
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Literal
+
+from pydantic import ValidationError
+
+from evolve.problem.blocks import BlockError, find_blocks
+from evolve.problem.config import ComponentSpec, ProblemConfig
+
+
+class ProblemError(Exception):
+    """A malformed problem folder; `str()` is a single line fit for the terminal."""
+
+
+@dataclass(frozen=True)
+class Case:
+    """One split-form case. Only `input` ever enters the sandbox; the rest stays with the trusted scorer."""
+
+    name: str
+    input: Any
+    trusted: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Problem:
+    root: Path
+    config: ProblemConfig
+    seed_code: str
+    form: Literal["simple", "split"]
+    components: tuple[ComponentSpec, ...]
+    evaluator_path: Path
+    cases: tuple[Case, ...] = ()
+    _scorer: ModuleType | None = None
+
+    @property
+    def name(self) -> str:
+        return self.config.name
+
+    @property
+    def component_names(self) -> list[str]:
+        return [c.name for c in self.components]
+
+    @property
+    def data_dir(self) -> Path | None:
+        d = self.root / "data"
+        return d if d.is_dir() else None
+
+    def fingerprint(self) -> str:
+        """Hash of what defines the problem; a resumed run refuses a changed problem."""
+        h = hashlib.sha256()
+        for path in (self.root / "problem.toml", self.evaluator_path):
+            h.update(path.read_bytes())
+        return h.hexdigest()[:16]
+
+    def score_case(self, case: Case, output: Any) -> tuple[float, str | None]:
+        """Run the trusted `score(case, output)`; anything odd makes the case a failure, never an exception."""
+        assert self._scorer is not None
+        spec = self.components[self.component_names.index(case.name)]
+        try:
+            result = self._scorer.score({"name": case.name, "input": case.input, **case.trusted}, output)
+        except Exception as exc:  # the scorer judged the output unusable
+            return spec.failure, f"score() raised {type(exc).__name__}: {exc}"[:500]
+        feedback = None
+        if isinstance(result, tuple):
+            result, feedback = result[0], str(result[1])
+        try:
+            value = float(result)
+        except (TypeError, ValueError):
+            return spec.failure, f"score() returned {type(result).__name__}, not a number"
+        if not math.isfinite(value):
+            return spec.failure, f"score() returned {value}"
+        return value, feedback
+
+
+def _fail(path: Path, what: str, fix: str) -> ProblemError:
+    return ProblemError(f"{path}: {what}; {fix}")
+
+
+def _top_level_functions(path: Path) -> set[str]:
+    try:
+        tree = ast.parse(path.read_text(), filename=str(path))
+    except SyntaxError as exc:
+        raise _fail(path, f"syntax error on line {exc.lineno}: {exc.msg}", "fix the evaluator") from None
+    return {n.name for n in tree.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)}
+
+
+def _import_evaluator(path: Path) -> ModuleType:
+    name = f"_evolve_evaluator_{hashlib.sha1(str(path).encode()).hexdigest()[:10]}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.path.insert(0, str(path.parent))
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:
+        raise _fail(path, f"importing it raised {type(exc).__name__}: {exc}", "fix the evaluator") from None
+    finally:
+        sys.path.remove(str(path.parent))
+    return module
+
+
+def _load_cases(path: Path, module: ModuleType) -> tuple[Case, ...]:
+    try:
+        raw = module.cases()
+    except Exception as exc:
+        raise _fail(path, f"cases() raised {type(exc).__name__}: {exc}", "fix the evaluator") from None
+    if not isinstance(raw, list | tuple) or not raw:
+        raise _fail(path, "cases() must return a non-empty list", 'return [{"name": ..., "input": ...}, ...]')
+    out = []
+    for item in raw:
+        if not isinstance(item, dict) or "name" not in item or "input" not in item:
+            raise _fail(path, f"case {item!r:.60} lacks 'name' or 'input'", "give each case both keys")
+        rest = {k: v for k, v in item.items() if k not in ("name", "input")}
+        out.append(Case(str(item["name"]), item["input"], rest))
+    return tuple(out)
+
+
+def load_problem(folder: str | Path) -> Problem:
+    root = Path(folder).resolve()
+    toml_path = root / "problem.toml"
+    if not root.is_dir():
+        raise ProblemError(f"{root}: not a directory; pass a problem folder (evolve init DIR makes one)")
+    if not toml_path.is_file():
+        raise _fail(toml_path, "missing", "create it (evolve init DIR shows the format)")
+    try:
+        raw = tomllib.loads(toml_path.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise _fail(toml_path, f"invalid TOML ({exc})", "fix the syntax") from None
+    try:
+        config = ProblemConfig.model_validate(raw)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        raise _fail(toml_path, f"{where}: {err['msg']}", "see docs/problem-format.md") from None
+
+    seed_path = root / config.program.file
+    if not seed_path.is_file():
+        raise _fail(seed_path, "seed program missing", "create it or set [program].file")
+    seed_code = seed_path.read_text()
+    try:
+        find_blocks(seed_code)
+    except BlockError as exc:
+        raise _fail(seed_path, str(exc), "balance the EVOLVE-BLOCK markers") from None
+
+    ev_path = root / config.evaluator.file
+    if not ev_path.is_file():
+        raise _fail(ev_path, "evaluator missing", "create it or set [evaluator].file")
+    functions = _top_level_functions(ev_path)
+    form = config.evaluator.form
+    if form == "auto":
+        form = "split" if {"cases", "score"} <= functions else "simple"
+    components = config.fitness.resolved()
+    problem = Problem(root, config, seed_code, form, components, ev_path)
+    if form == "simple":
+        if "evaluate" not in functions:
+            raise _fail(ev_path, "no evaluate(program_path) function", "define it, or cases() and score()")
+        return problem
+    missing = {"cases", "score"} - functions
+    if missing:
+        raise _fail(ev_path, f"split form needs {', '.join(sorted(missing))}()", "define cases() and score()")
+    problem._scorer = _import_evaluator(ev_path)
+    problem.cases = _load_cases(ev_path, problem._scorer)
+    case_names = [c.name for c in problem.cases]
+    if case_names != problem.component_names:
+        extra = sorted(set(case_names) - set(problem.component_names))[:3]
+        lacking = sorted(set(problem.component_names) - set(case_names))[:3]
+        raise _fail(
+            ev_path,
+            f"cases() names {len(case_names)} cases but problem.toml declares {len(components)} components"
+            f" (unknown {extra}, missing {lacking}, or a different order)",
+            "make [fitness] list the case names in the same order",
+        )
+    return problem

@@ -1,0 +1,53 @@
+"""The seam between the engine and every isolation backend."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from evolve.problem import Problem
+
+
+class ErrorKind(StrEnum):
+    TIMEOUT = "timeout"
+    MEMORY = "memory"
+    CRASH = "crash"
+    BAD_OUTPUT = "bad_output"
+    INVALID = "invalid"
+
+
+OUTPUT_CAP = 64 * 1024
+
+
+@dataclass
+class EvalOutcome:
+    """A scored program. `scores` always has every component (failures hold the component's fail value)."""
+
+    scores: dict[str, float]
+    error_kind: ErrorKind | None
+    error: str | None
+    duration_s: float
+    sandbox: str
+    stdout: str = ""
+    stderr: str = ""
+    feedback: str | None = None
+    case_errors: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.error_kind is None
+
+
+@runtime_checkable
+class Sandbox(Protocol):
+    kind: str
+
+    def isolation(self) -> str:
+        """A short, honest sentence on what isolation is in force."""
+        ...
+
+    def evaluate(self, problem: Problem, code: str) -> EvalOutcome: ...
+
+    def close(self) -> None: ...

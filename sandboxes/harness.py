@@ -1,0 +1,119 @@
+"""Runs inside the sandbox: imports the candidate (and, in simple form, the evaluator) and reports JSON.
+
+Stdlib only, since it runs in bare containers too. It is given a job and returns a reply dict; it never
+sees expected answers or scoring code of split-form problems.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import signal
+import sys
+import traceback
+
+
+class CaseTimeout(BaseException):
+    pass
+
+
+def _on_alarm(signum, frame):
+    raise CaseTimeout()
+
+
+def _load(path, name):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _jsonable(value):
+    if hasattr(value, "tolist"):
+        value = value.tolist()
+    json.dumps(value, allow_nan=True)
+    return value
+
+
+def _failure(exc):
+    # An evaluator marks a program invalid by raising any exception class named InvalidProgram.
+    kind = "invalid" if type(exc).__name__ == "InvalidProgram" else "crash"
+    kind = "memory" if isinstance(exc, MemoryError) else kind
+    tail = traceback.format_exception_only(type(exc), exc)[-1].strip()
+    return {"kind": kind, "error": tail[:1000]}
+
+
+def run_split(job):
+    try:
+        module = _load(job["program"], "candidate")
+        entry = getattr(module, job["entry_point"])
+    except BaseException as exc:
+        return (
+            _failure(exc)
+            if not isinstance(exc, AttributeError)
+            else {"kind": "invalid", "error": f"program defines no {job['entry_point']}()"}
+        )
+    outputs = {}
+    case_timeout = job.get("case_timeout_s")
+    signal.signal(signal.SIGALRM, _on_alarm)
+    for name, case_input in job["inputs"]:
+        try:
+            if case_timeout:
+                signal.setitimer(signal.ITIMER_REAL, case_timeout)
+            value = entry(case_input)
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            outputs[name] = {"ok": _jsonable(value)}
+        except CaseTimeout:
+            outputs[name] = {"kind": "timeout", "error": f"case exceeded {case_timeout}s"}
+        except BaseException as exc:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            outputs[name] = _failure(exc)
+    return {"outputs": outputs}
+
+
+def run_simple(job):
+    try:
+        evaluator = _load(job["evaluator"], "evaluator")
+        result = evaluator.evaluate(job["program"])
+    except BaseException as exc:
+        return _failure(exc)
+    feedback = None
+    if isinstance(result, tuple) and len(result) == 2:
+        result, feedback = result
+    metrics = getattr(result, "metrics", result)
+    feedback = getattr(result, "artifacts", feedback)
+    if not isinstance(metrics, dict):
+        return {"kind": "bad_output", "error": f"evaluate() returned {type(metrics).__name__}, not a dict"}
+    scores = {}
+    for key, value in metrics.items():
+        try:
+            scores[str(key)] = float(value)
+        except (TypeError, ValueError):
+            return {"kind": "bad_output", "error": f"evaluate()[{key!r}] is {type(value).__name__}"}
+    if feedback is not None and not isinstance(feedback, str):
+        feedback = json.dumps(feedback, default=str)
+    return {"scores": scores, "feedback": feedback}
+
+
+def run_job(job):
+    os.chdir(job.get("workdir", "."))
+    sys.path.insert(0, os.path.dirname(job["program"]))
+    return run_split(job) if job["mode"] == "split" else run_simple(job)
+
+
+def main():
+    """Read one job from stdin, write the reply as one JSON line to the fd named in argv[1]."""
+    reply_fd = int(sys.argv[1])
+    os.set_inheritable(reply_fd, False)
+    job = json.loads(sys.stdin.readline())
+    sys.stdin = open(os.devnull)  # noqa: SIM115 - the candidate gets no stdin
+    reply = run_job(job)
+    data = (json.dumps(reply, allow_nan=True, default=str) + "\n").encode()
+    with os.fdopen(reply_fd, "wb") as out:
+        out.write(data)
+
+
+if __name__ == "__main__":
+    main()

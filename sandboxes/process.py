@@ -1,0 +1,317 @@
+"""The process sandbox: a fresh, limited process per evaluation, for machines without Docker.
+
+Containment, strongest first: as root, each concurrent evaluation runs as its own unprivileged uid (so
+RLIMIT_NPROC stops fork bombs and every process of that uid, `setsid` escapees included, is killed
+afterwards) inside an empty network namespace. Without root, the process group and every process that
+inherited the evaluation's token are killed, and a user+network namespace is used where the kernel allows.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import json
+import os
+import queue
+import resource
+import secrets
+import select
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from evolve.problem import Problem
+from sandboxes.base import OUTPUT_CAP, ErrorKind, EvalOutcome
+from sandboxes.runner import HARNESS_PATH, failed, interpret, make_job, program_filename
+
+CLONE_NEWUSER, CLONE_NEWNET = 0x10000000, 0x40000000
+PR_SET_CHILD_SUBREAPER = 36
+REPLY_CAP = 32 * 1024 * 1024
+GRACE_S = 1.0
+BASE_UID = 61000
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _reachable_by_others(path: Path) -> bool:
+    """True when a uid with no special rights can traverse to `path` and read it."""
+    path = path.resolve()
+    for parent in path.parents:
+        if not os.stat(parent).st_mode & stat.S_IXOTH:
+            return False
+    return bool(os.stat(path).st_mode & stat.S_IROTH)
+
+
+def _read_capped(stream: Any, cap: int, sink: list[bytes]) -> None:
+    """Keep the first `cap` bytes, drain and drop the rest so the writer never blocks on us."""
+    kept = 0
+    while chunk := stream.read(65536):
+        if kept < cap:
+            sink.append(chunk[: cap - kept])
+            kept += len(sink[-1])
+    stream.close()
+
+
+def _stat(pid: int | str) -> tuple[str, int]:
+    """(state, ppid) of a process, from /proc/PID/stat."""
+    with open(f"/proc/{pid}/stat", "rb") as f:
+        fields = f.read().rsplit(b")", 1)[1].split()
+    return fields[0].decode(), int(fields[1])
+
+
+def _procs_matching(uid: int | None, token: bytes | None) -> list[int]:
+    """Live processes of the slot; zombies we adopted (as subreaper) are reaped on the way."""
+    found = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        pid = int(entry.name)
+        try:
+            state, ppid = _stat(pid)
+            if state in ("Z", "X"):
+                if ppid == os.getpid() and uid is not None and os.stat(entry.path).st_uid == uid:
+                    os.waitpid(pid, os.WNOHANG)
+                continue
+            if uid is not None:
+                if os.stat(entry.path).st_uid == uid:
+                    found.append(pid)
+            elif token is not None:
+                with open(f"{entry.path}/environ", "rb") as f:
+                    if token in f.read():
+                        found.append(pid)
+        except OSError:
+            continue
+    return [p for p in found if p != os.getpid()]
+
+
+def kill_all(pgid: int, uid: int | None, token: bytes | None, rounds: int = 50) -> int:
+    """SIGKILL the group and every process of the slot until none is left; returns how many were killed."""
+    killed = 0
+    with contextlib.suppress(OSError):
+        os.killpg(pgid, signal.SIGKILL)
+    for _ in range(rounds):
+        pids = _procs_matching(uid, token)
+        if not pids:
+            break
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                killed += 1
+            except OSError:
+                pass
+        time.sleep(0.005)
+    return killed
+
+
+class ProcessSandbox:
+    """`Sandbox` backed by one fresh process per evaluation."""
+
+    kind = "process"
+
+    def __init__(self, slots: int = 4, base_uid: int = BASE_UID) -> None:
+        self._root = os.geteuid() == 0
+        # Orphans of a candidate are re-parented to us rather than to PID 1, so we can reap them at once
+        # and they never count against the slot's process limit as zombies.
+        _libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+        self._slots: queue.Queue[int] = queue.Queue()
+        for i in range(slots):
+            self._slots.put(i)
+        self._base_uid = base_uid
+        interpreter_ok = _reachable_by_others(Path(sys.executable)) and _reachable_by_others(
+            Path(sys.base_prefix) / "lib"
+        )
+        self.drop_uid = self._root and interpreter_ok
+        self._why_no_drop = (
+            ""
+            if self.drop_uid or not self._root
+            else (f"{sys.executable} is not reachable by other uids (chmod o+x on its parent directories)")
+        )
+        self.network_isolated = self._probe_netns()
+
+    def _unshare_flags(self) -> int:
+        return CLONE_NEWNET if self._root else CLONE_NEWUSER | CLONE_NEWNET
+
+    def _probe_netns(self) -> bool:
+        flags = self._unshare_flags()
+        out = subprocess.run(
+            [sys.executable, "-I", "-c", "import os; print(os.readlink('/proc/self/ns/net'))"],
+            preexec_fn=lambda: _libc.unshare(flags),
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        return out.returncode == 0 and out.stdout.strip() != os.readlink("/proc/self/ns/net")
+
+    def isolation(self) -> str:
+        parts = ["process sandbox:"]
+        if self.drop_uid:
+            parts.append(f"per-slot uid {self._base_uid}+,")
+        elif self._root:
+            parts.append(f"WEAK: runs as root ({self._why_no_drop}),")
+        else:
+            parts.append("runs as your user (no uid separation),")
+        parts.append("no network namespace," if not self.network_isolated else "empty network namespace,")
+        parts.append("rlimits on memory/CPU/files/processes, scrubbed env, private temp dir")
+        return " ".join(parts)
+
+    def close(self) -> None:
+        pass
+
+    def _preexec(self, problem: Problem, uid: int | None) -> Any:
+        limits = problem.config.limits
+        flags = self._unshare_flags() if self.network_isolated else 0
+        mem = max(limits.memory_mb, 256) * 1024 * 1024
+        cpu = int(limits.timeout_s) + 2
+
+        def setup() -> None:
+            if flags:
+                _libc.unshare(flags)
+            resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
+            resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
+            resource.setrlimit(resource.RLIMIT_FSIZE, (limits.max_file_mb << 20,) * 2)
+            resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+            if uid is not None:
+                resource.setrlimit(resource.RLIMIT_NPROC, (limits.max_processes,) * 2)
+                os.setgroups([])
+                os.setgid(uid)
+                os.setuid(uid)
+
+        return setup
+
+    def _env(self, problem: Problem, workdir: str, token: str) -> dict[str, str]:
+        env = {
+            "PATH": "/usr/local/bin:/usr/bin:/bin",
+            "HOME": workdir,
+            "TMPDIR": workdir,
+            "LANG": "C.UTF-8",
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "OMP_NUM_THREADS": "1",
+            "OPENBLAS_NUM_THREADS": "1",
+            "EVOLVE_SANDBOX_TOKEN": token,
+        }
+        for keep in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"):
+            if keep in os.environ:
+                env[keep] = os.environ[keep]
+        if problem.data_dir is not None:
+            env["EVOLVE_DATA_DIR"] = str(problem.data_dir)
+        return env
+
+    def evaluate(self, problem: Problem, code: str) -> EvalOutcome:
+        slot = self._slots.get()
+        try:
+            return self._evaluate(problem, code, self._base_uid + slot if self.drop_uid else None)
+        finally:
+            self._slots.put(slot)
+
+    def _evaluate(self, problem: Problem, code: str, uid: int | None) -> EvalOutcome:
+        workdir = tempfile.mkdtemp(prefix="evolve-eval-")
+        token = secrets.token_hex(12)
+        start = time.monotonic()
+        try:
+            program = Path(workdir, program_filename(problem))
+            program.write_text(code)
+            shutil.copy(HARNESS_PATH, Path(workdir, "_evolve_harness.py"))
+            evaluator = None
+            if problem.form == "simple":
+                evaluator = str(shutil.copy(problem.evaluator_path, Path(workdir, "_evolve_evaluator.py")))
+            if uid is not None:
+                for p in Path(workdir).iterdir():
+                    os.chown(p, uid, uid)
+                os.chown(workdir, uid, uid)
+            os.chmod(workdir, 0o700)
+            job = make_job(problem, str(program), evaluator, workdir)
+            reply, stdout, stderr, status = self._run(problem, job, workdir, uid, token)
+        finally:
+            shutil.rmtree(workdir, ignore_errors=True)
+        duration = time.monotonic() - start
+        out = stdout.decode(errors="replace")
+        err = stderr.decode(errors="replace")
+        if status == "timeout":
+            outcome = failed(
+                problem,
+                ErrorKind.TIMEOUT,
+                f"exceeded {problem.config.limits.timeout_s}s wall time",
+                duration,
+                self.kind,
+            )
+        elif reply is None:
+            outcome = failed(
+                problem,
+                _classify_exit(status, err),
+                f"no reply ({status}); stderr: {err[-400:]}",
+                duration,
+                self.kind,
+            )
+        else:
+            outcome = interpret(problem, reply, duration, self.kind)
+        outcome.stdout, outcome.stderr = out, err
+        return outcome
+
+    def _run(
+        self, problem: Problem, job: dict[str, Any], workdir: str, uid: int | None, token: str
+    ) -> tuple[Any, bytes, bytes, str]:
+        reply_r, reply_w = os.pipe()
+        proc = subprocess.Popen(
+            [sys.executable, "-I", "-B", str(Path(workdir, "_evolve_harness.py")), str(reply_w)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            pass_fds=(reply_w,),
+            cwd=workdir,
+            env=self._env(problem, workdir, token),
+            start_new_session=True,
+            preexec_fn=self._preexec(problem, uid),
+        )
+        os.close(reply_w)
+        sinks: dict[str, list[bytes]] = {"out": [], "err": [], "reply": []}
+        threads = [
+            threading.Thread(target=_read_capped, args=(s, cap, sinks[k]), daemon=True)
+            for k, s, cap in (
+                ("out", proc.stdout, OUTPUT_CAP),
+                ("err", proc.stderr, OUTPUT_CAP),
+                ("reply", os.fdopen(reply_r, "rb"), REPLY_CAP),
+            )
+        ]
+        for t in threads:
+            t.start()
+        try:
+            assert proc.stdin is not None
+            proc.stdin.write((json.dumps(job) + "\n").encode())
+            proc.stdin.close()
+        except OSError:
+            pass
+        # Popen.wait(timeout) polls with sleeps of up to 50 ms; a pidfd wakes us the instant it exits.
+        pidfd = os.pidfd_open(proc.pid)
+        try:
+            ready, _, _ = select.select([pidfd], [], [], problem.config.limits.timeout_s + GRACE_S)
+        finally:
+            os.close(pidfd)
+        if ready:
+            code = proc.wait()
+            status = f"exit {code}" if code >= 0 else f"signal {signal.Signals(-code).name}"
+        else:
+            status = "timeout"
+        kill_all(proc.pid, uid, None if uid is not None else token.encode())
+        proc.wait()
+        for t in threads:
+            t.join(timeout=2.0)
+        raw = b"".join(sinks["reply"])
+        try:
+            reply = json.loads(raw) if raw else None
+        except ValueError:
+            reply = {"kind": "bad_output", "error": "the reply was not JSON"}
+        if status == "signal SIGXCPU":
+            status = "timeout"
+        return reply, b"".join(sinks["out"]), b"".join(sinks["err"]), status
+
+
+def _classify_exit(status: str, stderr: str) -> ErrorKind:
+    if "MemoryError" in stderr or "Cannot allocate memory" in stderr:
+        return ErrorKind.MEMORY
+    return ErrorKind.CRASH

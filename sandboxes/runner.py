@@ -1,0 +1,102 @@
+"""The trusted side of an evaluation: what goes into a sandbox, and how its raw reply becomes a vector.
+
+Backends only move a job in and a reply out; everything that decides a score lives here, so the process and
+Docker sandboxes score identically.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from evolve.problem import Problem
+from sandboxes.base import ErrorKind, EvalOutcome
+
+HARNESS_PATH = Path(__file__).with_name("harness.py")
+
+
+def program_filename(problem: Problem) -> str:
+    return Path(problem.config.program.file).name
+
+
+def make_job(problem: Problem, program_path: str, evaluator_path: str | None, workdir: str) -> dict[str, Any]:
+    """The job a harness runs. Split form carries case inputs only, never the trusted extras."""
+    job: dict[str, Any] = {"program": program_path, "workdir": workdir, "mode": problem.form}
+    if problem.form == "split":
+        job["entry_point"] = problem.config.program.entry_point
+        job["inputs"] = [[c.name, c.input] for c in problem.cases]
+    else:
+        job["evaluator"] = evaluator_path
+    return job
+
+
+def failed(problem: Problem, kind: ErrorKind, error: str, duration_s: float, sandbox: str) -> EvalOutcome:
+    scores = {c.name: c.failure for c in problem.components}
+    return EvalOutcome(scores, kind, error[:2000], duration_s, sandbox)
+
+
+def interpret(problem: Problem, reply: Any, duration_s: float, sandbox: str) -> EvalOutcome:
+    """Turn a harness reply into an outcome; a reply of the wrong shape is `bad_output`, never an exception."""
+    if not isinstance(reply, dict):
+        return failed(problem, ErrorKind.BAD_OUTPUT, "the sandbox sent no valid reply", duration_s, sandbox)
+    if "kind" in reply:
+        kind = reply["kind"] if reply["kind"] in ErrorKind.__members__.values() else ErrorKind.CRASH
+        return failed(problem, ErrorKind(kind), str(reply.get("error", "")), duration_s, sandbox)
+    if problem.form == "split":
+        return _score_split(problem, reply.get("outputs"), duration_s, sandbox)
+    return _check_simple(problem, reply, duration_s, sandbox)
+
+
+def _score_split(problem: Problem, outputs: Any, duration_s: float, sandbox: str) -> EvalOutcome:
+    if not isinstance(outputs, dict):
+        return failed(problem, ErrorKind.BAD_OUTPUT, "reply has no outputs", duration_s, sandbox)
+    scores: dict[str, float] = {}
+    case_errors: dict[str, str] = {}
+    notes: list[str] = []
+    for case, spec in zip(problem.cases, problem.components, strict=True):
+        got = outputs.get(case.name)
+        if not isinstance(got, dict) or "ok" not in got:
+            scores[case.name] = spec.failure
+            case_errors[case.name] = str(got.get("error", "no output")) if isinstance(got, dict) else "no output"
+            continue
+        scores[case.name], note = problem.score_case(case, got["ok"])
+        if note:
+            notes.append(f"{case.name}: {note}")
+    feedback = "\n".join(notes[:20]) or None
+    if case_errors and len(case_errors) == len(problem.cases):
+        first = next(iter(case_errors.values()))
+        kinds = {o.get("kind") for o in outputs.values() if isinstance(o, dict)}
+        kind = ErrorKind.TIMEOUT if kinds == {"timeout"} else ErrorKind.MEMORY if "memory" in kinds else None
+        return EvalOutcome(
+            scores,
+            kind or ErrorKind.CRASH,
+            f"every case failed; first: {first}"[:2000],
+            duration_s,
+            sandbox,
+            feedback=feedback,
+            case_errors=case_errors,
+        )
+    return EvalOutcome(scores, None, None, duration_s, sandbox, feedback=feedback, case_errors=case_errors)
+
+
+def _check_simple(problem: Problem, reply: dict[str, Any], duration_s: float, sandbox: str) -> EvalOutcome:
+    raw = reply.get("scores")
+    if not isinstance(raw, dict):
+        return failed(problem, ErrorKind.BAD_OUTPUT, "evaluate() returned no scores", duration_s, sandbox)
+    want, got = problem.component_names, list(raw)
+    if set(got) != set(want):
+        missing, extra = sorted(set(want) - set(got))[:3], sorted(set(got) - set(want))[:3]
+        return failed(
+            problem,
+            ErrorKind.BAD_OUTPUT,
+            f"evaluate() returned the wrong names (missing {missing}, unexpected {extra})",
+            duration_s,
+            sandbox,
+        )
+    bad = [k for k, v in raw.items() if not isinstance(v, int | float) or not math.isfinite(v)]
+    if bad:
+        return failed(problem, ErrorKind.BAD_OUTPUT, f"evaluate() returned non-finite {bad[:3]}", duration_s, sandbox)
+    feedback = reply.get("feedback")
+    scores = {name: float(raw[name]) for name in want}
+    return EvalOutcome(scores, None, None, duration_s, sandbox, feedback=feedback if feedback else None)

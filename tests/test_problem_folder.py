@@ -1,0 +1,162 @@
+"""Problem folders: the examples pass `evolve check`; malformed ones fail with one line and exit 2."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from evolve.problem import ProblemError, find_blocks, load_problem, replace_blocks
+from tests.helpers import GOOD_SEED, SPLIT_EVAL, SPLIT_TOML, write_problem
+
+ROOT = Path(__file__).resolve().parents[1]
+EVOLVE = [sys.executable, "-m", "evolve.cli"]
+
+
+def evolve(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*EVOLVE, *args], capture_output=True, text=True, timeout=120, cwd=cwd)
+
+
+@pytest.mark.parametrize("name", ["circle_packing", "roman_numerals", "bin_packing"])
+def test_examples_pass_check(name):
+    out = evolve("check", str(ROOT / "problems" / name), "--sandbox", "process")
+    assert out.returncode == 0, out.stderr
+    assert "ok" in out.stdout and "scalar view" in out.stdout
+
+
+def test_init_makes_a_folder_that_check_accepts(tmp_path):
+    folder = tmp_path / "fresh"
+    assert evolve("init", str(folder)).returncode == 0
+    out = evolve("check", str(folder), "--sandbox", "process")
+    assert out.returncode == 0, out.stderr
+    again = evolve("init", str(folder))
+    assert again.returncode == 2 and "not empty" in again.stderr
+
+
+def test_eval_json_reports_vector_scalar_and_isolation(tmp_path):
+    folder = write_problem(tmp_path / "p")
+    prog = tmp_path / "cand.py"
+    prog.write_text("def solve(x):\n    return 4\n")
+    out = evolve("eval", str(folder), str(prog), "--sandbox", "process", "--json")
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    assert data["scores"] == {"c0": 1.0, "c1": 0.0}
+    assert data["scalar"] == 0.5 and data["error_kind"] is None and data["sandbox"] == "process"
+    assert "process sandbox" in data["isolation"]
+
+
+SIMPLE_TOML = SPLIT_TOML.replace('entry_point = "solve"', "")
+
+
+def _simple(tmp_path: Path, body: str) -> Path:
+    return write_problem(
+        tmp_path / "p",
+        toml=SIMPLE_TOML.format(name="s", timeout=3),
+        evaluate=f"def evaluate(program_path):\n    {body}\n",
+    )
+
+
+MALFORMED = {
+    "missing toml": (lambda d: (d / "problem.toml").unlink(), "problem.toml"),
+    "bad toml": (lambda d: (d / "problem.toml").write_text("name = [unclosed"), "invalid TOML"),
+    "unknown key": (
+        lambda d: (d / "problem.toml").write_text((d / "problem.toml").read_text() + "\nbogus_key = 1\n"),
+        "bogus_key",
+    ),
+    "missing seed": (lambda d: (d / "seed.py").unlink(), "seed.py"),
+    "unbalanced blocks": (
+        lambda d: (d / "seed.py").write_text("# EVOLVE-BLOCK-START\nx = 1\n"),
+        "never closed",
+    ),
+    "evaluator syntax": (lambda d: (d / "evaluate.py").write_text("def cases(:\n"), "syntax error"),
+    "cases raise": (
+        lambda d: (d / "evaluate.py").write_text(
+            "def cases():\n    raise RuntimeError('boom')\ndef score(c, o):\n    return 0\n"
+        ),
+        "boom",
+    ),
+    "case names differ": (
+        lambda d: (d / "evaluate.py").write_text(SPLIT_EVAL.replace('"c1"', '"zz"')),
+        "components",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(MALFORMED))
+def test_malformed_folder_gives_one_line_and_exit_2(tmp_path, case):
+    folder = write_problem(tmp_path / "p")
+    breaker, needle = MALFORMED[case]
+    breaker(folder)
+    before = sorted(p.name for p in folder.iterdir())
+    out = evolve("check", str(folder), "--sandbox", "process")
+    assert out.returncode == 2
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1, out.stderr
+    assert needle in lines[0] and str(folder) in lines[0]
+    assert sorted(p.name for p in folder.iterdir()) == before  # wrote nothing
+
+
+@pytest.mark.parametrize(
+    "body,needle",
+    [
+        ("raise ValueError('evaluator broke')", "evaluator broke"),
+        ("return {'c0': 1.0}", "wrong names"),
+        ("return {'c0': float('nan'), 'c1': 1.0}", "non-finite"),
+        ("return {'c0': float('inf'), 'c1': 1.0}", "non-finite"),
+        ("return [1.0, 2.0]", "not a dict"),
+    ],
+)
+def test_broken_simple_evaluator_fails_check(tmp_path, body, needle):
+    folder = _simple(tmp_path, body)
+    out = evolve("check", str(folder), "--sandbox", "process")
+    assert out.returncode == 2
+    assert len(out.stderr.strip().splitlines()) == 1 and needle in out.stderr
+
+
+def test_simple_form_scores_and_feedback(tmp_path):
+    folder = _simple(tmp_path, "return {'c0': 0.25, 'c1': 0.75}, 'looks fine'")
+    problem = load_problem(folder)
+    assert problem.form == "simple"
+    out = evolve("check", str(folder), "--sandbox", "process")
+    assert out.returncode == 0, out.stderr
+    assert "0.25" in out.stdout and "0.75" in out.stdout
+
+
+def test_eval_of_missing_program_file(tmp_path):
+    folder = write_problem(tmp_path / "p")
+    out = evolve("eval", str(folder), str(tmp_path / "nope.py"))
+    assert out.returncode == 2 and "no such program file" in out.stderr
+
+
+def test_trusted_score_never_crashes_on_nan_or_garbage(tmp_path):
+    folder = write_problem(
+        tmp_path / "p",
+        evaluate=SPLIT_EVAL.replace(
+            'return (1.0 if output == case["expected"] else 0.0), repr(output)[:2000]', "return float(output)"
+        ),
+    )
+    problem = load_problem(folder)
+    assert problem.score_case(problem.cases[0], float("nan"))[0] == 0.0
+    value, note = problem.score_case(problem.cases[0], "garbage")
+    assert value == 0.0 and "raised" in note
+
+
+def test_blocks_roundtrip_keeps_outside_text():
+    code = (
+        "import x\n# EVOLVE-BLOCK-START\na = 1\n# EVOLVE-BLOCK-END\ny = 2\n# EVOLVE-BLOCK-START\nb = 2\n"
+        "# EVOLVE-BLOCK-END\n"
+    )
+    blocks = find_blocks(code)
+    assert [b.text for b in blocks] == ["a = 1\n", "b = 2\n"]
+    new = replace_blocks(code, ["a = 10", "b = 20\n"])
+    assert new == code.replace("a = 1\n", "a = 10\n").replace("b = 2\n", "b = 20\n")
+    assert find_blocks("no markers")[0].text == "no markers"
+
+
+def test_missing_folder_raises_problem_error(tmp_path):
+    with pytest.raises(ProblemError, match="not a directory"):
+        load_problem(tmp_path / "absent")
+    assert GOOD_SEED
