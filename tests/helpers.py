@@ -50,3 +50,35 @@ def write_problem(
     (root / "seed.py").write_text(textwrap.dedent(seed))
     (root / "evaluate.py").write_text(textwrap.dedent(evaluate))
     return root
+
+
+SQUARE_SEED = """# EVOLVE-BLOCK-START
+def solve(x):
+    return x + 1
+# EVOLVE-BLOCK-END
+"""
+
+SQUARE_TOML = """
+name = "square"
+description = "Square the input."
+[program]
+file = "seed.py"
+[fitness]
+components = [{ name = "c0", bounds = [0.0, 1.0] }, { name = "c1", bounds = [0.0, 1.0] }]
+[limits]
+timeout_s = 5
+memory_mb = 512
+[search]
+islands = 2
+migration_interval = 4
+group_size = 4
+variants = 2
+edit_format = "full"
+temperature = 0.7
+max_new_tokens = 160
+"""
+
+
+def write_square_problem(root: Path) -> Path:
+    """The problem the tiny test model was taught to answer."""
+    return write_problem(root, seed=SQUARE_SEED, toml=SQUARE_TOML)

@@ -217,7 +217,7 @@ class Archive:
     def codes(self, program_ids: Sequence[int]) -> dict[int, str]:
         with self.session() as s:
             rows = s.execute(select(Program.id, Program.code).where(Program.id.in_(list(program_ids))))
-            return dict(rows.tuples().all())
+            return dict(rows.all())
 
     def feedback(self, program_id: int) -> str | None:
         with self.session() as s:
@@ -330,3 +330,10 @@ class Archive:
             q = q.where(PolicyVersion.run_id == run_id)
         with self.session() as s:
             return s.scalars(q).all()
+
+
+def code_hashes(archive: Archive, run_id: int) -> dict[str, int]:
+    """normalised-code hash → program id for a run: the duplicate index the loop keeps in memory."""
+    with archive.session() as s:
+        rows = s.execute(select(Program.code_hash, Program.id).where(Program.run_id == run_id))
+        return dict(rows.all())

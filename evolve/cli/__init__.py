@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from evolve.cli import problem_cmds
+from evolve.cli import archive_cmds, problem_cmds, run_cmd
 
 app = typer.Typer(
     add_completion=False,
@@ -12,7 +12,8 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     help="LLM-driven evolutionary program search with vector fitness.",
 )
-problem_cmds.register(app)
+for module in (problem_cmds, run_cmd, archive_cmds):
+    module.register(app)
 
 
 def main() -> None:

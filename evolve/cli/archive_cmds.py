@@ -1,0 +1,150 @@
+"""`evolve inspect/best/show/export`: read an archive, also while a run is writing to it."""
+
+from __future__ import annotations
+
+import csv
+import difflib
+import json
+from dataclasses import asdict
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from evolve.archive import Archive, ArchiveError
+from evolve.archive.models import Run
+from evolve.archive.queries import best_program, evaluation_rows, lineage, summarize
+from evolve.cli.common import console, fail, vector_table
+
+RunOpt = Annotated[int | None, typer.Option("--run", help="run id (default: the latest)")]
+
+
+def open_archive(db: Path) -> Archive:
+    try:
+        return Archive(db, create=False)
+    except ArchiveError as exc:
+        fail(str(exc))
+
+
+def pick_run(archive: Archive, run_id: int | None) -> Run:
+    runs = archive.runs()
+    if not runs:
+        fail(f"{archive.url}: the archive holds no run yet")
+    if run_id is None:
+        return runs[-1]
+    for run in runs:
+        if run.id == run_id:
+            return run
+    fail(f"{archive.url}: no run {run_id}; runs are {[r.id for r in runs]}")
+
+
+def inspect(db: Path, as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
+    """Per run: counts, errors by kind, best per component and scalar, islands, policy versions."""
+    archive = open_archive(db)
+    summaries = [summarize(archive, run) for run in archive.runs()]
+    if as_json:
+        print(json.dumps([asdict(s) for s in summaries], default=str))
+        return
+    for s in summaries:
+        console.print(
+            f"[bold]run {s.run_id}[/] {s.problem} ({s.status}, {s.elapsed_s:.0f}s): {s.programs} programs, "
+            f"{s.evaluations} evaluations, {s.groups} groups, {s.completions} completions"
+        )
+        console.print(f"  variants {s.variants}; evaluation errors {s.errors}; islands {s.islands}")
+        if s.best_scalar:
+            console.print(f"  best scalar {s.best_scalar[1]:.6g} (program {s.best_scalar[0]})")
+        table = Table("component", "best", "program", show_edge=False)
+        for name, (pid, value) in s.best_components.items():
+            table.add_row(name, f"{value:.6g}", str(pid))
+        console.print(table)
+        for v in s.policy_versions:
+            console.print(f"  policy v{v['number']} (#{v['id']}): {v['base_model']} adapter={v['adapter']}")
+
+
+def best(
+    db: Path, component: Annotated[str | None, typer.Option(help="best on this component")] = None, run: RunOpt = None
+) -> None:
+    """Print the code of the best program (by scalar view, or by one component)."""
+    archive = open_archive(db)
+    program = best_program(archive, pick_run(archive, run), component)
+    if program is None:
+        fail(f"{db}: no successful program{' with component ' + component if component else ''} yet")
+    print(program.code, end="" if program.code.endswith("\n") else "\n")
+
+
+def show(db: Path, program_id: int) -> None:
+    """A program's code, diff against its parent, score vector and lineage."""
+    archive = open_archive(db)
+    program = archive.program(program_id)
+    if program is None:
+        fail(f"{db}: no program {program_id}")
+    ev = program.evaluation
+    console.print(
+        f"[bold]program {program.id}[/] run {program.run_id}, island {program.island}, "
+        f"generation {program.generation}, parent {program.parent_id}"
+    )
+    print(program.code)
+    if program.parent_id and (parent := archive.program(program.parent_id)):
+        diff = difflib.unified_diff(
+            parent.code.splitlines(),
+            program.code.splitlines(),
+            f"program {parent.id}",
+            f"program {program.id}",
+            lineterm="",
+        )
+        print("\n".join(diff))
+    if ev is not None:
+        console.print(vector_table(ev.scores))
+        console.print(
+            f"scalar {ev.scalar:.6g}; error {ev.error_kind or 'none'} {ev.error or ''}; "
+            f"{ev.duration_s * 1000:.0f} ms in {ev.sandbox}",
+            highlight=False,
+        )
+        if ev.feedback:
+            console.print(f"feedback: {ev.feedback[:2000]}", highlight=False)
+    chain = lineage(archive, program.id)
+    console.print(
+        "lineage: "
+        + " <- ".join(
+            f"{p.id}({p.evaluation.scalar:.4g})" if p.evaluation and p.evaluation.scalar is not None else str(p.id)
+            for p in chain
+        )
+    )
+
+
+def export(
+    db: Path, out: Path, top: Annotated[int, typer.Option(help="how many best programs")] = 5, run: RunOpt = None
+) -> None:
+    """Write the best programs as files and a CSV of every evaluation's vector."""
+    archive = open_archive(db)
+    chosen = pick_run(archive, run)
+    rows = evaluation_rows(archive, chosen)
+    out.mkdir(parents=True, exist_ok=True)
+    names = list(rows[0][1].scores) if rows else []
+    with open(out / "evaluations.csv", "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["program_id", "parent_id", "island", "generation", "error_kind", "scalar", *names])
+        for program, ev in rows:
+            writer.writerow(
+                [
+                    program.id,
+                    program.parent_id,
+                    program.island,
+                    program.generation,
+                    ev.error_kind or "",
+                    ev.scalar,
+                    *(ev.scores.get(n) for n in names),
+                ]
+            )
+    ok = sorted((r for r in rows if r[1].error_kind is None), key=lambda r: -(r[1].scalar or 0))
+    for rank, (program, _ev) in enumerate(ok[:top], 1):
+        (out / f"best_{rank:02d}_program_{program.id}.py").write_text(program.code)
+    console.print(f"wrote {len(rows)} evaluations and {min(top, len(ok))} programs to {out}")
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(inspect)
+    app.command()(best)
+    app.command()(show)
+    app.command()(export)

@@ -1,0 +1,112 @@
+"""`evolve run`: start or resume a search on a problem folder."""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.live import Live
+
+from evolve.archive import Archive, ArchiveError
+from evolve.cli.common import console, fail, vector_table
+from evolve.cli.problem_cmds import SandboxOpt, load_or_fail
+from evolve.loop import RunMismatch, RunOptions, SearchLoop, open_run, run_search
+from policies.base import PolicyError
+from policies.factory import make_policy
+from sandboxes.factory import SandboxUnavailable, make_sandbox
+
+
+def _live(loop: SearchLoop, done: threading.Event) -> None:
+    """Redraw the live view twice a second in a terminal; elsewhere, one summary line every 30 s."""
+    if console.is_terminal:
+        with Live(loop.stats.render(), console=console, refresh_per_second=2) as live:
+            while not done.wait(0.5):
+                live.update(loop.stats.render())
+    else:
+        while not done.wait(30.0):
+            console.print(loop.stats.summary(), highlight=False)
+
+
+def run(
+    problem_dir: Annotated[Path, typer.Argument(metavar="PROBLEM")],
+    db: Annotated[Path | None, typer.Option(help="archive path or SQLAlchemy URL [default: runs/NAME.db]")] = None,
+    policy: Annotated[str, typer.Option(help="transformers:embedded | transformers:DIR_OR_HUB_ID | replay:FILE")] = (
+        "transformers:embedded"
+    ),
+    sandbox: SandboxOpt = "auto",
+    workers: Annotated[int, typer.Option(min=1)] = 2,
+    group_size: Annotated[int | None, typer.Option(min=1, help="completions per prompt (G)")] = None,
+    variants: Annotated[int | None, typer.Option(min=1, max=8, help="variants per completion (m)")] = None,
+    max_evaluations: Annotated[int | None, typer.Option(min=1)] = None,
+    max_time: Annotated[float | None, typer.Option(help="seconds, summed over resumes")] = None,
+    target: Annotated[float | None, typer.Option(help="stop when the scalar view reaches this")] = None,
+    seed: int = 0,
+    edit_format: Annotated[str | None, typer.Option(help="diff | full")] = None,
+    max_new_tokens: Annotated[int | None, typer.Option(min=16)] = None,
+) -> None:
+    """Run (or resume) an evolutionary search; Ctrl-C stops cleanly and the same command resumes."""
+    problem = load_or_fail(problem_dir)
+    search = problem.config.search
+    if edit_format not in (None, "diff", "full"):
+        fail(f"--edit-format {edit_format}: use diff or full")
+    options = RunOptions(
+        workers=workers,
+        group_size=group_size or search.group_size,
+        variants=variants or search.variants,
+        max_evaluations=max_evaluations or search.max_evaluations,
+        max_time_s=max_time,
+        target=target,
+        seed=seed,
+        edit_format=edit_format or search.edit_format,
+        temperature=search.temperature,
+        max_new_tokens=max_new_tokens or search.max_new_tokens,
+    )
+    target_db: str | Path = db if db is not None else Path("runs") / f"{problem.name}.db"
+    if "://" not in str(target_db):
+        Path(target_db).parent.mkdir(parents=True, exist_ok=True)
+    try:
+        archive = Archive(target_db)
+        run_row, resumed = open_run(archive, problem, options)
+    except (ArchiveError, RunMismatch) as exc:
+        fail(str(exc))
+    try:
+        sandbox_impl = make_sandbox(sandbox, workers=workers)
+    except SandboxUnavailable as exc:
+        fail(str(exc))
+    console.print(
+        f"{'resuming' if resumed else 'starting'} run {run_row.id} of {problem.name} in {archive.url}", highlight=False
+    )
+    console.print(f"isolation: {sandbox_impl.isolation()}", highlight=False)
+    try:
+        policy_impl = make_policy(policy)
+    except PolicyError as exc:
+        fail(str(exc))
+    loop = SearchLoop(problem, archive, policy_impl, sandbox_impl, run_row, options)
+    done = threading.Event()
+    viewer = threading.Thread(target=_live, args=(loop, done), daemon=True)
+    viewer.start()
+    try:
+        reason = run_search(loop)
+    except KeyboardInterrupt:
+        done.set()
+        console.print("interrupted; everything committed so far is kept. Run the same command to resume.")
+        os._exit(130)
+    finally:
+        done.set()
+        viewer.join(timeout=2)
+        sandbox_impl.close()
+    console.print(f"[bold]{reason}[/]: {loop.stats.summary()}", highlight=False)
+    best = loop.population.best
+    if best is not None:
+        scores = {c.name: c.sign * float(v) for c, v in zip(problem.components, best.oriented, strict=True)}
+        console.print(vector_table(scores, title=f"best program {best.id} (scalar {best.scalar:.6g})"))
+        console.print(
+            f"see it with: evolve best {target_db}    or    evolve show {target_db} {best.id}", highlight=False
+        )
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(run)

@@ -1,0 +1,153 @@
+"""Completion → child programs. Tolerant of what small models write, strict about what may change.
+
+Per variant: SEARCH/REPLACE edits (exact match first, then a match that ignores indentation and trailing
+whitespace, re-indenting the replacement), or fenced code that rewrites the editable blocks. An edit that
+touches code outside the EVOLVE blocks is rejected. Every variant comes back with a status, never an exception.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import textwrap
+from dataclasses import dataclass
+
+from evolve.problem.blocks import START, BlockError, find_blocks, replace_blocks
+
+_TAG = re.compile(r"<\s*variant\s*(\d+)\s*>(.*?)(?=<\s*/\s*variant\s*\d*\s*>|<\s*variant\s*\d+\s*>|\Z)", re.S | re.I)
+_EDIT = re.compile(
+    r"<{5,9}\s*SEARCH[^\n]*\n(.*?)\n?={5,9}[^\n]*\n(.*?)"  # search, divider, replacement
+    r"(?:\n?>{5,9}\s*REPLACE[^\n]*|(?=<{5,9}\s*SEARCH)|\Z)",  # closing marker, next edit, or end of text
+    re.S,
+)
+_FENCE = re.compile(r"```[ \t]*(?:python|py)?[ \t]*\n(.*?)(?:```|\Z)", re.S | re.I)
+
+
+@dataclass(frozen=True)
+class ParsedVariant:
+    slot: int
+    status: str  # ok | parse_error | apply_error | outside_block | syntax_error | unchanged
+    code: str | None
+    detail: str | None = None
+
+
+def split_variants(text: str, m: int) -> list[str]:
+    """Bodies of <variant k> sections in order; untagged text counts as a single variant."""
+    found = [(int(k), body) for k, body in _TAG.findall(text)]
+    if not found:
+        return [text] if text.strip() else []
+    bodies: dict[int, str] = {}
+    for k, body in found:
+        bodies.setdefault(k, body)
+    return [bodies[k] for k in sorted(bodies)][:m]
+
+
+def _strip_fences(s: str) -> str:
+    lines = s.split("\n")
+    return "\n".join(line for line in lines if not line.strip().startswith("```"))
+
+
+def _indent(line: str) -> str:
+    return line[: len(line) - len(line.lstrip())]
+
+
+def _fuzzy_find(code: str, search: str) -> tuple[int, int, str, str] | None:
+    """Match `search` line by line ignoring indentation; returns (start, end, found_indent, search_indent)."""
+    want = [ln for ln in search.split("\n")]
+    while want and not want[-1].strip():
+        want.pop()
+    while want and not want[0].strip():
+        want.pop(0)
+    if not want:
+        return None
+    lines = code.split("\n")
+    key = [ln.strip() for ln in want]
+    offsets = [0]
+    for ln in lines:
+        offsets.append(offsets[-1] + len(ln) + 1)
+    for i in range(len(lines) - len(want) + 1):
+        if all(lines[i + j].strip() == key[j] for j in range(len(want))):
+            end = offsets[i + len(want)] - 1
+            return offsets[i], end, _indent(lines[i]), _indent(want[0])
+    return None
+
+
+def _reindent(text: str, old: str, new: str) -> str:
+    if old == new:
+        return text
+    out = []
+    for ln in text.split("\n"):
+        out.append(new + ln[len(old) :] if ln.startswith(old) else (new + ln.lstrip() if ln.strip() else ln))
+    return "\n".join(out)
+
+
+def _apply_edits(code: str, edits: list[tuple[str, str]]) -> tuple[str | None, str, str | None]:
+    for search, replace in edits:
+        search, replace = _strip_fences(search), _strip_fences(replace)
+        if not search.strip():
+            return None, "apply_error", "empty SEARCH section"
+        start = code.find(search)
+        if start >= 0:
+            end = start + len(search)
+        else:
+            hit = _fuzzy_find(code, search)
+            if hit is None:
+                return None, "apply_error", f"SEARCH text not found: {search.strip()[:80]!r}"
+            start, end, found_indent, search_indent = hit
+            replace = _reindent(replace.strip("\n"), search_indent, found_indent)
+        if not any(b.start <= start and end <= b.end for b in find_blocks(code)):
+            return None, "outside_block", "an edit touches code outside the EVOLVE blocks"
+        code = code[:start] + replace + code[end:]
+    return code, "ok", None
+
+
+def _bare_code(body: str) -> str | None:
+    """Small models often skip the fence inside a variant tag: accept a body that is Python by itself."""
+    code = textwrap.dedent(body.strip("\n"))
+    if not code.strip() or "\n" not in code.strip():
+        return None
+    try:
+        ast.parse(code)
+    except SyntaxError:
+        return None
+    return code
+
+
+def _full_rewrite(parent: str, body: str) -> tuple[str | None, str, str | None]:
+    fences = [f for f in _FENCE.findall(body) if f.strip()]
+    if not fences:
+        bare = _bare_code(body)
+        if bare is None or len(find_blocks(parent)) != 1:
+            return None, "parse_error", "no SEARCH/REPLACE edit and no fenced code"
+        fences = [bare]
+    n_blocks = len(find_blocks(parent))
+    if len(fences) == 1 and START in fences[0]:
+        try:  # the model echoed the whole file: take what lies between its markers
+            fences = [b.text for b in find_blocks(fences[0])]
+        except BlockError as exc:
+            return None, "parse_error", str(exc)
+    if len(fences) < n_blocks:
+        return None, "parse_error", f"{len(fences)} code blocks for {n_blocks} editable blocks"
+    return replace_blocks(parent, [f.rstrip("\n") + "\n" for f in fences[:n_blocks]]), "ok", None
+
+
+def parse_variant(parent: str, body: str, slot: int) -> ParsedVariant:
+    edits = _EDIT.findall(body)
+    code, status, detail = _apply_edits(parent, edits) if edits else _full_rewrite(parent, body)
+    if code is None:
+        return ParsedVariant(slot, status, None, detail)
+    if code == parent:
+        return ParsedVariant(slot, "unchanged", None, "the variant changes nothing")
+    try:
+        ast.parse(code)
+    except SyntaxError as exc:
+        return ParsedVariant(slot, "syntax_error", None, f"line {exc.lineno}: {exc.msg}")
+    return ParsedVariant(slot, "ok", code, None)
+
+
+def parse_completion(parent: str, text: str, m: int) -> list[ParsedVariant]:
+    """Always m entries: missing variants come back as parse errors."""
+    bodies = split_variants(text, m)
+    out = [parse_variant(parent, body, k) for k, body in enumerate(bodies)]
+    out += [ParsedVariant(k, "parse_error", None, "variant missing") for k in range(len(out), m)]
+    return out

@@ -1,0 +1,159 @@
+"""The in-memory index of a run: islands, each a MAP-Elites grid plus per-component champions.
+
+Everything a pick looks at is bounded by the grid size and the number of components, never by the archive,
+so selection costs the same at 100 programs and at 100k. The index is rebuilt on start by replaying the
+archive's evaluated programs in commit order, which also replays the ring migrations at the same points.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from evolve.problem.config import ComponentSpec
+
+SCORE_BINS = 10
+LENGTH_BINS = 16
+
+
+@dataclass(eq=False)
+class Member:
+    id: int
+    island: int
+    generation: int
+    oriented: np.ndarray  # (D,), larger is better
+    scalar: float
+    code_length: int
+
+
+def _unit(value: float, lo: float | None, hi: float | None) -> float:
+    """Map a value into [0, 1]: linearly within declared bounds, else through a squashing function."""
+    if lo is not None and hi is not None and hi > lo:
+        return min(max((value - lo) / (hi - lo), 0.0), 1.0)
+    return 0.5 + 0.5 * math.tanh(value)
+
+
+class FeatureSpace:
+    """Maps a member to its grid cell. Features: code_length, score (the scalar view), or a component name."""
+
+    def __init__(self, names: Sequence[str], components: Sequence[ComponentSpec]) -> None:
+        self.names = list(names)
+        self._index = {c.name: i for i, c in enumerate(components)}
+        unknown = [n for n in self.names if n not in ("code_length", "score") and n not in self._index]
+        if unknown:
+            raise ValueError(f"unknown feature(s) {unknown}; use code_length, score or a component name")
+        oriented_bounds = [
+            sorted((c.sign * c.bounds[0], c.sign * c.bounds[1])) if c.bounds else (None, None) for c in components
+        ]
+        self._bounds = oriented_bounds
+        total_w = sum(c.weight for c in components) or 1.0
+        if all(c.bounds for c in components):
+            lo = sum(c.weight * b[0] for c, b in zip(components, oriented_bounds, strict=True)) / total_w
+            hi = sum(c.weight * b[1] for c, b in zip(components, oriented_bounds, strict=True)) / total_w
+            self._scalar_bounds: tuple[float | None, float | None] = (lo, hi)
+        else:
+            self._scalar_bounds = (None, None)
+
+    def cell(self, m: Member) -> tuple[int, ...]:
+        out = []
+        for name in self.names:
+            if name == "code_length":
+                out.append(min(int(2 * math.log2(max(m.code_length, 1))), 2 * LENGTH_BINS))
+            elif name == "score":
+                out.append(min(int(SCORE_BINS * _unit(m.scalar, *self._scalar_bounds)), SCORE_BINS - 1))
+            else:
+                i = self._index[name]
+                out.append(min(int(SCORE_BINS * _unit(float(m.oriented[i]), *self._bounds[i])), SCORE_BINS - 1))
+        return tuple(out)
+
+
+@dataclass
+class Island:
+    index: int
+    features: FeatureSpace
+    grid: dict[tuple[int, ...], Member] = field(default_factory=dict)
+    champions: dict[int, Member] = field(default_factory=dict)
+    size: int = 0  # programs that were offered to this island (its own children and migrants)
+    _pool: list[Member] | None = None
+    _matrix: np.ndarray | None = None
+
+    def add(self, m: Member) -> None:
+        self.size += 1
+        cell = self.features.cell(m)
+        held = self.grid.get(cell)
+        changed = False
+        if held is None or m.scalar > held.scalar:
+            self.grid[cell] = m
+            changed = True
+        for d, value in enumerate(m.oriented):
+            champ = self.champions.get(d)
+            if champ is None or value > champ.oriented[d] or (value == champ.oriented[d] and m.scalar > champ.scalar):
+                self.champions[d] = m
+                changed = True
+        if changed:
+            self._pool = self._matrix = None
+
+    def pool(self) -> list[Member]:
+        """Grid elites plus component champions, each once, in a stable order."""
+        if self._pool is None:
+            seen: dict[int, Member] = {m.id: m for m in self.grid.values()}
+            seen.update({m.id: m for m in self.champions.values()})
+            self._pool = sorted(seen.values(), key=lambda m: m.id)
+        return self._pool
+
+    def matrix(self) -> np.ndarray:
+        if self._matrix is None:
+            self._matrix = np.stack([m.oriented for m in self.pool()]) if self.pool() else np.zeros((0, 0))
+        return self._matrix
+
+    def best(self, k: int) -> list[Member]:
+        return sorted(self.pool(), key=lambda m: (-m.scalar, m.id))[:k]
+
+
+class Population:
+    def __init__(
+        self,
+        components: Sequence[ComponentSpec],
+        *,
+        islands: int,
+        features: Sequence[str],
+        migration_interval: int,
+        migration_size: int,
+    ) -> None:
+        self.components = list(components)
+        space = FeatureSpace(features, components)
+        self.islands = [Island(i, space) for i in range(islands)]
+        self.migration_interval = migration_interval
+        self.migration_size = migration_size
+        self.added = 0
+        self.migrations = 0
+        self.first: Member | None = None
+        self.best: Member | None = None
+
+    def member(
+        self, program_id: int, island: int, generation: int, scores: dict[str, float], scalar: float, code_length: int
+    ) -> Member:
+        oriented = np.array([c.sign * float(scores.get(c.name, c.failure)) for c in self.components])
+        return Member(program_id, island % len(self.islands), generation, oriented, scalar, code_length)
+
+    def add(self, m: Member | None) -> None:
+        """Record one evaluated program (None for a failed one: it counts for migration timing only)."""
+        self.added += 1
+        if m is not None:
+            self.first = self.first or m
+            if self.best is None or m.scalar > self.best.scalar:
+                self.best = m
+            self.islands[m.island].add(m)
+        if len(self.islands) > 1 and self.added % self.migration_interval == 0:
+            self._migrate()
+
+    def _migrate(self) -> None:
+        """Ring migration: each island sends copies of its best to the next one."""
+        outgoing = [isl.best(self.migration_size) for isl in self.islands]
+        for i, members in enumerate(outgoing):
+            for m in members:
+                self.islands[(i + 1) % len(self.islands)].add(m)
+        self.migrations += 1

@@ -1,0 +1,90 @@
+"""Counters of a running search, and the rich live view drawn from them."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+
+from rich.console import Group
+from rich.table import Table
+
+
+@dataclass
+class LoopStats:
+    components: list[str]
+    max_evaluations: int
+    max_time_s: float | None
+    prior_elapsed_s: float = 0.0
+    started: float = field(default_factory=time.monotonic)
+    evaluations: int = 0  # all evaluations of the run, earlier sessions included
+    session_evaluations: int = 0
+    tokens: int = 0
+    groups: int = 0
+    policy_version: int = 0
+    sandbox: str = ""
+    parse: Counter[str] = field(default_factory=Counter)
+    errors: Counter[str] = field(default_factory=Counter)
+    best_scalar: float | None = None
+    best_id: int | None = None
+    best_components: dict[str, float] = field(default_factory=dict)
+    island_sizes: list[int] = field(default_factory=list)
+
+    @property
+    def session_s(self) -> float:
+        return time.monotonic() - self.started
+
+    @property
+    def elapsed_s(self) -> float:
+        return self.prior_elapsed_s + self.session_s
+
+    def record_best(self, program_id: int, scalar: float, oriented_by_name: dict[str, float]) -> None:
+        if self.best_scalar is None or scalar > self.best_scalar:
+            self.best_scalar, self.best_id = scalar, program_id
+        for name, value in oriented_by_name.items():
+            if name not in self.best_components or value > self.best_components[name]:
+                self.best_components[name] = value
+
+    def summary(self) -> str:
+        best = "none" if self.best_scalar is None else f"{self.best_scalar:.6g} (program {self.best_id})"
+        parsed = sum(self.parse.values())
+        return (
+            f"{self.evaluations} evaluations ({self.session_evaluations} this session, "
+            f"{self.session_evaluations / max(self.session_s, 1e-9) * 60:.1f}/min), {self.groups} groups, "
+            f"{self.tokens / max(self.session_s, 1e-9):.1f} tok/s, parse ok {self.parse['ok']}/{parsed}, "
+            f"eval errors {sum(self.errors.values())}, best scalar {best}"
+        )
+
+    def render(self) -> Group:
+        head = Table.grid(padding=(0, 2))
+        remaining = f"{self.max_evaluations - self.evaluations} evals"
+        if self.max_time_s:
+            remaining += f", {max(self.max_time_s - self.elapsed_s, 0):.0f}s"
+        rate = self.session_evaluations / max(self.session_s, 1e-9)
+        head.add_row("elapsed", f"{self.elapsed_s:.0f}s", "remaining", remaining)
+        head.add_row(
+            "evaluations",
+            f"{self.evaluations} ({rate:.2f}/s)",
+            "tokens/s",
+            f"{self.tokens / max(self.session_s, 1e-9):.1f}",
+        )
+        parsed = sum(self.parse.values()) or 1
+        head.add_row(
+            "parse errors",
+            f"{1 - self.parse['ok'] / parsed:.0%} {dict(self.parse)}",
+            "eval errors",
+            f"{sum(self.errors.values()) / max(self.session_evaluations, 1):.0%} {dict(self.errors)}",
+        )
+        head.add_row("policy version", str(self.policy_version), "sandbox", self.sandbox)
+        head.add_row(
+            "islands",
+            " ".join(map(str, self.island_sizes)),
+            "best scalar",
+            "-" if self.best_scalar is None else f"{self.best_scalar:.6g} (#{self.best_id})",
+        )
+        best = Table(title="best per component (oriented)", show_edge=False)
+        shown = self.components[:12]
+        for name in shown:
+            best.add_column(name, justify="right")
+        best.add_row(*(f"{self.best_components.get(n, float('nan')):.4g}" for n in shown))
+        return Group(head, best)

@@ -1,0 +1,18 @@
+"""Build a policy from its command-line spec, `backend:argument`."""
+
+from __future__ import annotations
+
+from policies.base import Policy, PolicyError
+
+
+def make_policy(spec: str) -> Policy:
+    backend, _, arg = spec.partition(":")
+    if backend == "transformers":
+        from policies.transformers_policy import TransformersPolicy
+
+        return TransformersPolicy.load(arg or "embedded")
+    if backend == "replay":
+        from policies.replay import ReplayPolicy
+
+        return ReplayPolicy.from_file(arg)
+    raise PolicyError(f"unknown policy {spec!r}; use transformers:embedded, transformers:DIR_OR_HUB_ID or replay:FILE")

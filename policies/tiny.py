@@ -1,0 +1,87 @@
+"""Tiny causal LMs made on the spot (byte-level tokenizer, Qwen2 architecture, h128, 2 layers).
+
+Tests and benchmarks use them instead of a hub download: real forward passes, real sampling, a real
+LoRA step in well under a second. `teach` fits one briefly on a few (prompt, completion) pairs so that
+what it samples afterwards parses; that takes a few seconds on a CPU.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+EOS, PAD = "<|eos|>", "<|pad|>"
+
+
+def tiny_tokenizer() -> Any:
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    alphabet = pre_tokenizers.ByteLevel.alphabet()
+    vocab = {ch: i for i, ch in enumerate(sorted(alphabet))}
+    vocab[EOS], vocab[PAD] = len(vocab), len(vocab) + 1
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    tok.decoder = decoders.ByteLevel()
+    return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=EOS, pad_token=PAD)
+
+
+def tiny_model(tokenizer: Any, seed: int = 0, hidden: int = 128, layers: int = 2) -> Any:
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(seed)
+    config = Qwen2Config(
+        vocab_size=len(tokenizer),
+        hidden_size=hidden,
+        intermediate_size=2 * hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=8192,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        tie_word_embeddings=True,
+    )
+    model = Qwen2ForCausalLM(config)
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    return model
+
+
+def teach(model: Any, tokenizer: Any, pairs: Sequence[tuple[str, str]], steps: int = 120, lr: float = 1e-3) -> None:
+    """Full fine-tune on the completion tokens (prompt tokens masked) until it has learned them."""
+    import torch
+
+    model.train()
+    opt = torch.optim.AdamW(model.parameters(), lr=lr)
+    batches = []
+    for prompt, completion in pairs:
+        p = tokenizer(prompt, add_special_tokens=False).input_ids
+        c = tokenizer(completion, add_special_tokens=False).input_ids + [tokenizer.eos_token_id]
+        ids = torch.tensor([p + c])
+        labels = torch.tensor([[-100] * len(p) + c])
+        batches.append((ids, labels))
+    for step in range(steps):
+        ids, labels = batches[step % len(batches)]
+        loss = model(input_ids=ids, labels=labels).loss
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    model.eval()
+
+
+def build_taught_model(directory: Path, pairs: Sequence[tuple[str, str]], steps: int = 120, seed: int = 0) -> Path:
+    """Make (or reuse, keyed by the pairs) a taught tiny model saved in `directory`."""
+    key = hashlib.sha256(repr((list(pairs), steps, seed)).encode()).hexdigest()[:12]
+    target = directory / f"tiny-{key}"
+    if (target / "config.json").exists():
+        return target
+    tokenizer = tiny_tokenizer()
+    model = tiny_model(tokenizer, seed=seed)
+    teach(model, tokenizer, pairs, steps=steps)
+    model.save_pretrained(target)
+    tokenizer.save_pretrained(target)
+    return target

@@ -1,0 +1,118 @@
+"""A local causal LM through transformers: the whole group is sampled in one batched `generate` call.
+
+The per-token logprobs stored with each completion are those of the distribution actually sampled from
+(after temperature and top-p), recorded by a logits processor placed last in the chain, because the trainer
+treats them as the behaviour policy.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from policies.base import Generated, PolicyError, SamplingParams
+from policies.embedded import EMBEDDED_NAME, INSTALL_HINT, embedded_model_dir
+
+SYSTEM = "You are an expert programmer who improves programs step by step."
+
+
+class _LogprobRecorder:
+    """Sees the processed scores of each step; the next call reveals which token was sampled from them."""
+
+    def __init__(self) -> None:
+        import torch
+
+        self._torch = torch
+        self._pending: Any = None
+        self.steps: list[Any] = []
+
+    def __call__(self, input_ids: Any, scores: Any) -> Any:
+        self._take(input_ids[:, -1])
+        self._pending = self._torch.log_softmax(scores.float(), dim=-1)
+        return scores
+
+    def _take(self, tokens: Any) -> None:
+        if self._pending is not None:
+            self.steps.append(self._pending.gather(1, tokens[:, None]).squeeze(1))
+            self._pending = None
+
+    def finish(self, last_tokens: Any) -> Any:
+        self._take(last_tokens)
+        return self._torch.stack(self.steps, dim=1) if self.steps else None
+
+
+class TransformersPolicy:
+    max_concurrency = 1
+
+    def __init__(self, model: Any, tokenizer: Any, name: str) -> None:
+        self.model, self.tokenizer, self.name = model, tokenizer, name
+        self.version = 0
+        self.device = next(model.parameters()).device
+        eos = model.generation_config.eos_token_id
+        eos_ids = eos if isinstance(eos, list) else [eos]
+        self.eos_ids = [e for e in {*eos_ids, tokenizer.eos_token_id} if e is not None]
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos_ids[0]
+
+    @classmethod
+    def load(cls, spec: str) -> TransformersPolicy:
+        """`embedded`, a local directory, or a hub id (needs network access to the hub)."""
+        try:
+            import torch
+            from transformers import AutoModelForCausalLM, AutoTokenizer
+        except ImportError as exc:
+            raise PolicyError(f"the transformers policy needs torch and transformers ({exc}); {INSTALL_HINT}") from None
+        path, name = (embedded_model_dir(), EMBEDDED_NAME) if spec == "embedded" else (spec, spec)
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(path)
+            model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.bfloat16).to(device)
+        except (OSError, ValueError) as exc:
+            hint = f"delete {path} to rebuild the cache" if spec == "embedded" else "pass a model dir or hub id"
+            raise PolicyError(f"cannot load model {spec!r}: {str(exc).splitlines()[0]}; {hint}") from None
+        model.eval()
+        return cls(model, tokenizer, name)
+
+    def render(self, prompt: str) -> str:
+        if getattr(self.tokenizer, "chat_template", None):
+            messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": prompt}]
+            return self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        return prompt
+
+    def generate(self, prompt: str, params: SamplingParams, n: int) -> list[Generated]:
+        import torch
+        from transformers import LogitsProcessorList
+
+        if params.seed is not None:
+            torch.manual_seed(params.seed)
+        encoded = self.tokenizer(self.render(prompt), return_tensors="pt", add_special_tokens=False)
+        input_ids = encoded.input_ids.to(self.device).repeat(n, 1)
+        recorder = _LogprobRecorder()
+        with torch.no_grad():
+            out = self.model.generate(
+                input_ids,
+                attention_mask=torch.ones_like(input_ids),
+                do_sample=True,
+                temperature=params.temperature,
+                top_p=params.top_p,
+                top_k=0,
+                max_new_tokens=params.max_new_tokens,
+                eos_token_id=self.eos_ids,
+                pad_token_id=self.pad_id,
+                logits_processor=LogitsProcessorList([recorder]),
+            )
+        new = out[:, input_ids.shape[1] :]
+        logprobs = recorder.finish(new[:, -1]) if new.shape[1] else None
+        return [self._completion(new[i], None if logprobs is None else logprobs[i]) for i in range(n)]
+
+    def _completion(self, tokens: Any, logprobs: Any) -> Generated:
+        ids = tokens.tolist()
+        finish = "length"
+        for pos, tok in enumerate(ids):
+            if tok in self.eos_ids:
+                ids, finish = ids[: pos + 1], "stop"
+                break
+        lps = [] if logprobs is None else logprobs[: len(ids)].tolist()
+        text = self.tokenizer.decode(ids, skip_special_tokens=True)
+        return Generated(text, ids, lps, finish, self.version)
+
+    def close(self) -> None:
+        self.model = None

@@ -1,0 +1,175 @@
+"""The loop end to end with a tiny real model, a real SQLite archive and the process sandbox."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+
+import pytest
+
+from evolve.archive import Archive
+from evolve.loop import RunOptions, SearchLoop, open_run, run_search
+from evolve.problem import load_problem
+from policies.transformers_policy import TransformersPolicy
+from sandboxes.process import ProcessSandbox
+from tests.helpers import write_square_problem
+
+pytestmark = pytest.mark.slow
+
+
+def _options(**kw) -> RunOptions:
+    base = dict(
+        workers=2,
+        group_size=4,
+        variants=2,
+        max_evaluations=8,
+        edit_format="full",
+        temperature=1.0,
+        max_new_tokens=160,
+        seed=0,
+    )
+    return RunOptions(**{**base, **kw})
+
+
+def test_search_runs_to_budget_and_archives_everything(tmp_path, tiny_model_dir):
+    problem = load_problem(write_square_problem(tmp_path / "sq"))
+    archive = Archive(tmp_path / "a.db")
+    run, resumed = open_run(archive, problem, _options())
+    assert not resumed
+    policy = TransformersPolicy.load(str(tiny_model_dir))
+    loop = SearchLoop(problem, archive, policy, ProcessSandbox(slots=2), run, _options())
+    reason = run_search(loop)
+    assert reason == "evaluation budget reached"
+    con = sqlite3.connect(tmp_path / "a.db")
+    programs = con.execute("SELECT COUNT(*) FROM programs").fetchone()[0]
+    evaluations = con.execute("SELECT COUNT(*) FROM evaluations").fetchone()[0]
+    assert programs == evaluations == 8
+    assert con.execute("SELECT COUNT(*) FROM programs WHERE parent_id IS NULL").fetchone()[0] == 1
+    groups, completions = (
+        con.execute("SELECT COUNT(*) FROM prompts").fetchone()[0],
+        con.execute("SELECT COUNT(*) FROM completions").fetchone()[0],
+    )
+    assert completions == 4 * groups
+    # every completion keeps its sampled tokens and one logprob per token, attributed to a policy version
+    for ids, lps, version in con.execute("SELECT token_ids, logprobs, policy_version_id FROM completions"):
+        assert len(ids) // 4 == len(lps) // 4 > 0 and version is not None
+    assert con.execute("SELECT COUNT(*) FROM variants").fetchone()[0] == 2 * completions
+    # the taught answers solve the problem: x * x scores 1 on both cases
+    assert loop.stats.best_scalar == 1.0
+    assert set(loop.stats.parse) <= {"ok", "duplicate", "parse_error", "syntax_error", "unchanged", "apply_error"}
+    # children of variants point back to them; duplicates are recorded, not evaluated again
+    linked = con.execute("SELECT COUNT(*) FROM variants WHERE status = 'ok' AND program_id IS NOT NULL").fetchone()[0]
+    assert (
+        linked
+        == programs
+        - 1
+        - con.execute("SELECT COUNT(*) FROM variants WHERE status = 'ok' AND program_id IS NULL").fetchone()[0]
+        or linked >= 7
+    )
+    assert con.execute("SELECT status FROM runs").fetchone()[0] == "finished"
+
+
+def test_kill_9_mid_run_then_resume_finishes_without_duplicates(tmp_path, tiny_model_dir):
+    folder = write_square_problem(tmp_path / "sq")
+    db = tmp_path / "run.db"
+    cmd = [
+        sys.executable,
+        "-m",
+        "evolve.cli",
+        "run",
+        str(folder),
+        "--db",
+        str(db),
+        "--policy",
+        f"transformers:{tiny_model_dir}",
+        "--sandbox",
+        "process",
+        "--max-evaluations",
+        "11",
+        "--workers",
+        "2",
+    ]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + 120
+    seen = 0
+    while time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.2)
+        if db.exists():
+            try:
+                seen = sqlite3.connect(db).execute("SELECT COUNT(*) FROM evaluations").fetchone()[0]
+            except sqlite3.OperationalError:
+                continue
+            if seen >= 3:
+                break
+    assert proc.poll() is None, "the run ended before it could be killed"
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    con = sqlite3.connect(db)
+    before = con.execute("SELECT COUNT(*) FROM evaluations").fetchone()[0]
+    assert 3 <= before < 11
+    assert con.execute("SELECT status FROM runs").fetchone()[0] == "running"
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "resuming run 1" in out.stdout and "evaluation budget reached" in out.stdout, out.stdout
+    con = sqlite3.connect(db)
+    assert con.execute("SELECT COUNT(*) FROM runs").fetchone()[0] == 1
+    assert con.execute("SELECT COUNT(*) FROM programs WHERE parent_id IS NULL").fetchone()[0] == 1  # seed once
+    assert con.execute("SELECT COUNT(*) FROM evaluations").fetchone()[0] == 11
+    hashes = [h for (h,) in con.execute("SELECT code_hash FROM programs")]
+    assert len(hashes) == len(set(hashes))
+    # no variant is left waiting: each one pending at the kill was evaluated or resolved on resume
+    assert con.execute("SELECT COUNT(*) FROM variants WHERE status = 'ok' AND program_id IS NULL").fetchone()[0] == 0
+    # generations follow parents
+    bad = con.execute(
+        "SELECT COUNT(*) FROM programs c JOIN programs p ON c.parent_id = p.id WHERE c.generation != p.generation + 1"
+    ).fetchone()[0]
+    assert bad == 0
+    assert con.execute("SELECT status FROM runs").fetchone()[0] == "finished"
+
+
+def test_cli_readers_work_on_the_archive(tmp_path, tiny_model_dir):
+    folder = write_square_problem(tmp_path / "sq")
+    db = tmp_path / "run.db"
+    base = [sys.executable, "-m", "evolve.cli"]
+    out = subprocess.run(
+        [
+            *base,
+            "run",
+            str(folder),
+            "--db",
+            str(db),
+            "--policy",
+            f"transformers:{tiny_model_dir}",
+            "--sandbox",
+            "process",
+            "--max-evaluations",
+            "5",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    inspect = subprocess.run([*base, "inspect", str(db), "--json"], capture_output=True, text=True, timeout=60)
+    import json
+
+    summary = json.loads(inspect.stdout)[0]
+    assert summary["evaluations"] == 5 and summary["problem"] == "square"
+    assert summary["best_components"]["c0"][1] == 1.0
+    best = subprocess.run([*base, "best", str(db)], capture_output=True, text=True, timeout=60)
+    assert "def solve" in best.stdout
+    pid = summary["best_scalar"][0]
+    show = subprocess.run([*base, "show", str(db), str(pid)], capture_output=True, text=True, timeout=60)
+    assert show.returncode == 0 and "lineage" in show.stdout
+    export = subprocess.run(
+        [*base, "export", str(db), str(tmp_path / "out")], capture_output=True, text=True, timeout=60
+    )
+    assert export.returncode == 0
+    rows = (tmp_path / "out" / "evaluations.csv").read_text().splitlines()
+    assert len(rows) == 6 and rows[0].startswith("program_id,parent_id")
+    missing = subprocess.run([*base, "inspect", str(tmp_path / "nope.db")], capture_output=True, text=True)
+    assert missing.returncode == 2 and "no archive there" in missing.stderr
