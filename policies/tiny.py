@@ -60,7 +60,7 @@ def teach(model: Any, tokenizer: Any, pairs: Sequence[tuple[str, str]], steps: i
     batches = []
     for prompt, completion in pairs:
         p = tokenizer(prompt, add_special_tokens=False).input_ids
-        c = tokenizer(completion, add_special_tokens=False).input_ids + [tokenizer.eos_token_id]
+        c = [*tokenizer(completion, add_special_tokens=False).input_ids, tokenizer.eos_token_id]
         ids = torch.tensor([p + c])
         labels = torch.tensor([[-100] * len(p) + c])
         batches.append((ids, labels))
