@@ -58,8 +58,11 @@ class TransformersPolicy:
         try:
             import torch
             from transformers import AutoModelForCausalLM, AutoTokenizer
+            from transformers.utils import logging as hf_logging
         except ImportError as exc:
             raise PolicyError(f"the transformers policy needs torch and transformers ({exc}); {INSTALL_HINT}") from None
+        hf_logging.set_verbosity_error()  # the live view owns the terminal
+        hf_logging.disable_progress_bar()
         path, name = (embedded_model_dir(), EMBEDDED_NAME) if spec == "embedded" else (spec, spec)
         device = "cuda" if torch.cuda.is_available() else "cpu"
         try:

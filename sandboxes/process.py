@@ -28,8 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from evolve.problem import Problem
-from sandboxes.base import OUTPUT_CAP, ErrorKind, EvalOutcome
-from sandboxes.runner import HARNESS_PATH, failed, interpret, make_job, program_filename
+from sandboxes.base import OUTPUT_CAP, EvalOutcome
+from sandboxes.runner import HARNESS_PATH, make_job, outcome_from, program_filename
 
 CLONE_NEWUSER, CLONE_NEWNET = 0x10000000, 0x40000000
 PR_SET_CHILD_SUBREAPER = 36
@@ -229,29 +229,8 @@ class ProcessSandbox:
             reply, stdout, stderr, status = self._run(problem, job, workdir, uid, token)
         finally:
             shutil.rmtree(workdir, ignore_errors=True)
-        duration = time.monotonic() - start
-        out = stdout.decode(errors="replace")
-        err = stderr.decode(errors="replace")
-        if status == "timeout":
-            outcome = failed(
-                problem,
-                ErrorKind.TIMEOUT,
-                f"exceeded {problem.config.limits.timeout_s}s wall time",
-                duration,
-                self.kind,
-            )
-        elif reply is None:
-            outcome = failed(
-                problem,
-                _classify_exit(status, err),
-                f"no reply ({status}); stderr: {err[-400:]}",
-                duration,
-                self.kind,
-            )
-        else:
-            outcome = interpret(problem, reply, duration, self.kind)
-        outcome.stdout, outcome.stderr = out, err
-        return outcome
+        out, err = stdout.decode(errors="replace"), stderr.decode(errors="replace")
+        return outcome_from(problem, reply, status, out, err, time.monotonic() - start, self.kind)
 
     def _run(
         self, problem: Problem, job: dict[str, Any], workdir: str, uid: int | None, token: str
@@ -309,9 +288,3 @@ class ProcessSandbox:
         if status == "signal SIGXCPU":
             status = "timeout"
         return reply, b"".join(sinks["out"]), b"".join(sinks["err"]), status
-
-
-def _classify_exit(status: str, stderr: str) -> ErrorKind:
-    if "MemoryError" in stderr or "Cannot allocate memory" in stderr:
-        return ErrorKind.MEMORY
-    return ErrorKind.CRASH

@@ -100,3 +100,21 @@ def _check_simple(problem: Problem, reply: dict[str, Any], duration_s: float, sa
     feedback = reply.get("feedback")
     scores = {name: float(raw[name]) for name in want}
     return EvalOutcome(scores, None, None, duration_s, sandbox, feedback=feedback if feedback else None)
+
+
+def outcome_from(
+    problem: Problem, reply: Any, status: str, stdout: str, stderr: str, duration_s: float, sandbox: str
+) -> EvalOutcome:
+    """What every backend returns: a wall-clock `status` ("exit N", "signal X", "timeout") plus the reply."""
+    if status == "timeout":
+        outcome = failed(
+            problem, ErrorKind.TIMEOUT, f"exceeded {problem.config.limits.timeout_s}s", duration_s, sandbox
+        )
+    elif reply is None:
+        memory = "MemoryError" in stderr or "Cannot allocate memory" in stderr or status == "signal SIGKILL"
+        kind = ErrorKind.MEMORY if memory else ErrorKind.CRASH
+        outcome = failed(problem, kind, f"no reply ({status}); stderr: {stderr[-400:]}", duration_s, sandbox)
+    else:
+        outcome = interpret(problem, reply, duration_s, sandbox)
+    outcome.stdout, outcome.stderr = stdout, stderr
+    return outcome

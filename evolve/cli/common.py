@@ -9,7 +9,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-console = Console()
+console = Console(soft_wrap=True)
 err_console = Console(stderr=True)
 
 

@@ -1,0 +1,135 @@
+"""Per-child engine cost (selection + prompt + parse + archive writes) as the archive grows.
+
+The policy replays recorded completions and the evaluator returns at once, so the wall time per child is
+the engine's own overhead. Archives are prefilled with N evaluated programs first.
+Usage: python -m benchmarks.engine_overhead [--sizes 1000 10000 100000] [--children 600]
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import tempfile
+import time
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+from sqlalchemy import insert
+
+from evolve.archive import Archive, code_hash
+from evolve.archive.models import Evaluation, Program
+from evolve.loop import RunOptions, SearchLoop, open_run, run_search
+from evolve.problem import Problem, load_problem
+from policies.replay import ReplayPolicy
+from sandboxes.base import EvalOutcome
+from tests.helpers import write_problem
+
+SEED = "# EVOLVE-BLOCK-START\ndef solve(x):\n    return x * x\n# EVOLVE-BLOCK-END\n"
+
+
+class InstantSandbox:
+    """Scores every program at once with a random vector: isolates the engine's cost from evaluation."""
+
+    kind = "instant"
+
+    def __init__(self) -> None:
+        self.rng = random.Random(0)
+
+    def isolation(self) -> str:
+        return "none (benchmark)"
+
+    def evaluate(self, problem: Problem, code: str) -> EvalOutcome:
+        return EvalOutcome({c.name: self.rng.random() for c in problem.components}, None, None, 0.0, self.kind)
+
+    def close(self) -> None:
+        pass
+
+
+def completions(count: int, m: int) -> list[str]:
+    """Distinct completions, each with m distinct full-rewrite variants."""
+    return [
+        "".join(
+            f"<variant {k}>\n```python\ndef solve(x):\n    return x * {i * m + k}\n```\n</variant {k}>\n"
+            for k in range(1, m + 1)
+        )
+        for i in range(count)
+    ]
+
+
+def prefill(archive: Archive, run_id: int, n: int, names: list[str], islands: int) -> None:
+    rng = random.Random(1)
+    with archive.engine.begin() as conn:
+        for start in range(0, n, 5000):
+            batch = range(start, min(start + 5000, n))
+            conn.execute(
+                insert(Program),
+                [
+                    dict(
+                        id=i + 1,
+                        run_id=run_id,
+                        code=f"x = {i}\n",
+                        code_hash=code_hash(f"x = {-i - 1}\n"),
+                        parent_id=None,
+                        island=i % islands,
+                        generation=1,
+                    )
+                    for i in batch
+                ],
+            )
+            conn.execute(
+                insert(Evaluation),
+                [
+                    dict(
+                        program_id=i + 1,
+                        scores={c: rng.random() for c in names},
+                        scalar=rng.random(),
+                        error_kind=None,
+                        duration_s=0.0,
+                        sandbox="instant",
+                    )
+                    for i in batch
+                ],
+            )
+
+
+def measure(size: int, children: int) -> tuple[float, float]:
+    """(engine ms per child, index rebuild seconds) at an archive of `size` programs."""
+    folder = Path(tempfile.mkdtemp())
+    problem = load_problem(write_problem(folder / "p", seed=SEED))
+    archive = Archive(folder / "a.db")
+    options = RunOptions(workers=2, group_size=4, variants=3, max_evaluations=size + children, edit_format="full")
+    run, _ = open_run(archive, problem, options)
+    prefill(archive, run.id, size, problem.component_names, problem.config.search.islands)
+    t0 = time.perf_counter()
+    SearchLoop(problem, archive, ReplayPolicy(["x"]), InstantSandbox(), run, options)._rebuild()
+    rebuild = time.perf_counter() - t0
+    loop = SearchLoop(problem, archive, ReplayPolicy(completions(children, 3)), InstantSandbox(), run, options)
+    t1 = time.perf_counter()
+    run_search(loop)  # rebuilds its index first, then makes `children` children
+    wall = time.perf_counter() - t1 - rebuild
+    made = loop.stats.session_evaluations
+    archive.close()
+    return wall / max(made, 1) * 1000, rebuild
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--sizes", type=int, nargs="+", default=[1000, 10000, 100000])
+    ap.add_argument("--children", type=int, default=600)
+    args = ap.parse_args()
+    table = Table(title=f"engine overhead per child ({args.children} children, instant policy and evaluator)")
+    for col in ("archive size", "ms per child", "index rebuild s"):
+        table.add_column(col, justify="right")
+    results = {}
+    for size in args.sizes:
+        per_child, rebuild = measure(size, args.children)
+        results[size] = per_child
+        table.add_row(f"{size:,}", f"{per_child:.2f}", f"{rebuild:.2f}")
+    Console().print(table)
+    label = {1000: "1k", 10000: "10k", 100000: "100k"}
+    print("engine_overhead_ms " + " ".join(f"{label.get(s, s)}={v:.2f}" for s, v in results.items()))
+
+
+if __name__ == "__main__":
+    main()

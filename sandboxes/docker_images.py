@@ -1,0 +1,93 @@
+"""Images for the Docker sandbox: a problem's Dockerfile, `python:3.12-slim`, or a base made without a registry.
+
+The base made here (`evolve sandbox build-base`) is an imported image that holds nothing but empty
+directories; the host's `/usr` and Python installation are bind-mounted read-only at run time. It needs no
+pull, which is what air-gapped clusters and these machines want.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import sys
+import tarfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from evolve.problem import Problem
+
+SLIM = "python:3.12-slim"
+HOST_BASE = "vpo-evolve/base:host-python"
+LABEL_PYTHON = "vpo-evolve.python"
+LABEL_BINDS = "vpo-evolve.binds"
+
+
+@dataclass(frozen=True)
+class ImageSpec:
+    tag: str
+    python: str
+    binds: dict[str, str] = field(default_factory=dict)  # host path -> container path, read-only
+
+
+def _host_python_paths() -> list[str]:
+    paths = {str(Path(sys.base_prefix).resolve()), str(Path(sys.prefix).resolve())}
+    return sorted(p for p in paths if not p.startswith("/usr"))
+
+
+def build_base(client: Any) -> ImageSpec:
+    """Import an empty root with symlinks into /usr; the host's Python comes in by read-only binds."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        # /sbin stays a real directory: Docker mounts its init at /sbin/docker-init.
+        for d in ("work", "tmp", "dev", "proc", "sys", "etc", "usr", "sbin", "data", "opt/evolve"):
+            info = tarfile.TarInfo(d)
+            info.type, info.mode = tarfile.DIRTYPE, 0o1777 if d == "tmp" else 0o755
+            tar.addfile(info)
+        for link in ("bin", "lib", "lib64"):
+            info = tarfile.TarInfo(link)
+            info.type, info.linkname = tarfile.SYMTYPE, f"usr/{link}"
+            tar.addfile(info)
+        passwd = b"root:x:0:0::/:/bin/false\nsandbox:x:1000:1000::/work:/bin/false\n"
+        info = tarfile.TarInfo("etc/passwd")
+        info.size = len(passwd)
+        tar.addfile(info, io.BytesIO(passwd))
+    python = str(Path(sys.executable).resolve())
+    binds = ",".join(["/usr", *_host_python_paths()])
+    changes = [f'LABEL {LABEL_PYTHON}="{python}" {LABEL_BINDS}="{binds}"']
+    client.api.import_image_from_data(
+        buf.getvalue(), repository=HOST_BASE.split(":")[0], tag=HOST_BASE.split(":")[1], changes=changes
+    )
+    return spec_of(client, HOST_BASE)
+
+
+def spec_of(client: Any, tag: str) -> ImageSpec:
+    labels = client.images.get(tag).labels or {}
+    binds = [b for b in labels.get(LABEL_BINDS, "").split(",") if b]
+    return ImageSpec(tag, labels.get(LABEL_PYTHON, "python3"), {b: b for b in binds})
+
+
+def _has(client: Any, tag: str) -> bool:
+    import docker.errors
+
+    try:
+        client.images.get(tag)
+        return True
+    except docker.errors.ImageNotFound:
+        return False
+
+
+def image_for(client: Any, problem: Problem, base: str | None = None) -> ImageSpec:
+    """The problem's own image (built once, tagged by a hash of its Dockerfile), else a base image."""
+    dockerfile = problem.root / "Dockerfile"
+    if dockerfile.is_file():
+        digest = hashlib.sha256(dockerfile.read_bytes()).hexdigest()[:12]
+        tag = f"vpo-evolve/problem-{problem.name.lower()}:{digest}"
+        if not _has(client, tag):
+            client.images.build(path=str(problem.root), tag=tag, rm=True)
+        return ImageSpec(tag, "python3")
+    if base:
+        return spec_of(client, base)
+    if _has(client, SLIM):
+        return ImageSpec(SLIM, "python3")
+    return spec_of(client, HOST_BASE) if _has(client, HOST_BASE) else build_base(client)

@@ -1,0 +1,214 @@
+"""The Docker sandbox: a warm pool of locked-down containers, one job at a time each.
+
+Each container runs `container_runner.py` as its main process (behind Docker's init) and talks JSON lines
+over the attached stdin/stdout. The engine keeps its own deadline on every request; a container that
+misses it, dies, or answers garbage is destroyed and replaced, and the evaluation gets an error kind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import socket
+import struct
+import time
+from pathlib import Path
+from typing import Any
+
+from evolve.problem import Problem
+from sandboxes.base import ErrorKind, EvalOutcome
+from sandboxes.docker_images import ImageSpec, image_for
+from sandboxes.runner import failed, make_job, outcome_from, program_filename
+
+SANDBOX_DIR = Path(__file__).resolve().parent
+GRACE_S = 5.0
+OWNER = f"{socket.gethostname()}:{os.getpid()}"
+
+
+def docker_available() -> str | None:
+    """None when a daemon answers, else why not."""
+    try:
+        import docker
+
+        docker.from_env(timeout=5).ping()
+        return None
+    except Exception as exc:
+        return f"no Docker daemon answers ({type(exc).__name__})"
+
+
+class WarmContainer:
+    def __init__(self, client: Any, spec: ImageSpec, problem: Problem, spawn: bool) -> None:
+        from docker.types import LogConfig, Ulimit
+
+        limits = problem.config.limits
+        volumes = {str(SANDBOX_DIR): {"bind": "/opt/evolve", "mode": "ro"}}
+        volumes.update({host: {"bind": inside, "mode": "ro"} for host, inside in spec.binds.items()})
+        env = {"PYTHONDONTWRITEBYTECODE": "1", "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "HOME": "/work"}
+        if problem.data_dir is not None:
+            volumes[str(problem.data_dir)] = {"bind": "/data", "mode": "ro"}
+            env["EVOLVE_DATA_DIR"] = "/data"
+        self.container = client.containers.create(
+            spec.tag,
+            [spec.python, "-u", "-I", "-B", "/opt/evolve/container_runner.py"],
+            stdin_open=True,
+            init=True,
+            network_mode="none",
+            read_only=True,
+            tmpfs={"/work": "size=256m,mode=1777", "/tmp": "size=256m,mode=1777", "/dev/shm": "size=64m"},
+            mem_limit=f"{limits.memory_mb + 256}m",
+            memswap_limit=f"{limits.memory_mb + 256}m",
+            nano_cpus=1_000_000_000,
+            pids_limit=limits.max_processes + 16,
+            cap_drop=["ALL"],
+            cap_add=["SETUID", "SETGID", "KILL", "DAC_OVERRIDE", "FOWNER", "CHOWN"],
+            security_opt=["no-new-privileges"],
+            ulimits=[Ulimit(name="core", soft=0, hard=0)],
+            log_config=LogConfig(type="none"),
+            volumes=volumes,
+            environment=env,
+            labels={"vpo-evolve.owner": OWNER},
+        )
+        self.spawn, self.uses = spawn, 0
+        self._buf = b""
+        self._sock = self.container.attach_socket(params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1})._sock
+        self.container.start()
+        if self._read_line(time.monotonic() + 30) != {"ready": True}:
+            self.destroy()
+            raise RuntimeError("the sandbox container did not start its runner")
+
+    def _read_line(self, deadline: float) -> Any:
+        """The next JSON line on the container's stdout (stderr frames are dropped); None on EOF/deadline."""
+        while b"\n" not in self._buf:
+            header = self._recv(8, deadline)
+            if header is None:
+                return None
+            stream, size = header[0], struct.unpack(">I", header[4:])[0]
+            payload = self._recv(size, deadline)
+            if payload is None:
+                return None
+            if stream == 1:
+                self._buf += payload
+        line, self._buf = self._buf.split(b"\n", 1)
+        try:
+            return json.loads(line)
+        except ValueError:
+            return None
+
+    def _recv(self, n: int, deadline: float) -> bytes | None:
+        data = b""
+        while len(data) < n:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            self._sock.settimeout(left)
+            try:
+                chunk = self._sock.recv(n - len(data))
+            except OSError:
+                return None
+            if not chunk:
+                return None
+            data += chunk
+        return data
+
+    def request(self, job: dict[str, Any], timeout_s: float) -> Any:
+        self.uses += 1
+        try:
+            self._sock.sendall((json.dumps({**job, "spawn": self.spawn}) + "\n").encode())
+        except OSError:
+            return None
+        return self._read_line(time.monotonic() + timeout_s)
+
+    def destroy(self) -> None:
+        try:
+            self._sock.close()
+            self.container.remove(force=True)
+        except Exception:
+            pass
+
+
+class DockerSandbox:
+    kind = "docker"
+
+    def __init__(
+        self, workers: int = 2, *, spawn: bool = False, recycle_every: int = 500, base_image: str | None = None
+    ) -> None:
+        import docker
+
+        self.client = docker.from_env(timeout=60)
+        self.spawn, self.recycle_every, self.base_image = spawn, recycle_every, base_image
+        self._idle: queue.Queue[WarmContainer] = queue.Queue()
+        self._spec: ImageSpec | None = None
+        self._problem_root: Path | None = None
+        self._remove_orphans()
+
+    def _remove_orphans(self) -> None:
+        """Containers left by an engine on this host that is no longer alive (e.g. after kill -9)."""
+        host = socket.gethostname()
+        for c in self.client.containers.list(all=True, filters={"label": "vpo-evolve.owner"}):
+            owner_host, _, pid = c.labels.get("vpo-evolve.owner", "").partition(":")
+            if owner_host == host and pid.isdigit() and not Path(f"/proc/{pid}").exists():
+                c.remove(force=True)
+
+    def isolation(self) -> str:
+        mode = "spawn" if self.spawn else "fork"
+        return (
+            f"docker sandbox ({mode} mode): no network, read-only root, tmpfs scratch, unprivileged uid, "
+            "memory/pids/CPU limits, capabilities dropped, no-new-privileges, no logs kept"
+        )
+
+    def _take(self, problem: Problem) -> WarmContainer:
+        if self._problem_root != problem.root:
+            self.close()
+            self._spec, self._problem_root = image_for(self.client, problem, self.base_image), problem.root
+        try:
+            return self._idle.get_nowait()
+        except queue.Empty:
+            assert self._spec is not None
+            return WarmContainer(self.client, self._spec, problem, self.spawn)
+
+    def evaluate(self, problem: Problem, code: str) -> EvalOutcome:
+        start = time.monotonic()
+        try:
+            box = self._take(problem)
+        except Exception as exc:
+            return failed(problem, ErrorKind.CRASH, f"could not start a sandbox container: {exc}", 0.0, self.kind)
+        name = program_filename(problem)
+        job = make_job(problem, f"/work/{name}", "/work/_evolve_evaluator.py", "/work")
+        job["files"] = {name: code}
+        if problem.form == "simple":
+            job["files"]["_evolve_evaluator.py"] = problem.evaluator_path.read_text()
+        limits = problem.config.limits
+        job["limits"] = {
+            "timeout_s": limits.timeout_s,
+            "memory_mb": limits.memory_mb,
+            "max_file_mb": limits.max_file_mb,
+        }
+        answer = box.request(job, limits.timeout_s + GRACE_S)
+        duration = time.monotonic() - start
+        if not isinstance(answer, dict) or "status" not in answer:
+            box.destroy()
+            kind = ErrorKind.TIMEOUT if duration >= limits.timeout_s + GRACE_S - 0.1 else ErrorKind.CRASH
+            return failed(
+                problem, kind, "the sandbox container stopped answering; it was replaced", duration, self.kind
+            )
+        if box.uses >= self.recycle_every or str(answer["status"]).startswith("runner error"):
+            box.destroy()
+        else:
+            self._idle.put(box)
+        return outcome_from(
+            problem,
+            answer.get("reply"),
+            str(answer["status"]),
+            str(answer.get("stdout", "")),
+            str(answer.get("stderr", "")),
+            duration,
+            self.kind,
+        )
+
+    def close(self) -> None:
+        while True:
+            try:
+                self._idle.get_nowait().destroy()
+            except queue.Empty:
+                return

@@ -1,0 +1,133 @@
+"""Docker-only containment: PID 1, tampering with the next job, the container killed or frozen from outside."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from evolve.problem import load_problem
+from sandboxes.base import ErrorKind
+from sandboxes.docker_pool import OWNER, DockerSandbox, docker_available
+from tests.helpers import write_problem
+
+pytestmark = pytest.mark.docker
+TIMEOUT = 3.0
+
+
+@pytest.fixture(scope="module")
+def sandbox():
+    reason = docker_available()
+    if reason is not None:
+        pytest.skip(f"Docker tests skipped: {reason} (start dockerd; .ci/run does)")
+    box = DockerSandbox(workers=1)
+    yield box
+    box.close()
+    assert box.client.containers.list(all=True, filters={"label": f"vpo-evolve.owner={OWNER}"}) == []
+
+
+@pytest.fixture(scope="module")
+def problem(tmp_path_factory):
+    return load_problem(write_problem(tmp_path_factory.mktemp("d"), timeout=TIMEOUT))
+
+
+def _ok(sandbox, problem):
+    outcome = sandbox.evaluate(problem, problem.seed_code)
+    assert outcome.ok and outcome.scores == {"c0": 1.0, "c1": 1.0}, outcome.error
+
+
+def _ours(sandbox):
+    return sandbox.client.containers.list(filters={"label": f"vpo-evolve.owner={OWNER}"})
+
+
+def test_killing_pid_1_is_refused(sandbox, problem):
+    code = "import os, signal\ndef solve(x):\n    os.kill(1, signal.SIGKILL)\n    return x * x\n"
+    outcome = sandbox.evaluate(problem, code)
+    assert outcome.error_kind == ErrorKind.CRASH and "PermissionError" in outcome.error
+    _ok(sandbox, problem)
+
+
+def test_host_files_are_not_visible(sandbox, problem, tmp_path):
+    secret = tmp_path / "host-secret.txt"
+    secret.write_text("hunter2")
+    code = f"def solve(x):\n    return open({str(secret)!r}).read()\n"
+    outcome = sandbox.evaluate(problem, code)
+    assert "hunter2" not in (outcome.feedback or "") and not outcome.ok
+    _ok(sandbox, problem)
+
+
+def test_a_child_that_outlives_its_job_cannot_tamper_with_the_next(sandbox, problem):
+    code = (
+        "import os, time, glob\ndef solve(x):\n    if os.fork() == 0:\n        os.setsid()\n"
+        "        end = time.time() + 5\n        while time.time() < end:\n"
+        "            for f in glob.glob('/work/*.py'):\n                try:\n"
+        "                    open(f, 'w').write('def solve(x):\\n    return -1\\n')\n"
+        "                except OSError:\n                    pass\n            time.sleep(0.001)\n"
+        "        os._exit(0)\n    return x * x\n"
+    )
+    assert sandbox.evaluate(problem, code).ok
+    for _ in range(3):
+        _ok(sandbox, problem)
+
+
+def test_container_killed_from_outside_mid_run(sandbox, problem):
+    _ok(sandbox, problem)
+    (victim,) = _ours(sandbox)
+    threading.Timer(0.5, victim.kill).start()
+    start = time.monotonic()
+    outcome = sandbox.evaluate(problem, "def solve(x):\n    while True:\n        pass\n")
+    assert not outcome.ok and time.monotonic() - start < TIMEOUT + 6
+    _ok(sandbox, problem)
+    assert victim.id not in [c.id for c in _ours(sandbox)]
+
+
+def test_frozen_runner_is_abandoned_at_the_engine_deadline(sandbox, problem):
+    _ok(sandbox, problem)
+    (victim,) = _ours(sandbox)
+    threading.Timer(0.3, victim.pause).start()
+    start = time.monotonic()
+    outcome = sandbox.evaluate(problem, "import time\ndef solve(x):\n    time.sleep(1)\n    return x * x\n")
+    elapsed = time.monotonic() - start
+    assert outcome.error_kind == ErrorKind.TIMEOUT and elapsed < TIMEOUT + 7
+    _ok(sandbox, problem)
+    assert victim.id not in [c.id for c in _ours(sandbox)]
+
+
+def test_containers_keep_no_logs_and_are_locked_down(sandbox, problem):
+    _ok(sandbox, problem)
+    (box,) = _ours(sandbox)
+    host = box.attrs["HostConfig"]
+    assert host["LogConfig"]["Type"] == "none"
+    assert host["NetworkMode"] == "none" and host["ReadonlyRootfs"] is True
+    assert host["CapDrop"] == ["ALL"] and "no-new-privileges" in host["SecurityOpt"]
+    assert host["Memory"] == host["MemorySwap"] > 0 and host["PidsLimit"] > 0
+
+
+def test_spawn_mode_scores_like_fork_mode(problem):
+    box = DockerSandbox(workers=1, spawn=True)
+    try:
+        _ok(box, problem)
+        outcome = box.evaluate(problem, "def solve(x):\n    return len(bytearray(10 * 1024**3))\n")
+        assert outcome.error_kind == ErrorKind.MEMORY
+        _ok(box, problem)
+    finally:
+        box.close()
+
+
+def test_auto_picks_docker_and_says_so(tmp_path, problem):
+    import json
+    import subprocess
+    import sys
+
+    prog = tmp_path / "cand.py"
+    prog.write_text("def solve(x):\n    return x * x\n")
+    out = subprocess.run(
+        [sys.executable, "-m", "evolve.cli", "eval", str(problem.root), str(prog), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    data = json.loads(out.stdout)
+    assert data["sandbox"] == "docker" and data["scores"] == {"c0": 1.0, "c1": 1.0}
+    assert "docker sandbox" in data["isolation"]
