@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -48,6 +49,9 @@ class RunOptions:
     edit_format: str = "diff"
     temperature: float = 0.8
     max_new_tokens: int = 768
+    policy: str = ""
+    train_every: int = 0  # groups between policy updates; 0 = never
+    train_method: str = "vpo"
 
 
 @dataclass
@@ -76,7 +80,14 @@ def open_run(archive: Archive, problem: Problem, options: RunOptions) -> tuple[R
 
 class SearchLoop:
     def __init__(
-        self, problem: Problem, archive: Archive, policy: Policy, sandbox: Sandbox, run: Run, options: RunOptions
+        self,
+        problem: Problem,
+        archive: Archive,
+        policy: Policy,
+        sandbox: Sandbox,
+        run: Run,
+        options: RunOptions,
+        train_step: Callable[[], Any] | None = None,
     ) -> None:
         self.problem, self.archive, self.policy, self.sandbox = problem, archive, policy, sandbox
         self.run, self.options = run, options
@@ -104,6 +115,8 @@ class SearchLoop:
         self.finished_reason = ""
         self.fatal: Exception | None = None
         self.barren_groups = 0  # consecutive groups that produced no new child
+        self.train_step = train_step
+        self.groups_since_train = 0
         self._versions: dict[int, int] = {}
 
     # ---- start-up ---------------------------------------------------------------------------------------
@@ -245,6 +258,23 @@ class SearchLoop:
                 self.stop.set()
             for i, slot, code in children:
                 await self.children.put(Child(code, parent.id, island, parent.generation + 1, ids[i][slot]))
+            self.groups_since_train += 1
+            if self.train_step is not None and self.groups_since_train >= self.options.train_every:
+                await self._train()
+
+    async def _train(self) -> None:
+        """Pause generation, let the recent groups' evaluations land, update and publish the policy."""
+        await self.children.join()
+        await self.results.join()
+        self.groups_since_train = 0
+        try:
+            stats = await asyncio.to_thread(self.train_step)  # type: ignore[arg-type]
+            self.stats.train_updates += 1
+            self.stats.last_train = f"v{self.policy.version}: {stats.samples} samples, loss {stats.loss:.4g}"
+        except Exception as exc:  # a failed update never stops the run; the old version keeps serving
+            self.stats.train_failures += 1
+            self.stats.last_train = f"update failed ({type(exc).__name__}: {exc}); serving v{self.policy.version}"
+        self._version_id()
 
     async def evaluate(self) -> None:
         while True:

@@ -29,6 +29,9 @@ class LoopStats:
     best_id: int | None = None
     best_components: dict[str, float] = field(default_factory=dict)
     island_sizes: list[int] = field(default_factory=list)
+    train_updates: int = 0
+    train_failures: int = 0
+    last_train: str = ""
 
     @property
     def session_s(self) -> float:
@@ -52,8 +55,14 @@ class LoopStats:
             f"{self.evaluations} evaluations ({self.session_evaluations} this session, "
             f"{self.session_evaluations / max(self.session_s, 1e-9) * 60:.1f}/min), {self.groups} groups, "
             f"{self.tokens / max(self.session_s, 1e-9):.1f} tok/s, parse ok {self.parse['ok']}/{parsed}, "
-            f"eval errors {sum(self.errors.values())}, best scalar {best}"
+            f"eval errors {sum(self.errors.values())}, best scalar {best}, policy v{self.policy_version}"
+            f"{self._training()}"
         )
+
+    def _training(self) -> str:
+        if not (self.train_updates or self.train_failures):
+            return ""
+        return f", {self.train_updates} policy updates ({self.train_failures} failed)"
 
     def render(self) -> Group:
         head = Table.grid(padding=(0, 2))
@@ -76,6 +85,8 @@ class LoopStats:
             f"{sum(self.errors.values()) / max(self.session_evaluations, 1):.0%} {dict(self.errors)}",
         )
         head.add_row("policy version", str(self.policy_version), "sandbox", self.sandbox)
+        if self.last_train:
+            head.add_row("training", self._training().lstrip(", "), "last update", self.last_train)
         head.add_row(
             "islands",
             " ".join(map(str, self.island_sizes)),

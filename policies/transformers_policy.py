@@ -7,6 +7,7 @@ treats them as the behaviour policy.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from policies.base import Generated, PolicyError, SamplingParams
@@ -116,6 +117,21 @@ class TransformersPolicy:
         lps = [] if logprobs is None else logprobs[: len(ids)].tolist()
         text = self.tokenizer.decode(ids, skip_special_tokens=True)
         return Generated(text, ids, lps, finish, self.version)
+
+    def publish(self, adapter_dir: str | Path, version: int) -> None:
+        """Swap in a LoRA adapter between groups; completions sampled afterwards carry `version`."""
+        from peft import PeftModel, set_peft_model_state_dict
+        from safetensors.torch import load_file
+
+        weights = Path(adapter_dir) / "adapter_model.safetensors"
+        if not weights.is_file():
+            raise PolicyError(f"{adapter_dir}: no adapter_model.safetensors to publish")
+        if isinstance(self.model, PeftModel):
+            set_peft_model_state_dict(self.model, load_file(str(weights), device=str(self.device)))
+        else:
+            self.model = PeftModel.from_pretrained(self.model, str(adapter_dir), is_trainable=True).to(self.device)
+        self.model.eval()
+        self.version = version
 
     def close(self) -> None:
         self.model = None

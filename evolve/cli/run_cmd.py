@@ -14,8 +14,10 @@ from evolve.archive import Archive, ArchiveError
 from evolve.cli.common import console, fail, vector_table
 from evolve.cli.problem_cmds import SandboxOpt, load_or_fail
 from evolve.loop import RunMismatch, RunOptions, SearchLoop, open_run, run_search
+from evolve.training import OnlineTrainer, TrainingUnsupported, restore_latest_adapter
 from policies.base import PolicyError
 from policies.factory import make_policy
+from policies.trainer import TrainConfig
 from sandboxes.factory import SandboxUnavailable, make_sandbox
 
 
@@ -46,6 +48,10 @@ def run(
     seed: int = 0,
     edit_format: Annotated[str | None, typer.Option(help="diff | full")] = None,
     max_new_tokens: Annotated[int | None, typer.Option(min=16)] = None,
+    train_every: Annotated[int, typer.Option(min=0, help="update the policy after every N groups (0: never)")] = 0,
+    train_method: Annotated[str, typer.Option(help="vpo | grpo | multi-rlvr")] = "vpo",
+    learning_rate: Annotated[float, typer.Option(help="LoRA learning rate")] = 2e-5,
+    adapters_dir: Annotated[Path | None, typer.Option(help="[default: next to the archive]")] = None,
 ) -> None:
     """Run (or resume) an evolutionary search; Ctrl-C stops cleanly and the same command resumes."""
     problem = load_or_fail(problem_dir)
@@ -63,7 +69,12 @@ def run(
         edit_format=edit_format or search.edit_format,
         temperature=search.temperature,
         max_new_tokens=max_new_tokens or search.max_new_tokens,
+        policy=policy,
+        train_every=train_every,
+        train_method=train_method,
     )
+    if train_method not in ("vpo", "grpo", "multi-rlvr"):
+        fail(f"--train-method {train_method}: use vpo, grpo or multi-rlvr")
     target_db: str | Path = db if db is not None else Path("runs") / f"{problem.name}.db"
     if "://" not in str(target_db):
         Path(target_db).parent.mkdir(parents=True, exist_ok=True)
@@ -84,7 +95,27 @@ def run(
         policy_impl = make_policy(policy)
     except PolicyError as exc:
         fail(str(exc))
-    loop = SearchLoop(problem, archive, policy_impl, sandbox_impl, run_row, options)
+    restored = restore_latest_adapter(archive, run_row.id, policy_impl)
+    if restored is not None:
+        console.print(f"serving policy version {restored} (the run's newest adapter)")
+    train_step = None
+    if train_every:
+        where = adapters_dir or adapters_next_to(target_db, problem.name)
+        try:
+            trainer = OnlineTrainer(
+                archive,
+                run_row.id,
+                list(problem.components),
+                options.variants,
+                policy_impl,
+                TrainConfig(method=train_method, learning_rate=learning_rate),
+                where,
+            )
+        except TrainingUnsupported as exc:
+            fail(str(exc))
+        train_step = trainer.step
+        console.print(f"training: {train_method} every {train_every} groups; adapters in {where}")
+    loop = SearchLoop(problem, archive, policy_impl, sandbox_impl, run_row, options, train_step)
     done = threading.Event()
     viewer = threading.Thread(target=_live, args=(loop, done), daemon=True)
     viewer.start()
@@ -106,6 +137,11 @@ def run(
         console.print(
             f"see it with: evolve best {target_db}    or    evolve show {target_db} {best.id}", highlight=False
         )
+
+
+def adapters_next_to(db: str | Path, name: str) -> Path:
+    """`runs/NAME.db` keeps its adapters in `runs/NAME.adapters/`; a database URL in `runs/NAME.adapters/`."""
+    return Path(db).with_suffix(".adapters") if "://" not in str(db) else Path("runs") / f"{name}.adapters"
 
 
 def register(app: typer.Typer) -> None:

@@ -1,0 +1,71 @@
+"""`evolve train`: update a run's policy offline from the groups already in its archive."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from evolve.cli.archive_cmds import RunOpt, open_archive, pick_run
+from evolve.cli.common import console, fail
+from evolve.cli.run_cmd import adapters_next_to
+from evolve.problem.config import FitnessSection
+from evolve.training import OnlineTrainer, TrainingUnsupported, restore_latest_adapter
+from policies.base import PolicyError
+from policies.factory import make_policy
+from policies.trainer import TrainConfig
+
+
+def train(
+    db: Path,
+    method: Annotated[str, typer.Option(help="vpo | grpo | multi-rlvr")] = "vpo",
+    steps: Annotated[int, typer.Option(min=1, help="updates; each writes a policy version")] = 1,
+    policy: Annotated[str | None, typer.Option(help="[default: the run's policy]")] = None,
+    learning_rate: float = 2e-5,
+    adapters_dir: Annotated[Path | None, typer.Option(help="[default: next to the archive]")] = None,
+    run: RunOpt = None,
+) -> None:
+    """Train the policy with VPO (or GRPO / Multi-RLVR) on the archive's own groups."""
+    if method not in ("vpo", "grpo", "multi-rlvr"):
+        fail(f"--method {method}: use vpo, grpo or multi-rlvr")
+    archive = open_archive(db)
+    chosen = pick_run(archive, run)
+    options = chosen.config.get("options", {})
+    spec = policy or options.get("policy")
+    if not spec:
+        fail(f"{db}: run {chosen.id} does not record its policy; pass --policy")
+    components = list(FitnessSection.model_validate(chosen.config["problem"]["fitness"]).resolved())
+    try:
+        policy_impl = make_policy(spec)
+    except PolicyError as exc:
+        fail(str(exc))
+    restore_latest_adapter(archive, chosen.id, policy_impl)
+    config = TrainConfig(method=method, learning_rate=learning_rate, versions_back=10**6)
+    try:
+        trainer = OnlineTrainer(
+            archive,
+            chosen.id,
+            components,
+            int(options.get("variants", 3)),
+            policy_impl,
+            config,
+            adapters_dir or adapters_next_to(db, chosen.problem_name),
+        )
+    except TrainingUnsupported as exc:
+        fail(str(exc))
+    for step in range(steps):
+        stats = trainer.step()
+        if stats.samples == 0:
+            fail(f"{db}: nothing to train on (skipped: {stats.skipped}); run a search with a transformers policy first")
+        console.print(
+            f"update {step + 1}: policy v{policy_impl.version}, {stats.groups} groups, {stats.samples} "
+            f"completions, {stats.tokens} tokens, loss {stats.loss:.4g}, clip {stats.clip_fraction:.3f}, "
+            f"set reward {stats.set_reward_mean:.3f}±{stats.set_reward_std:.3f}, "
+            f"diversity {stats.reward_diversity:.3f}, skipped {stats.skipped}",
+            highlight=False,
+        )
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(train)

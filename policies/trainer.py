@@ -1,0 +1,234 @@
+"""The policy trainer: LoRA updates with a PPO-clip loss on group advantages (VPO by default).
+
+Per update: advantages per group from the estimator; old logprobs recomputed with the current weights (the
+ratio's denominator); the sampler's stored logprobs only enter a truncated importance weight that corrects
+for the sampler/trainer mismatch; asymmetric clipping; token-level aggregation (every token of a completion
+carries its completion's advantage); optional KL to the base model (the adapter disabled).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from policies.advantages import make_estimator
+from policies.groups import TrainingGroup
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    method: str = "vpo"
+    lora_rank: int = 16
+    lora_alpha: int = 32
+    target_modules: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+    learning_rate: float = 2e-5
+    clip_low: float = 0.2
+    clip_high: float = 0.28
+    is_cap: float = 2.0
+    kl_coef: float = 0.0
+    epochs: int = 1
+    minibatch: int = 8
+    max_completion_tokens: int | None = None
+    versions_back: int = 1
+    seed: int = 0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "target_modules": list(self.target_modules)}
+
+
+@dataclass
+class Sample:
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    sampler_logprobs: list[float]
+    temperature: float
+    advantage: float
+    old_logprobs: Any = None
+
+
+@dataclass
+class UpdateStats:
+    loss: float = 0.0
+    clip_fraction: float = 0.0
+    kl: float = 0.0
+    is_weight_mean: float = 1.0
+    set_reward_mean: float = 0.0
+    set_reward_std: float = 0.0
+    reward_diversity: float = 0.0
+    groups: int = 0
+    samples: int = 0
+    tokens: int = 0
+    optimizer_steps: int = 0
+    skipped: dict[str, int] = field(default_factory=dict)
+
+
+def ppo_clip_loss(
+    new_logprobs: Any,
+    old_logprobs: Any,
+    sampler_logprobs: Any,
+    advantages: Any,
+    *,
+    clip_low: float = 0.2,
+    clip_high: float = 0.28,
+    is_cap: float = 2.0,
+) -> tuple[Any, Any, Any]:
+    """Per-token PPO-clip loss (to be summed and divided by the token count), clipped mask, IS weights.
+
+    All inputs are 1-D over tokens; `advantages` holds each token's completion advantage.
+    """
+    import torch
+
+    ratio = torch.exp(new_logprobs - old_logprobs)
+    clipped = torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high)
+    surrogate = torch.minimum(ratio * advantages, clipped * advantages)
+    is_weight = torch.clamp(torch.exp(old_logprobs - sampler_logprobs), max=is_cap).detach()
+    was_clipped = (surrogate != ratio * advantages).float()
+    return -surrogate * is_weight, was_clipped, is_weight
+
+
+def reward_diversity(groups: Sequence[TrainingGroup]) -> float:
+    """Mean pairwise distance between the non-zero answer vectors of each group, averaged over groups."""
+    values = []
+    for g in groups:
+        rows = g.rewards().reshape(-1, g.rewards().shape[-1])
+        rows = rows[np.abs(rows).sum(axis=1) > 0]
+        if len(rows) >= 2:
+            d = np.sqrt(((rows[:, None, :] - rows[None, :, :]) ** 2).sum(-1))
+            values.append(d.sum() / (len(rows) * (len(rows) - 1)))
+    return float(np.mean(values)) if values else 0.0
+
+
+class PolicyTrainer:
+    """Trains a transformers causal LM in place through a LoRA adapter; `model` may be shared with a policy."""
+
+    def __init__(self, model: Any, tokenizer: Any, render: Callable[[str], str], config: TrainConfig) -> None:
+        import torch
+        from peft import LoraConfig, PeftModel, get_peft_model
+
+        self.config, self.tokenizer, self.render = config, tokenizer, render
+        self.estimator = make_estimator(config.method)
+        if not isinstance(model, PeftModel):
+            present = {name.rsplit(".", 1)[-1] for name, _ in model.named_modules()}
+            targets = [t for t in config.target_modules if t in present]
+            lora = LoraConfig(
+                r=config.lora_rank,
+                lora_alpha=config.lora_alpha,
+                target_modules=targets,
+                lora_dropout=0.0,
+                bias="none",
+                task_type="CAUSAL_LM",
+            )
+            model = get_peft_model(model, lora)
+        self.model = model
+        params = [p for p in model.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(params, lr=config.learning_rate, weight_decay=0.0)
+        self.device = next(model.parameters()).device
+        self._rng = np.random.default_rng(config.seed)
+
+    # ---- data -------------------------------------------------------------------------------------------
+    def samples(self, groups: Sequence[TrainingGroup], stats: UpdateStats) -> list[Sample]:
+        out: list[Sample] = []
+        set_rewards: list[float] = []
+        for g in groups:
+            rewards = g.rewards()
+            adv = np.asarray(self.estimator(rewards, seed=int(self._rng.integers(2**31))))
+            set_rewards += list(rewards.max(axis=1).mean(axis=1))
+            if np.all(adv == 0):
+                stats.skipped["all advantages zero"] = stats.skipped.get("all advantages zero", 0) + 1
+                continue
+            stats.groups += 1
+            prompt_ids = self.tokenizer(self.render(g.prompt), add_special_tokens=False).input_ids
+            for c, a in zip(g.completions, adv, strict=True):
+                if a == 0:
+                    continue
+                n = len(c.token_ids) if self.config.max_completion_tokens is None else self.config.max_completion_tokens
+                out.append(Sample(prompt_ids, c.token_ids[:n], c.logprobs[:n], c.temperature, float(a)))
+        if set_rewards:
+            stats.set_reward_mean, stats.set_reward_std = float(np.mean(set_rewards)), float(np.std(set_rewards))
+        stats.reward_diversity = reward_diversity(groups)
+        return out
+
+    # ---- forward ----------------------------------------------------------------------------------------
+    def token_logprobs(self, sample: Sample) -> Any:
+        """Logprobs of the completion tokens under the current weights, at the sampling temperature."""
+        import torch
+
+        ids = torch.tensor([sample.prompt_ids + sample.completion_ids], device=self.device)
+        n = len(sample.completion_ids)
+        logits = self.model(input_ids=ids, logits_to_keep=n + 1).logits[0, :n].float()
+        logp = torch.log_softmax(logits / max(sample.temperature, 1e-5), dim=-1)
+        return logp.gather(1, torch.tensor(sample.completion_ids, device=self.device)[:, None]).squeeze(1)
+
+    # ---- update -----------------------------------------------------------------------------------------
+    def update(self, groups: Sequence[TrainingGroup], skipped: dict[str, int] | None = None) -> UpdateStats:
+        import torch
+
+        stats = UpdateStats(skipped=dict(skipped or {}))
+        samples = self.samples(groups, stats)
+        stats.samples = len(samples)
+        if not samples:
+            return stats
+        self.model.eval()
+        with torch.no_grad():
+            for s in samples:
+                s.old_logprobs = self.token_logprobs(s)
+        self.model.train()
+        totals = {"loss": 0.0, "clipped": 0.0, "kl": 0.0, "is": 0.0, "tokens": 0}
+        for _ in range(self.config.epochs):
+            order = self._rng.permutation(len(samples))
+            for start in range(0, len(order), self.config.minibatch):
+                chunk = [samples[i] for i in order[start : start + self.config.minibatch]]
+                n_tokens = sum(len(s.completion_ids) for s in chunk)
+                self.optimizer.zero_grad()
+                for s in chunk:
+                    self._accumulate(s, n_tokens, totals)
+                torch.nn.utils.clip_grad_norm_([p for p in self.model.parameters() if p.requires_grad], 1.0)
+                self.optimizer.step()
+                stats.optimizer_steps += 1
+        self.model.eval()
+        count = max(totals["tokens"], 1)
+        stats.tokens = int(totals["tokens"])
+        stats.loss, stats.clip_fraction = totals["loss"] / count, totals["clipped"] / count
+        stats.kl, stats.is_weight_mean = totals["kl"] / count, totals["is"] / count
+        if not math.isfinite(stats.loss):
+            raise FloatingPointError("the update produced a non-finite loss")
+        return stats
+
+    def _accumulate(self, s: Sample, n_tokens: int, totals: dict[str, float]) -> None:
+        import torch
+
+        new = self.token_logprobs(s)
+        sampler = torch.tensor(s.sampler_logprobs, device=self.device, dtype=new.dtype)
+        adv = torch.full_like(new, s.advantage)
+        per_token, clipped, is_weight = ppo_clip_loss(
+            new,
+            s.old_logprobs,
+            sampler,
+            adv,
+            clip_low=self.config.clip_low,
+            clip_high=self.config.clip_high,
+            is_cap=self.config.is_cap,
+        )
+        loss = per_token.sum()
+        if self.config.kl_coef > 0:
+            with torch.no_grad(), self.model.disable_adapter():
+                ref = self.token_logprobs(s)
+            delta = ref - new
+            kl = torch.exp(delta) - delta - 1.0  # k3 estimator, >= 0
+            loss = loss + self.config.kl_coef * kl.sum()
+            totals["kl"] += float(kl.sum())
+        (loss / n_tokens).backward()
+        totals["loss"] += float(per_token.detach().sum())
+        totals["clipped"] += float(clipped.sum())
+        totals["is"] += float(is_weight.sum())
+        totals["tokens"] += len(s.completion_ids)
+
+    def save(self, directory: Path) -> Path:
+        directory.mkdir(parents=True, exist_ok=True)
+        self.model.save_pretrained(directory)
+        return directory

@@ -1,0 +1,171 @@
+"""The trainer on a tiny real model: the loss by hand, an update that moves logprobs, save/reload, failures."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import numpy as np
+import pytest
+import torch
+
+from evolve.archive import Archive
+from evolve.loop import RunOptions, SearchLoop, open_run, run_search
+from evolve.problem import load_problem
+from evolve.training import OnlineTrainer
+from policies.base import SamplingParams
+from policies.groups import TrainingCompletion, TrainingGroup
+from policies.tiny import tiny_model, tiny_tokenizer
+from policies.trainer import PolicyTrainer, Sample, TrainConfig, ppo_clip_loss
+from policies.transformers_policy import TransformersPolicy
+from sandboxes.process import ProcessSandbox
+from tests.helpers import write_square_problem
+
+
+def test_ppo_clip_both_ways_and_the_is_cap():
+    old = torch.zeros(4)
+    new = torch.log(torch.tensor([1.5, 1.5, 0.5, 0.5]))  # ratios
+    adv = torch.tensor([1.0, -1.0, 1.0, -1.0])
+    loss, clipped, w = ppo_clip_loss(new, old, old, adv, clip_low=0.2, clip_high=0.28)
+    # min(r*A, clip(r)*A): A>0 & r=1.5 -> 1.28 (clipped); A<0 & r=1.5 -> -1.5; A>0 & r=0.5 -> 0.5; A<0 & r=0.5 -> -0.8
+    torch.testing.assert_close(loss, -torch.tensor([1.28, -1.5, 0.5, -0.8]))
+    assert clipped.tolist() == [1.0, 0.0, 0.0, 1.0]
+    assert w.tolist() == [1.0, 1.0, 1.0, 1.0]
+    new.requires_grad_(True)
+    loss, _, _ = ppo_clip_loss(new, old, old, adv)
+    loss.sum().backward()
+    assert new.grad[0] == 0 and new.grad[3] == 0  # clipped tokens carry no gradient
+    assert new.grad[1] != 0 and new.grad[2] != 0
+    sampler = torch.tensor([-5.0, 0.0, 0.3, -0.2])  # the sampler thought token 0 much less likely
+    _, _, w = ppo_clip_loss(old.clone(), old, sampler, adv, is_cap=2.0)
+    torch.testing.assert_close(w, torch.tensor([2.0, 1.0, float(np.exp(-0.3)), float(np.exp(0.2))]))
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    tok = tiny_tokenizer()
+    return tok, tiny_model(tok, seed=1)
+
+
+def _group(policy: TransformersPolicy, prompt: str, rewards: list[list[list[float]]]) -> TrainingGroup:
+    sampled = policy.generate(prompt, SamplingParams(temperature=1.0, max_new_tokens=12, seed=0), len(rewards))
+    return TrainingGroup(
+        1,
+        prompt,
+        [
+            TrainingCompletion(i, g.token_ids, g.logprobs, 1.0, np.array(r))
+            for i, (g, r) in enumerate(zip(sampled, rewards, strict=True))
+        ],
+    )
+
+
+def _logprob_sum(trainer: PolicyTrainer, group: TrainingGroup, i: int) -> float:
+    c = group.completions[i]
+    ids = trainer.tokenizer(group.prompt, add_special_tokens=False).input_ids
+    with torch.no_grad():
+        return float(trainer.token_logprobs(Sample(ids, c.token_ids, c.logprobs, 1.0, 0.0)).sum())
+
+
+def test_update_moves_positive_advantage_completions_up(tiny, tmp_path):
+    tok, model = tiny
+    policy = TransformersPolicy(model, tok, "tiny")
+    trainer = PolicyTrainer(model, tok, policy.render, TrainConfig(learning_rate=5e-3, lora_rank=8, epochs=4))
+    policy.model = trainer.model
+    # completion 0 holds two specialists, 1 a weak compromise, 2 and 3 nothing that worked
+    group = _group(policy, "hello world", [[[1, 0], [0, 1]], [[0.3, 0.3], [0, 0]], [[0, 0], [0, 0]], [[0, 0], [0, 0]]])
+    before = [_logprob_sum(trainer, group, i) for i in range(4)]
+    stats = trainer.update([group])
+    after = [_logprob_sum(trainer, group, i) for i in range(4)]
+    assert stats.samples == 4 and stats.optimizer_steps == 4 and np.isfinite(stats.loss)
+    assert after[0] > before[0]
+    assert after[2] < before[2] and after[3] < before[3]
+    assert stats.reward_diversity > 0 and stats.set_reward_mean > 0
+
+    # save, reload into a fresh copy of the base model, identical logprobs
+    directory = trainer.save(tmp_path / "v1")
+    fresh = TransformersPolicy(tiny_model(tok, seed=1), tok, "tiny")
+    fresh.publish(directory, 1)
+    assert fresh.version == 1
+    reloaded = PolicyTrainer(fresh.model, tok, fresh.render, TrainConfig())
+    for i in range(4):
+        assert _logprob_sum(reloaded, group, i) == pytest.approx(after[i], abs=1e-4)
+
+
+def test_groups_with_all_zero_advantages_are_skipped(tiny):
+    tok, _ = tiny
+    model = tiny_model(tok, seed=2)
+    policy = TransformersPolicy(model, tok, "tiny")
+    trainer = PolicyTrainer(model, tok, policy.render, TrainConfig())
+    flat = _group(policy, "x", [[[0.5, 0.5]], [[0.5, 0.5]]])
+    stats = trainer.update([flat])
+    assert stats.samples == 0 and stats.skipped == {"all advantages zero": 1}
+
+
+@pytest.mark.slow
+def test_train_every_publishes_versions_and_attributes_completions(tmp_path, tiny_model_dir):
+    problem = load_problem(write_square_problem(tmp_path / "sq"))
+    archive = Archive(tmp_path / "a.db")
+    options = RunOptions(
+        workers=2,
+        group_size=4,
+        variants=2,
+        max_evaluations=10,
+        edit_format="full",
+        temperature=0.7,
+        max_new_tokens=160,
+        train_every=2,
+    )
+    run, _ = open_run(archive, problem, options)
+    policy = TransformersPolicy.load(str(tiny_model_dir))
+    trainer = OnlineTrainer(
+        archive,
+        run.id,
+        list(problem.components),
+        2,
+        policy,
+        TrainConfig(learning_rate=1e-3, lora_rank=4),
+        tmp_path / "adapters",
+    )
+    loop = SearchLoop(problem, archive, policy, ProcessSandbox(slots=2), run, options, trainer.step)
+    assert run_search(loop) == "evaluation budget reached"
+    con = sqlite3.connect(tmp_path / "a.db")
+    versions = con.execute("SELECT number, adapter_path, parent_id FROM policy_versions ORDER BY number").fetchall()
+    assert len(versions) >= 3 and versions[0][1] is None
+    assert all((tmp_path / "adapters" / f"v{n}" / "adapter_model.safetensors").is_file() for n, _, _ in versions[1:])
+    by_version = con.execute(
+        "SELECT v.number, COUNT(*) FROM completions c JOIN policy_versions v "
+        "ON c.policy_version_id = v.id GROUP BY v.number"
+    ).fetchall()
+    assert len(by_version) >= 2  # completions were sampled by at least two versions
+    assert loop.stats.train_updates >= 2 and loop.stats.train_failures == 0
+
+
+@pytest.mark.slow
+def test_a_failed_update_keeps_the_old_version_serving(tmp_path, tiny_model_dir):
+    problem = load_problem(write_square_problem(tmp_path / "sq"))
+    archive = Archive(tmp_path / "a.db")
+    options = RunOptions(
+        workers=2,
+        group_size=4,
+        variants=2,
+        max_evaluations=6,
+        edit_format="full",
+        temperature=0.7,
+        max_new_tokens=160,
+        train_every=1,
+    )
+    run, _ = open_run(archive, problem, options)
+    policy = TransformersPolicy.load(str(tiny_model_dir))
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("a file where the adapters folder should go")
+    trainer = OnlineTrainer(
+        archive, run.id, list(problem.components), 2, policy, TrainConfig(learning_rate=1e-2), blocker
+    )
+    from peft import get_peft_model_state_dict
+
+    before = {k: v.clone() for k, v in get_peft_model_state_dict(trainer.trainer.model).items()}
+    loop = SearchLoop(problem, archive, policy, ProcessSandbox(slots=2), run, options, trainer.step)
+    assert run_search(loop) == "evaluation budget reached"
+    assert loop.stats.train_failures >= 1 and policy.version == 0
+    after = get_peft_model_state_dict(trainer.trainer.model)
+    assert all(torch.equal(before[k], after[k]) for k in before)
+    assert "update failed" in loop.stats.last_train
