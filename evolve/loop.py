@@ -63,15 +63,21 @@ class Child:
     variant_id: int | None
 
 
+def check_resumable(archive: Archive, problem: Problem) -> Run | None:
+    """The run of this problem that `evolve run` would resume, refusing one made for a changed problem."""
+    run = archive.latest_run(problem.name)
+    if run is not None and run.problem_fingerprint != problem.fingerprint():
+        raise RunMismatch(
+            f"{archive.url}: run {run.id} of {problem.name} was made with a different "
+            "problem.toml or evaluator; use a new --db to start afresh"
+        )
+    return run
+
+
 def open_run(archive: Archive, problem: Problem, options: RunOptions) -> tuple[Run, bool]:
     """The latest run of this problem in the archive (resumed), or a new one. Returns (run, resumed)."""
-    run = archive.latest_run(problem.name)
+    run = check_resumable(archive, problem)
     if run is not None:
-        if run.problem_fingerprint != problem.fingerprint():
-            raise RunMismatch(
-                f"{archive.url}: run {run.id} of {problem.name} was made with a different "
-                "problem.toml or evaluator; use a new --db to start afresh"
-            )
         archive.update_run(run.id, status="running", config={**run.config, "options": asdict(options)})
         return run, True
     config = {"problem": problem.config.model_dump(mode="json"), "options": asdict(options)}
@@ -117,6 +123,7 @@ class SearchLoop:
         self.barren_groups = 0  # consecutive groups that produced no new child
         self.train_step = train_step
         self.groups_since_train = 0
+        self.groups_started = 0
         self._versions: dict[int, int] = {}
 
     # ---- start-up ---------------------------------------------------------------------------------------
@@ -130,7 +137,7 @@ class SearchLoop:
             self.population.add(member if ok else None)
             self._count(member, row.error_kind)
         self.hashes = dict(code_hashes(self.archive, self.run.id))
-        self.stats.groups = self.archive.count_groups(self.run.id)
+        self.stats.groups = self.groups_started = self.archive.count_groups(self.run.id)
         self.reserved = self.stats.evaluations
 
     def _count(self, member: Member, error_kind: str | None) -> None:
@@ -192,8 +199,9 @@ class SearchLoop:
     async def generate(self) -> None:
         m, g = self.options.variants, self.options.group_size
         while self._budget_left() and self.reserved + self.children.qsize() < self.options.max_evaluations:
-            rng = np.random.default_rng([self.options.seed, self.stats.groups])
-            island = self.stats.groups % len(self.population.islands)
+            index, self.groups_started = self.groups_started, self.groups_started + 1
+            rng = np.random.default_rng([self.options.seed, index])
+            island = index % len(self.population.islands)
             parent, inspirations = self._pick(rng, island)
             codes = self.archive.codes([parent.id, *(i.id for i in inspirations)])
             prompt = build_prompt(
@@ -211,7 +219,11 @@ class SearchLoop:
                 self.options.temperature, 0.95, self.options.max_new_tokens, int(rng.integers(2**31))
             )
             version_id = self._version_id()
-            group = await asyncio.to_thread(self.policy.generate, prompt, params, g)
+            agenerate = getattr(self.policy, "agenerate", None)
+            if agenerate is not None:  # HTTP policies: many groups in flight at once
+                group = await agenerate(prompt, params, g)
+            else:
+                group = await asyncio.to_thread(self.policy.generate, prompt, params, g)
             records, statuses, children = [], [], []
             for gen in group:
                 self.stats.tokens += len(gen.token_ids or ())
@@ -267,6 +279,7 @@ class SearchLoop:
         await self.children.join()
         await self.results.join()
         self.groups_since_train = 0
+        self.groups_started = 0
         try:
             stats = await asyncio.to_thread(self.train_step)  # type: ignore[arg-type]
             self.stats.train_updates += 1
@@ -356,7 +369,9 @@ class SearchLoop:
         ticker = asyncio.create_task(self._save_elapsed())
         try:
             while self._budget_left() and self.fatal is None:
-                await self.generate()
+                # Training pauses generation, so it needs a single generator; HTTP policies take several.
+                parallel = 1 if self.train_step else max(1, min(self.policy.max_concurrency, 8))
+                await asyncio.gather(*(self.generate() for _ in range(parallel)))
                 await self.children.join()  # every queued child evaluated (or left pending on stop)
                 await self.results.join()  # and every result committed
         finally:

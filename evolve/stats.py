@@ -32,6 +32,7 @@ class LoopStats:
     train_updates: int = 0
     train_failures: int = 0
     last_train: str = ""
+    policy_status: str = ""  # e.g. "waiting for the server", set by the live view from the policy
 
     @property
     def session_s(self) -> float:
@@ -85,6 +86,8 @@ class LoopStats:
             f"{sum(self.errors.values()) / max(self.session_evaluations, 1):.0%} {dict(self.errors)}",
         )
         head.add_row("policy version", str(self.policy_version), "sandbox", self.sandbox)
+        if self.policy_status:
+            head.add_row("policy", self.policy_status, "", "")
         if self.last_train:
             head.add_row("training", self._training().lstrip(", "), "last update", self.last_train)
         head.add_row(

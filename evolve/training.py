@@ -31,16 +31,26 @@ class OnlineTrainer:
         config: TrainConfig,
         adapters_dir: Path,
         max_groups: int = 64,
+        trainer_model: str | None = None,
     ) -> None:
-        if not hasattr(policy, "model") or not hasattr(policy, "publish"):
-            raise TrainingUnsupported(
-                f"policy {policy.name!r} cannot be trained in this process; "
-                "use --policy transformers:... (vLLM training arrives with its backend)"
-            )
+        """`policy` serves and receives each new version. The weights trained are its own when it runs in this
+        process, else a local copy of the same base model loaded from `trainer_model`."""
+        if not hasattr(policy, "publish"):
+            raise TrainingUnsupported(f"policy {policy.name!r} cannot load new adapters")
         self.archive, self.run_id, self.components, self.variants = archive, run_id, components, variants
         self.policy, self.config, self.adapters_dir, self.max_groups = policy, config, adapters_dir, max_groups
-        self.trainer = PolicyTrainer(policy.model, policy.tokenizer, policy.render, config)
-        policy.model = self.trainer.model  # the policy samples from the adapter-wrapped model from now on
+        local = policy if hasattr(policy, "model") else None
+        if local is None:
+            if not trainer_model:
+                raise TrainingUnsupported(
+                    f"policy {policy.name!r} is served elsewhere: pass --trainer-model with the served base "
+                    "model's directory or hub id"
+                )
+            from policies.transformers_policy import TransformersPolicy
+
+            local = TransformersPolicy.load(trainer_model)
+        self.trainer = PolicyTrainer(local.model, local.tokenizer, local.render, config)
+        local.model = self.trainer.model  # an in-process policy samples from the adapter-wrapped model
 
     def _current_version_id(self) -> int | None:
         rows = [v for v in self.archive.policy_versions(self.run_id) if v.number == self.policy.version]

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any, Protocol, runtime_checkable
 
+SYSTEM = "You are an expert programmer who improves programs step by step."
+
 
 class PolicyError(Exception):
     """The policy cannot be loaded or used; `str()` says what to install, start or delete."""

@@ -11,8 +11,19 @@ def make_policy(spec: str) -> Policy:
         from policies.transformers_policy import TransformersPolicy
 
         return TransformersPolicy.load(arg or "embedded")
+    if backend in ("vllm", "openai"):
+        from policies.http_policy import parse_spec
+
+        return parse_spec(backend, arg)
+    if backend == "vllm-local":
+        from policies.vllm_local import VLLMLocalPolicy
+
+        return VLLMLocalPolicy(arg)
     if backend == "replay":
         from policies.replay import ReplayPolicy
 
         return ReplayPolicy.from_file(arg)
-    raise PolicyError(f"unknown policy {spec!r}; use transformers:embedded, transformers:DIR_OR_HUB_ID or replay:FILE")
+    raise PolicyError(
+        f"unknown policy {spec!r}; use transformers:embedded, transformers:DIR_OR_HUB_ID, vllm:URL[@MODEL], "
+        "openai:URL@MODEL, vllm-local:MODEL or replay:FILE"
+    )

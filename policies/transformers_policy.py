@@ -10,10 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from policies.base import Generated, PolicyError, SamplingParams
+from policies.base import SYSTEM, Generated, PolicyError, SamplingParams
 from policies.embedded import EMBEDDED_NAME, INSTALL_HINT, embedded_model_dir
-
-SYSTEM = "You are an expert programmer who improves programs step by step."
 
 
 class _LogprobRecorder:
@@ -82,13 +80,17 @@ class TransformersPolicy:
         return prompt
 
     def generate(self, prompt: str, params: SamplingParams, n: int) -> list[Generated]:
+        ids = self.tokenizer(self.render(prompt), add_special_tokens=False).input_ids
+        return self.generate_ids(ids, params, n)
+
+    def generate_ids(self, prompt_ids: list[int], params: SamplingParams, n: int) -> list[Generated]:
+        """Sample n completions of an already rendered and tokenised prompt."""
         import torch
         from transformers import LogitsProcessorList
 
         if params.seed is not None:
             torch.manual_seed(params.seed)
-        encoded = self.tokenizer(self.render(prompt), return_tensors="pt", add_special_tokens=False)
-        input_ids = encoded.input_ids.to(self.device).repeat(n, 1)
+        input_ids = torch.tensor([prompt_ids], device=self.device).repeat(n, 1)
         recorder = _LogprobRecorder()
         with torch.no_grad():
             out = self.model.generate(

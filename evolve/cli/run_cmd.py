@@ -13,7 +13,7 @@ from rich.live import Live
 from evolve.archive import Archive, ArchiveError
 from evolve.cli.common import console, fail, vector_table
 from evolve.cli.problem_cmds import SandboxOpt, load_or_fail
-from evolve.loop import RunMismatch, RunOptions, SearchLoop, open_run, run_search
+from evolve.loop import RunMismatch, RunOptions, SearchLoop, check_resumable, open_run, run_search
 from evolve.training import OnlineTrainer, TrainingUnsupported, restore_latest_adapter
 from policies.base import PolicyError
 from policies.factory import make_policy
@@ -26,10 +26,12 @@ def _live(loop: SearchLoop, done: threading.Event) -> None:
     if console.is_terminal:
         with Live(loop.stats.render(), console=console, refresh_per_second=2) as live:
             while not done.wait(0.5):
+                loop.stats.policy_status = getattr(loop.policy, "status", "")
                 live.update(loop.stats.render())
     else:
         while not done.wait(30.0):
-            console.print(loop.stats.summary(), highlight=False)
+            status = getattr(loop.policy, "status", "")
+            console.print(loop.stats.summary() + (f" [{status}]" if status else ""), highlight=False)
 
 
 def run(
@@ -52,6 +54,9 @@ def run(
     train_method: Annotated[str, typer.Option(help="vpo | grpo | multi-rlvr")] = "vpo",
     learning_rate: Annotated[float, typer.Option(help="LoRA learning rate")] = 2e-5,
     adapters_dir: Annotated[Path | None, typer.Option(help="[default: next to the archive]")] = None,
+    trainer_model: Annotated[
+        str | None, typer.Option(help="local dir or hub id of the served base model (for vllm:/openai: policies)")
+    ] = None,
 ) -> None:
     """Run (or resume) an evolutionary search; Ctrl-C stops cleanly and the same command resumes."""
     problem = load_or_fail(problem_dir)
@@ -80,21 +85,16 @@ def run(
         Path(target_db).parent.mkdir(parents=True, exist_ok=True)
     try:
         archive = Archive(target_db)
-        run_row, resumed = open_run(archive, problem, options)
-    except (ArchiveError, RunMismatch) as exc:
-        fail(str(exc))
-    try:
+        check_resumable(archive, problem)
         sandbox_impl = make_sandbox(sandbox, workers=workers)
-    except SandboxUnavailable as exc:
+        policy_impl = make_policy(policy)  # slow for local models: after every quick check, before any write
+        run_row, resumed = open_run(archive, problem, options)
+    except (ArchiveError, RunMismatch, SandboxUnavailable, PolicyError) as exc:
         fail(str(exc))
     console.print(
         f"{'resuming' if resumed else 'starting'} run {run_row.id} of {problem.name} in {archive.url}", highlight=False
     )
     console.print(f"isolation: {sandbox_impl.isolation()}", highlight=False)
-    try:
-        policy_impl = make_policy(policy)
-    except PolicyError as exc:
-        fail(str(exc))
     restored = restore_latest_adapter(archive, run_row.id, policy_impl)
     if restored is not None:
         console.print(f"serving policy version {restored} (the run's newest adapter)")
@@ -110,8 +110,9 @@ def run(
                 policy_impl,
                 TrainConfig(method=train_method, learning_rate=learning_rate),
                 where,
+                trainer_model=trainer_model,
             )
-        except TrainingUnsupported as exc:
+        except (TrainingUnsupported, PolicyError) as exc:
             fail(str(exc))
         train_step = trainer.step
         console.print(f"training: {train_method} every {train_every} groups; adapters in {where}")

@@ -24,6 +24,7 @@ def train(
     policy: Annotated[str | None, typer.Option(help="[default: the run's policy]")] = None,
     learning_rate: float = 2e-5,
     adapters_dir: Annotated[Path | None, typer.Option(help="[default: next to the archive]")] = None,
+    trainer_model: Annotated[str | None, typer.Option(help="local copy of a served base model")] = None,
     run: RunOpt = None,
 ) -> None:
     """Train the policy with VPO (or GRPO / Multi-RLVR) on the archive's own groups."""
@@ -51,8 +52,9 @@ def train(
             policy_impl,
             config,
             adapters_dir or adapters_next_to(db, chosen.problem_name),
+            trainer_model=trainer_model,
         )
-    except TrainingUnsupported as exc:
+    except (TrainingUnsupported, PolicyError) as exc:
         fail(str(exc))
     for step in range(steps):
         stats = trainer.step()

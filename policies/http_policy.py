@@ -1,0 +1,218 @@
+"""Policies behind an HTTP server: `vllm:BASE_URL[@MODEL]` and `openai:BASE_URL@MODEL`.
+
+vLLM: the prompt is rendered and tokenised by the server's own chat template (`POST /tokenize`), then sampled
+through `/v1/completions` from those token ids, with the sampled token ids and their logprobs returned, so
+what the trainer reads lines up token for token. Start the server with `--logprobs-mode processed_logprobs`
+so the logprobs are those after temperature and top-p (the behaviour policy). New LoRA adapters are loaded
+with `/v1/load_lora_adapter` under a name per version; requests then name that adapter.
+
+OpenAI-compatible (SGLang, llama.cpp, hosted APIs): chat completions; logprobs are kept where the server
+gives them; token ids usually are not, so such completions are searched with but never trained on.
+
+Transient failures (connection refused, timeouts, 5xx, malformed JSON) are retried with capped exponential
+backoff for up to `max_wait_s`; a 4xx (a wrong model name, say) is reported at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import random
+import threading
+import time
+from typing import Any
+
+import httpx
+
+from policies.base import SYSTEM, Generated, PolicyError, SamplingParams
+
+
+class _Retryable(Exception):
+    pass
+
+
+class HttpPolicy:
+    def __init__(
+        self,
+        base_url: str,
+        model: str | None = None,
+        *,
+        flavor: str = "vllm",
+        api_key: str | None = None,
+        concurrency: int = 4,
+        timeout_s: float = 600.0,
+        max_wait_s: float = 900.0,
+    ) -> None:
+        if flavor not in ("vllm", "openai"):
+            raise PolicyError(f"unknown HTTP policy flavor {flavor!r}")
+        self.base_url, self.flavor = base_url.rstrip("/"), flavor
+        self.api_key = api_key or os.environ.get("EVOLVE_API_KEY") or os.environ.get("OPENAI_API_KEY")
+        self.timeout_s, self.max_wait_s = timeout_s, max_wait_s
+        self.max_concurrency = concurrency
+        self._model = model
+        self.served = model  # the model name requests use: the base, or the newest adapter
+        self.version = 0
+        self.status = ""
+        self._adapters: list[str] = []
+        self._lock = threading.Lock()
+        self.name = f"{flavor}:{self.base_url}@{model or '?'}"
+
+    # ---- transport --------------------------------------------------------------------------------------
+    def _headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+
+    def _check(self, url: str, response: httpx.Response) -> Any:
+        if response.status_code >= 500:
+            raise _Retryable(f"HTTP {response.status_code}")
+        if response.status_code >= 400:
+            raise PolicyError(
+                f"{url}: HTTP {response.status_code}: {response.text[:300]}; check the model name "
+                f"(--policy {self.flavor}:{self.base_url}@MODEL) and the server's flags"
+            )
+        try:
+            return response.json()
+        except ValueError:
+            raise _Retryable("malformed JSON") from None
+
+    async def _post(self, path: str, payload: dict[str, Any]) -> Any:
+        return await self._request("POST", path, payload)
+
+    async def _request(self, method: str, path: str, payload: dict[str, Any] | None = None) -> Any:
+        url, start, attempt = f"{self.base_url}{path}", time.monotonic(), 0
+        async with httpx.AsyncClient(timeout=self.timeout_s, headers=self._headers()) as client:
+            while True:
+                try:
+                    body = self._check(url, await client.request(method, url, json=payload))
+                    self.status = ""
+                    return body
+                except (httpx.TransportError, _Retryable) as exc:
+                    waited = time.monotonic() - start
+                    if waited > self.max_wait_s:
+                        raise PolicyError(
+                            f"{url}: no usable answer for {waited:.0f}s ({exc}); is the server "
+                            "up? (see docs/policies.md)"
+                        ) from None
+                    delay = min(30.0, 0.25 * 2**attempt) * (0.5 + random.random())
+                    self.status = f"waiting for {self.base_url} ({type(exc).__name__}: {exc}); retry in {delay:.1f}s"
+                    attempt += 1
+                    await asyncio.sleep(delay)
+
+    async def _base_model(self) -> str:
+        if self._model is None:
+            models = await self._request("GET", "/v1/models")
+            try:
+                self._model = models["data"][0]["id"]
+            except (KeyError, IndexError, TypeError):
+                raise PolicyError(
+                    f"{self.base_url}/v1/models lists no model; pass --policy {self.flavor}:{self.base_url}@MODEL"
+                ) from None
+            self.served = self.served or self._model
+            self.name = f"{self.flavor}:{self.base_url}@{self._model}"
+        return self._model
+
+    # ---- sampling ---------------------------------------------------------------------------------------
+    def _messages(self, prompt: str) -> list[dict[str, str]]:
+        return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": prompt}]
+
+    async def agenerate(self, prompt: str, params: SamplingParams, n: int) -> list[Generated]:
+        base = await self._base_model()
+        with self._lock:
+            served, version = self.served or base, self.version
+        sampling = {
+            "n": n,
+            "temperature": params.temperature,
+            "top_p": params.top_p,
+            "max_tokens": params.max_new_tokens,
+            "seed": params.seed,
+        }
+        if self.flavor == "openai":
+            body = await self._post(
+                "/v1/chat/completions",
+                {"model": served, "messages": self._messages(prompt), "logprobs": True, **sampling},
+            )
+            return [self._chat_choice(c, version) for c in self._choices(body, n)]
+        tokens = await self._post(
+            "/tokenize", {"model": base, "messages": self._messages(prompt), "add_generation_prompt": True}
+        )
+        if not isinstance(tokens, dict) or not isinstance(tokens.get("tokens"), list):
+            raise PolicyError(f"{self.base_url}/tokenize gave no tokens; is this a vLLM server?")
+        body = await self._post(
+            "/v1/completions",
+            {
+                "model": served,
+                "prompt": tokens["tokens"],
+                "logprobs": 0,
+                "return_tokens_as_token_ids": True,
+                **sampling,
+            },
+        )
+        return [self._completion_choice(c, version) for c in self._choices(body, n)]
+
+    def _choices(self, body: Any, n: int) -> list[dict[str, Any]]:
+        choices = body.get("choices") if isinstance(body, dict) else None
+        if not isinstance(choices, list) or len(choices) != n:
+            raise PolicyError(f"{self.base_url}: expected {n} choices, got {body!r:.200}")
+        return sorted(choices, key=lambda c: c.get("index", 0))
+
+    @staticmethod
+    def _completion_choice(choice: dict[str, Any], version: int) -> Generated:
+        lp = choice.get("logprobs") or {}
+        ids = choice.get("token_ids")
+        if ids is None and lp.get("tokens") and all(str(t).startswith("token_id:") for t in lp["tokens"]):
+            ids = [int(str(t).split(":", 1)[1]) for t in lp["tokens"]]
+        logprobs = lp.get("token_logprobs")
+        if ids is None or logprobs is None or len(ids) != len(logprobs):
+            ids, logprobs = None, None
+        return Generated(str(choice.get("text", "")), ids, logprobs, choice.get("finish_reason"), version)
+
+    @staticmethod
+    def _chat_choice(choice: dict[str, Any], version: int) -> Generated:
+        content = (choice.get("logprobs") or {}).get("content") or None
+        logprobs = [float(t["logprob"]) for t in content] if content else None
+        text = str((choice.get("message") or {}).get("content") or "")
+        return Generated(text, None, logprobs, choice.get("finish_reason"), version)
+
+    def generate(self, prompt: str, params: SamplingParams, n: int) -> list[Generated]:
+        return asyncio.run(self.agenerate(prompt, params, n))
+
+    # ---- publishing -------------------------------------------------------------------------------------
+    def publish(self, adapter_dir: str | os.PathLike[str], version: int) -> None:
+        """Load the adapter as `policy-v{version}`, route new requests to it, unload the one before last."""
+        name = f"policy-v{version}"
+        asyncio.run(self._post_once("/v1/load_lora_adapter", {"lora_name": name, "lora_path": str(adapter_dir)}))
+        with self._lock:
+            self.served, self.version = name, version
+            self._adapters.append(name)
+            stale = self._adapters[:-2]
+            self._adapters = self._adapters[-2:]
+        for old in stale:  # best effort: a failed unload costs only server memory
+            with contextlib.suppress(PolicyError):
+                asyncio.run(self._post_once("/v1/unload_lora_adapter", {"lora_name": old}))
+
+    async def _post_once(self, path: str, payload: dict[str, Any]) -> Any:
+        url = f"{self.base_url}{path}"
+        try:
+            async with httpx.AsyncClient(timeout=self.timeout_s, headers=self._headers()) as client:
+                response = await client.post(url, json=payload)
+        except httpx.TransportError as exc:
+            raise PolicyError(f"{url}: {exc}") from None
+        if response.status_code >= 400:
+            raise PolicyError(
+                f"{url}: HTTP {response.status_code}: {response.text[:300]} (the server needs "
+                "--enable-lora and VLLM_ALLOW_RUNTIME_LORA_UPDATING=True)"
+            )
+        return response.text
+
+    def close(self) -> None:
+        pass
+
+
+def parse_spec(flavor: str, arg: str) -> HttpPolicy:
+    """`URL` or `URL@MODEL` (the model is required for openai:)."""
+    url, _, model = arg.rpartition("@") if "@" in arg else (arg, "", "")
+    if not url.startswith(("http://", "https://")):
+        raise PolicyError(f"{flavor}:{arg}: give a base URL such as {flavor}:http://127.0.0.1:8000@MODEL")
+    if flavor == "openai" and not model:
+        raise PolicyError(f"openai:{arg}: name the model, as openai:{url}@MODEL")
+    return HttpPolicy(url, model or None, flavor=flavor)

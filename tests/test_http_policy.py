@@ -1,0 +1,190 @@
+"""The vLLM / OpenAI HTTP policies against a real loopback server over the tiny model."""
+
+from __future__ import annotations
+
+import socket
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from evolve.archive import Archive
+from evolve.loop import RunOptions, SearchLoop, open_run, run_search
+from evolve.problem import load_problem
+from evolve.training import OnlineTrainer
+from policies.base import PolicyError, SamplingParams
+from policies.http_policy import HttpPolicy, parse_spec
+from policies.trainer import TrainConfig
+from sandboxes.process import ProcessSandbox
+from tests.helpers import write_square_problem
+from tests.openai_server import LoopbackServer
+
+pytestmark = pytest.mark.slow
+PARAMS = SamplingParams(temperature=0.7, top_p=1.0, max_new_tokens=160, seed=3)
+
+
+@pytest.fixture(scope="module")
+def server(tiny_model_dir):
+    s = LoopbackServer(tiny_model_dir).start()
+    yield s
+    s.stop()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _options(**kw) -> RunOptions:
+    base = dict(
+        workers=2, group_size=4, variants=2, max_evaluations=8, edit_format="full", temperature=0.7, max_new_tokens=160
+    )
+    return RunOptions(**{**base, **kw})
+
+
+def test_group_comes_back_with_token_ids_and_processed_logprobs(server):
+    policy = HttpPolicy(server.url, server.model_name, max_wait_s=30)
+    group = policy.generate("Square the input.", PARAMS, 4)
+    assert len(group) == 4 and all(g.version == 0 for g in group)
+    for g in group:
+        assert g.token_ids and len(g.token_ids) == len(g.logprobs) and all(lp <= 0 for lp in g.logprobs)
+        assert server.policy.tokenizer.decode(g.token_ids, skip_special_tokens=True) == g.text
+
+
+def test_model_name_from_the_server_and_a_wrong_one(server):
+    found = parse_spec("vllm", server.url)
+    found.generate("x", PARAMS, 1)
+    assert found.name.endswith(server.model_name)
+    wrong = HttpPolicy(server.url, "no-such-model", max_wait_s=30)
+    start = time.monotonic()
+    with pytest.raises(PolicyError, match=r"HTTP 404.*check the model name"):
+        wrong.generate("x", PARAMS, 2)
+    assert time.monotonic() - start < 5  # a 4xx is not retried
+    with pytest.raises(PolicyError, match="name the model"):
+        parse_spec("openai", server.url)
+
+
+def test_5xx_and_malformed_json_are_retried(server):
+    policy = HttpPolicy(server.url, server.model_name, max_wait_s=60)
+    server.faults[:] = ["500", "garbage", "500"]
+    group = policy.generate("Square the input.", PARAMS, 2)
+    assert len(group) == 2 and server.faults == []
+
+
+def test_server_down_gives_up_with_a_clear_error_after_max_wait():
+    policy = HttpPolicy(f"http://127.0.0.1:{_free_port()}", "m", max_wait_s=1.5)
+    with pytest.raises(PolicyError, match="is the server up"):
+        policy.generate("x", PARAMS, 1)
+
+
+def test_openai_flavor_keeps_logprobs_without_token_ids(server):
+    policy = HttpPolicy(server.url, server.model_name, flavor="openai", max_wait_s=30)
+    group = policy.generate("Square the input.", PARAMS, 3)
+    assert all(g.token_ids is None and g.logprobs for g in group)
+
+
+def test_whole_run_against_the_server_with_it_down_at_start(tmp_path, tiny_model_dir):
+    folder = write_square_problem(tmp_path / "sq")
+    port = _free_port()
+    late = LoopbackServer(tiny_model_dir, port=port)
+    threading.Timer(3.0, late.start).start()  # nothing listens when the run starts
+    db = tmp_path / "run.db"
+    try:
+        out = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "evolve.cli",
+                "run",
+                str(folder),
+                "--db",
+                str(db),
+                "--policy",
+                f"vllm:http://127.0.0.1:{port}@{tiny_model_dir}",
+                "--sandbox",
+                "process",
+                "--max-evaluations",
+                "8",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+    finally:
+        late.stop()
+    assert out.returncode == 0, out.stderr[-2000:]
+    con = sqlite3.connect(db)
+    assert con.execute("SELECT COUNT(*) FROM evaluations").fetchone()[0] == 8
+    ids, lps = con.execute("SELECT token_ids, logprobs FROM completions LIMIT 1").fetchone()
+    assert len(ids) == len(lps) > 0
+
+
+def test_server_down_mid_run_loses_nothing(tmp_path, tiny_model_dir):
+    port = _free_port()
+    srv = LoopbackServer(tiny_model_dir, port=port).start()
+    problem = load_problem(write_square_problem(tmp_path / "sq"))
+    archive = Archive(tmp_path / "a.db")
+    run, _ = open_run(archive, problem, _options(max_evaluations=10))
+    policy = HttpPolicy(srv.url, srv.model_name, max_wait_s=120)
+    loop = SearchLoop(problem, archive, policy, ProcessSandbox(slots=2), run, _options(max_evaluations=10))
+
+    def outage() -> None:
+        while loop.stats.groups < 1:
+            time.sleep(0.05)
+        srv.stop()
+        time.sleep(2.5)
+        srv.start()
+
+    threading.Thread(target=outage, daemon=True).start()
+    try:
+        assert run_search(loop) == "evaluation budget reached"
+    finally:
+        srv.stop()
+    con = sqlite3.connect(tmp_path / "a.db")
+    assert con.execute("SELECT COUNT(*) FROM evaluations").fetchone()[0] == 10
+    assert con.execute("SELECT COUNT(*) FROM completions").fetchone()[0] == 4 * loop.stats.groups
+
+
+def test_publish_routes_requests_to_the_new_adapter_and_a_failed_one_keeps_the_old(tmp_path, server, tiny_model_dir):
+    problem = load_problem(write_square_problem(tmp_path / "sq"))
+    archive = Archive(tmp_path / "a.db")
+    options = _options(max_evaluations=10, train_every=2)
+    run, _ = open_run(archive, problem, options)
+    policy = HttpPolicy(server.url, server.model_name, max_wait_s=60)
+    before = policy.generate("Square the input.", PARAMS, 2)
+    server.faults[:] = ["load-500"]  # the first publish fails; the run must go on with version 0
+    trainer = OnlineTrainer(
+        archive,
+        run.id,
+        list(problem.components),
+        2,
+        policy,
+        TrainConfig(learning_rate=1e-3, lora_rank=4),
+        tmp_path / "adapters",
+        trainer_model=str(tiny_model_dir),
+    )
+    server.requests.clear()
+    loop = SearchLoop(problem, archive, policy, ProcessSandbox(slots=2), run, options, trainer.step)
+    assert run_search(loop) == "evaluation budget reached"
+    assert loop.stats.train_failures >= 1 and loop.stats.train_updates >= 1
+    assert policy.version >= 1 and policy.served == f"policy-v{policy.version}"
+    models = [m for path, m in server.requests if path == "/v1/completions"]
+    assert server.model_name in models and "policy-v1" in models
+    assert models.index("policy-v1") > models.index(server.model_name)  # base first, the adapter after
+    con = sqlite3.connect(tmp_path / "a.db")
+    numbers = {
+        n
+        for (n,) in con.execute(
+            "SELECT v.number FROM completions c JOIN policy_versions v ON c.policy_version_id = v.id"
+        )
+    }
+    assert {0, 1} <= numbers
+    after = policy.generate("Square the input.", PARAMS, 2)  # same seed, the adapter changed the distribution
+    assert [g.logprobs for g in after] != [g.logprobs for g in before]
+    with pytest.raises(PolicyError, match="HTTP 400"):
+        policy.publish(tmp_path / "missing-adapter", 99)
+    assert policy.version != 99
