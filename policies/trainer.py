@@ -173,10 +173,13 @@ class PolicyTrainer:
         stats.samples = len(samples)
         if not samples:
             return stats
-        self.model.eval()
-        with torch.no_grad():
-            for s in samples:
-                s.old_logprobs = self.token_logprobs(s)
+        # With a single optimizer step the weights cannot move before the ratio is taken, so the old logprobs
+        # are the current ones, detached, and the extra forward pass is skipped (as TRL does).
+        if self.config.epochs > 1 or len(samples) > self.config.minibatch:
+            self.model.eval()
+            with torch.no_grad():
+                for s in samples:
+                    s.old_logprobs = self.token_logprobs(s)
         self.model.train()
         totals = {"loss": 0.0, "clipped": 0.0, "kl": 0.0, "is": 0.0, "tokens": 0}
         for _ in range(self.config.epochs):
@@ -203,11 +206,12 @@ class PolicyTrainer:
         import torch
 
         new = self.token_logprobs(s)
+        old = new.detach() if s.old_logprobs is None else s.old_logprobs
         sampler = torch.tensor(s.sampler_logprobs, device=self.device, dtype=new.dtype)
         adv = torch.full_like(new, s.advantage)
         per_token, clipped, is_weight = ppo_clip_loss(
             new,
-            s.old_logprobs,
+            old,
             sampler,
             adv,
             clip_low=self.config.clip_low,

@@ -171,5 +171,8 @@ def test_cli_readers_work_on_the_archive(tmp_path, tiny_model_dir):
     assert export.returncode == 0
     rows = (tmp_path / "out" / "evaluations.csv").read_text().splitlines()
     assert len(rows) == 6 and rows[0].startswith("program_id,parent_id")
+    report = subprocess.run([*base, "report", str(db)], capture_output=True, text=True, timeout=60)
+    assert report.returncode == 0 and report.stdout.startswith("# square: run 1")
+    assert "| c0 | 1 |" in report.stdout and "```python" in report.stdout
     missing = subprocess.run([*base, "inspect", str(tmp_path / "nope.db")], capture_output=True, text=True)
     assert missing.returncode == 2 and "no archive there" in missing.stderr

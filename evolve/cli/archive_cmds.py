@@ -143,8 +143,54 @@ def export(
     console.print(f"wrote {len(rows)} evaluations and {min(top, len(ok))} programs to {out}")
 
 
+def report(
+    db: Path, out: Annotated[Path | None, typer.Option(help="write here instead of stdout")] = None, run: RunOpt = None
+) -> None:
+    """A Markdown report of a run: counts, errors, best per component, policy versions, the best program."""
+    archive = open_archive(db)
+    chosen = pick_run(archive, run)
+    s = summarize(archive, chosen)
+    lines = [
+        f"# {s.problem}: run {s.run_id} ({s.status})",
+        "",
+        f"{s.evaluations} evaluations of {s.programs} programs from {s.groups} groups ({s.completions} "
+        f"completions) in {s.elapsed_s:.0f} s.",
+        "",
+        f"- variants by parse status: {s.variants}",
+        f"- evaluation errors by kind: {s.errors or 'none'}",
+        f"- programs per island: {s.islands}",
+        "",
+        "| component | best | program |",
+        "|---|---|---|",
+    ]
+    lines += [f"| {name} | {value:.6g} | {pid} |" for name, (pid, value) in s.best_components.items()]
+    if s.policy_versions:
+        lines += ["", "| policy version | adapter | parent |", "|---|---|---|"]
+        lines += [f"| v{v['number']} | {v['adapter'] or 'base'} | {v['parent'] or ''} |" for v in s.policy_versions]
+    best_prog = best_program(archive, chosen)
+    if best_prog is not None and s.best_scalar:
+        chain = " ← ".join(str(p.id) for p in lineage(archive, best_prog.id))
+        lines += [
+            "",
+            f"## Best program: {best_prog.id} (scalar {s.best_scalar[1]:.6g})",
+            "",
+            f"Lineage: {chain}",
+            "",
+            "```python",
+            best_prog.code.rstrip(),
+            "```",
+        ]
+    text = "\n".join(lines) + "\n"
+    if out is None:
+        print(text, end="")
+    else:
+        out.write_text(text)
+        console.print(f"wrote {out}")
+
+
 def register(app: typer.Typer) -> None:
     app.command()(inspect)
     app.command()(best)
     app.command()(show)
     app.command()(export)
+    app.command()(report)
