@@ -19,8 +19,9 @@ from sqlalchemy import insert
 
 from evolve.archive import Archive, code_hash
 from evolve.archive.models import Evaluation, Program
-from evolve.loop import RunOptions, SearchLoop, open_run, run_search
+from evolve.loop import SearchLoop, run_search
 from evolve.problem import Problem, load_problem
+from evolve.runs import RunOptions, open_run
 from policies.replay import ReplayPolicy
 from sandboxes.base import EvalOutcome
 from tests.helpers import write_problem

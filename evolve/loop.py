@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import signal
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -23,6 +23,7 @@ from evolve.archive.store import code_hashes
 from evolve.fitness import scalar_view
 from evolve.problem import Problem
 from evolve.prompts import PromptInputs, build_prompt, parse_completion
+from evolve.runs import RunOptions
 from evolve.selection import Member, Population, make_selector
 from evolve.stats import LoopStats
 from policies.base import Policy, SamplingParams
@@ -33,27 +34,6 @@ STORED_OUTPUT = 8 * 1024
 MAX_BARREN_GROUPS = 50
 
 
-class RunMismatch(Exception):
-    pass
-
-
-@dataclass(frozen=True)
-class RunOptions:
-    workers: int = 2
-    group_size: int = 4
-    variants: int = 3
-    max_evaluations: int = 200
-    max_time_s: float | None = None
-    target: float | None = None
-    seed: int = 0
-    edit_format: str = "diff"
-    temperature: float = 0.8
-    max_new_tokens: int = 768
-    policy: str = ""
-    train_every: int = 0  # groups between policy updates; 0 = never
-    train_method: str = "vpo"
-
-
 @dataclass
 class Child:
     code: str
@@ -61,27 +41,6 @@ class Child:
     island: int
     generation: int
     variant_id: int | None
-
-
-def check_resumable(archive: Archive, problem: Problem) -> Run | None:
-    """The run of this problem that `evolve run` would resume, refusing one made for a changed problem."""
-    run = archive.latest_run(problem.name)
-    if run is not None and run.problem_fingerprint != problem.fingerprint():
-        raise RunMismatch(
-            f"{archive.url}: run {run.id} of {problem.name} was made with a different "
-            "problem.toml or evaluator; use a new --db to start afresh"
-        )
-    return run
-
-
-def open_run(archive: Archive, problem: Problem, options: RunOptions) -> tuple[Run, bool]:
-    """The latest run of this problem in the archive (resumed), or a new one. Returns (run, resumed)."""
-    run = check_resumable(archive, problem)
-    if run is not None:
-        archive.update_run(run.id, status="running", config={**run.config, "options": asdict(options)})
-        return run, True
-    config = {"problem": problem.config.model_dump(mode="json"), "options": asdict(options)}
-    return archive.create_run(problem.name, str(problem.root), problem.fingerprint(), config, options.seed), False
 
 
 class SearchLoop:
@@ -360,7 +319,6 @@ class SearchLoop:
             self.reserved += 1
             outcome = await asyncio.to_thread(self.sandbox.evaluate, self.problem, self.problem.seed_code)
             await asyncio.to_thread(self._commit_one, Child(self.problem.seed_code, None, 0, 0, None), outcome)
-        await self._requeue_pending()
         loop = asyncio.get_running_loop()
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(signal.SIGINT, self._interrupt)
@@ -368,6 +326,7 @@ class SearchLoop:
         committer = asyncio.create_task(self.commit())
         ticker = asyncio.create_task(self._save_elapsed())
         try:
+            await self._requeue_pending()  # after the workers start: the queue is bounded
             while self._budget_left() and self.fatal is None:
                 # Training pauses generation, so it needs a single generator; HTTP policies take several.
                 parallel = 1 if self.train_step else max(1, min(self.policy.max_concurrency, 8))

@@ -7,7 +7,7 @@ import pytest
 from evolve.prompts import PromptInputs, build_prompt
 from tests.helpers import SQUARE_SEED
 
-TEACH_STEPS = 300
+TEACH_STEPS = 500
 TARGETS = [
     ("x * x", "x ** 2"),
     ("x + x", "4"),
@@ -19,25 +19,16 @@ TARGETS = [
 
 
 def tiny_pairs() -> list[tuple[str, str]]:
-    """Each answer after prompts of the shapes the loop makes: bare, with feedback, with an inspiration."""
-    other = SQUARE_SEED.replace("x + 1", "x * 3")
-    prompts = [
-        build_prompt(PromptInputs("Square the input.", SQUARE_SEED, {"c0": 0.0, "c1": 0.0}, None, [], 2, "full")),
-        build_prompt(
-            PromptInputs("Square the input.", SQUARE_SEED, {"c0": 0.0, "c1": 1.0}, "c0: 3\nc1: 9", [], 2, "full")
-        ),
-        build_prompt(
-            PromptInputs(
-                "Square the input.",
-                other,
-                {"c0": 1.0, "c1": 0.0},
-                "c0: 4\nc1: 6",
-                [(SQUARE_SEED, {"c0": 0.0, "c1": 0.0})],
-                2,
-                "full",
-            )
-        ),
-    ]
+    """Each taught answer after many prompt shapes the loop makes: different parents, scores, feedback, and
+    zero to two inspirations, so that the sampled answers parse whatever the search has found so far."""
+    exprs = ["x + 1", "x * x", "x + x", "4", "x * 2", "x ** 2"]
+    programs = [SQUARE_SEED.replace("x + 1", e) for e in exprs]
+    prompts = []
+    for i, parent in enumerate(programs):
+        scores = {"c0": float(i % 2), "c1": float(i // 3 % 2)}
+        feedback = None if i == 0 else f"c0: {i + 3}\nc1: {2 * i}"
+        others = [(programs[(i + k) % len(programs)], {"c0": 1.0, "c1": 0.0}) for k in range(1, 1 + i % 3)]
+        prompts.append(build_prompt(PromptInputs("Square the input.", parent, scores, feedback, others, 2, "full")))
     pairs = []
     for i, (a, b) in enumerate(TARGETS):
         completion = "".join(

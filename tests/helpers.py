@@ -82,3 +82,29 @@ max_new_tokens = 160
 def write_square_problem(root: Path) -> Path:
     """The problem the tiny test model was taught to answer."""
     return write_problem(root, seed=SQUARE_SEED, toml=SQUARE_TOML)
+
+
+def square_run(tmp_path: Path, **options: object) -> tuple:
+    """The square problem, a fresh archive and its run, with the sampling the tiny model was taught for.
+
+    Returns (problem, archive, run, options); keyword arguments override RunOptions fields.
+    """
+    from evolve.archive import Archive
+    from evolve.problem import load_problem
+    from evolve.runs import RunOptions, open_run
+
+    base: dict[str, object] = dict(
+        workers=2,
+        group_size=4,
+        variants=2,
+        max_evaluations=8,
+        edit_format="full",
+        temperature=0.7,
+        max_new_tokens=160,
+        seed=0,
+    )
+    problem = load_problem(write_square_problem(tmp_path / "sq"))
+    archive = Archive(tmp_path / "a.db")
+    run_options = RunOptions(**{**base, **options})  # type: ignore[arg-type]
+    run, _ = open_run(archive, problem, run_options)
+    return problem, archive, run, run_options

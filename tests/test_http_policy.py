@@ -10,16 +10,15 @@ import threading
 import time
 
 import pytest
+import torch
 
-from evolve.archive import Archive
-from evolve.loop import RunOptions, SearchLoop, open_run, run_search
-from evolve.problem import load_problem
+from evolve.loop import SearchLoop, run_search
 from evolve.training import OnlineTrainer
 from policies.base import PolicyError, SamplingParams
 from policies.http_policy import HttpPolicy, parse_spec
 from policies.trainer import TrainConfig
 from sandboxes.process import ProcessSandbox
-from tests.helpers import write_square_problem
+from tests.helpers import square_run, write_square_problem
 from tests.openai_server import LoopbackServer
 
 pytestmark = pytest.mark.slow
@@ -37,13 +36,6 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def _options(**kw) -> RunOptions:
-    base = dict(
-        workers=2, group_size=4, variants=2, max_evaluations=8, edit_format="full", temperature=0.7, max_new_tokens=160
-    )
-    return RunOptions(**{**base, **kw})
 
 
 def test_group_comes_back_with_token_ids_and_processed_logprobs(server):
@@ -126,11 +118,9 @@ def test_whole_run_against_the_server_with_it_down_at_start(tmp_path, tiny_model
 def test_server_down_mid_run_loses_nothing(tmp_path, tiny_model_dir):
     port = _free_port()
     srv = LoopbackServer(tiny_model_dir, port=port).start()
-    problem = load_problem(write_square_problem(tmp_path / "sq"))
-    archive = Archive(tmp_path / "a.db")
-    run, _ = open_run(archive, problem, _options(max_evaluations=10))
+    problem, archive, run, options = square_run(tmp_path, max_evaluations=10)
     policy = HttpPolicy(srv.url, srv.model_name, max_wait_s=120)
-    loop = SearchLoop(problem, archive, policy, ProcessSandbox(slots=2), run, _options(max_evaluations=10))
+    loop = SearchLoop(problem, archive, policy, ProcessSandbox(slots=2), run, options)
 
     def outage() -> None:
         while loop.stats.groups < 1:
@@ -150,13 +140,14 @@ def test_server_down_mid_run_loses_nothing(tmp_path, tiny_model_dir):
 
 
 def test_publish_routes_requests_to_the_new_adapter_and_a_failed_one_keeps_the_old(tmp_path, server, tiny_model_dir):
-    problem = load_problem(write_square_problem(tmp_path / "sq"))
-    archive = Archive(tmp_path / "a.db")
-    options = _options(max_evaluations=10, train_every=2)
-    run, _ = open_run(archive, problem, options)
+    from peft import get_peft_model_state_dict
+
+    problem, archive, run, options = square_run(tmp_path, max_evaluations=6)
     policy = HttpPolicy(server.url, server.model_name, max_wait_s=60)
+    assert run_search(SearchLoop(problem, archive, policy, ProcessSandbox(slots=2), run, options)).startswith(
+        "evaluation budget"
+    )
     before = policy.generate("Square the input.", PARAMS, 2)
-    server.faults[:] = ["load-500"]  # the first publish fails; the run must go on with version 0
     trainer = OnlineTrainer(
         archive,
         run.id,
@@ -167,24 +158,40 @@ def test_publish_routes_requests_to_the_new_adapter_and_a_failed_one_keeps_the_o
         tmp_path / "adapters",
         trainer_model=str(tiny_model_dir),
     )
+    weights = {k: v.clone() for k, v in get_peft_model_state_dict(trainer.trainer.model).items()}
+    server.faults[:] = ["load-500"]
+    with pytest.raises(PolicyError, match="HTTP 500"):
+        trainer.step()  # trained and saved, but the server refused the adapter
+    assert policy.version == 0 and policy.served == server.model_name
+    restored = get_peft_model_state_dict(trainer.trainer.model)
+    assert all(torch.equal(weights[k], restored[k]) for k in weights)
+
+    stats = trainer.step()
+    assert stats.samples > 0 and policy.version == 1 and policy.served == "policy-v1"
+    after = policy.generate("Square the input.", PARAMS, 2)
+    assert all(g.version == 1 for g in after)
+    assert [g.logprobs for g in after] != [g.logprobs for g in before]  # same seed, another distribution
     server.requests.clear()
-    loop = SearchLoop(problem, archive, policy, ProcessSandbox(slots=2), run, options, trainer.step)
-    assert run_search(loop) == "evaluation budget reached"
-    assert loop.stats.train_failures >= 1 and loop.stats.train_updates >= 1
-    assert policy.version >= 1 and policy.served == f"policy-v{policy.version}"
-    models = [m for path, m in server.requests if path == "/v1/completions"]
-    assert server.model_name in models and "policy-v1" in models
-    assert models.index("policy-v1") > models.index(server.model_name)  # base first, the adapter after
     con = sqlite3.connect(tmp_path / "a.db")
-    numbers = {
+    done = con.execute("SELECT COUNT(*) FROM evaluations").fetchone()[0]
+    waiting = con.execute("SELECT COUNT(*) FROM variants WHERE status = 'ok' AND program_id IS NULL").fetchone()[0]
+    budget = square_run_options(options, done + waiting + 2)  # the pending children, then two new ones
+    resumed = SearchLoop(problem, archive, policy, ProcessSandbox(slots=2), run, budget)
+    run_search(resumed)
+    assert {m for path, m in server.requests if path == "/v1/completions"} == {"policy-v1"}
+    numbers = [
         n
         for (n,) in con.execute(
-            "SELECT v.number FROM completions c JOIN policy_versions v ON c.policy_version_id = v.id"
+            "SELECT v.number FROM completions c JOIN policy_versions v ON c.policy_version_id = v.id ORDER BY c.id"
         )
-    }
-    assert {0, 1} <= numbers
-    after = policy.generate("Square the input.", PARAMS, 2)  # same seed, the adapter changed the distribution
-    assert [g.logprobs for g in after] != [g.logprobs for g in before]
+    ]
+    assert numbers[0] == 0 and numbers[-1] == 1 and numbers == sorted(numbers)
     with pytest.raises(PolicyError, match="HTTP 400"):
         policy.publish(tmp_path / "missing-adapter", 99)
-    assert policy.version != 99
+    assert policy.version == 1
+
+
+def square_run_options(options, max_evaluations: int):
+    from dataclasses import replace
+
+    return replace(options, max_evaluations=max_evaluations)

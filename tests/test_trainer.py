@@ -8,9 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from evolve.archive import Archive
-from evolve.loop import RunOptions, SearchLoop, open_run, run_search
-from evolve.problem import load_problem
+from evolve.loop import SearchLoop, run_search
 from evolve.training import OnlineTrainer
 from policies.base import SamplingParams
 from policies.groups import TrainingCompletion, TrainingGroup
@@ -18,7 +16,7 @@ from policies.tiny import tiny_model, tiny_tokenizer
 from policies.trainer import PolicyTrainer, Sample, TrainConfig, ppo_clip_loss
 from policies.transformers_policy import TransformersPolicy
 from sandboxes.process import ProcessSandbox
-from tests.helpers import write_square_problem
+from tests.helpers import square_run
 
 
 def test_ppo_clip_both_ways_and_the_is_cap():
@@ -102,19 +100,7 @@ def test_groups_with_all_zero_advantages_are_skipped(tiny):
 
 @pytest.mark.slow
 def test_train_every_publishes_versions_and_attributes_completions(tmp_path, tiny_model_dir):
-    problem = load_problem(write_square_problem(tmp_path / "sq"))
-    archive = Archive(tmp_path / "a.db")
-    options = RunOptions(
-        workers=2,
-        group_size=4,
-        variants=2,
-        max_evaluations=10,
-        edit_format="full",
-        temperature=0.7,
-        max_new_tokens=160,
-        train_every=2,
-    )
-    run, _ = open_run(archive, problem, options)
+    problem, archive, run, options = square_run(tmp_path, max_evaluations=10, train_every=1)
     policy = TransformersPolicy.load(str(tiny_model_dir))
     trainer = OnlineTrainer(
         archive,
@@ -122,7 +108,7 @@ def test_train_every_publishes_versions_and_attributes_completions(tmp_path, tin
         list(problem.components),
         2,
         policy,
-        TrainConfig(learning_rate=1e-3, lora_rank=4),
+        TrainConfig(learning_rate=1e-4, lora_rank=4),
         tmp_path / "adapters",
     )
     loop = SearchLoop(problem, archive, policy, ProcessSandbox(slots=2), run, options, trainer.step)
@@ -141,19 +127,7 @@ def test_train_every_publishes_versions_and_attributes_completions(tmp_path, tin
 
 @pytest.mark.slow
 def test_a_failed_update_keeps_the_old_version_serving(tmp_path, tiny_model_dir):
-    problem = load_problem(write_square_problem(tmp_path / "sq"))
-    archive = Archive(tmp_path / "a.db")
-    options = RunOptions(
-        workers=2,
-        group_size=4,
-        variants=2,
-        max_evaluations=6,
-        edit_format="full",
-        temperature=0.7,
-        max_new_tokens=160,
-        train_every=1,
-    )
-    run, _ = open_run(archive, problem, options)
+    problem, archive, run, options = square_run(tmp_path, max_evaluations=6, train_every=1)
     policy = TransformersPolicy.load(str(tiny_model_dir))
     blocker = tmp_path / "not-a-dir"
     blocker.write_text("a file where the adapters folder should go")

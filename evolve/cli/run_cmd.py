@@ -13,7 +13,8 @@ from rich.live import Live
 from evolve.archive import Archive, ArchiveError
 from evolve.cli.common import console, fail, vector_table
 from evolve.cli.problem_cmds import SandboxOpt, load_or_fail
-from evolve.loop import RunMismatch, RunOptions, SearchLoop, check_resumable, open_run, run_search
+from evolve.loop import SearchLoop, run_search
+from evolve.runs import RunMismatch, RunOptions, check_resumable, open_run
 from evolve.training import OnlineTrainer, TrainingUnsupported, restore_latest_adapter
 from policies.base import PolicyError
 from policies.factory import make_policy
