@@ -238,7 +238,6 @@ class SearchLoop:
         await self.children.join()
         await self.results.join()
         self.groups_since_train = 0
-        self.groups_started = 0
         try:
             stats = await asyncio.to_thread(self.train_step)  # type: ignore[arg-type]
             self.stats.train_updates += 1

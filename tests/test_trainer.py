@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sqlite3
 
 import numpy as np
@@ -122,6 +123,9 @@ def test_train_every_publishes_versions_and_attributes_completions(tmp_path, tin
         "ON c.policy_version_id = v.id GROUP BY v.number"
     ).fetchall()
     assert len(by_version) >= 2  # completions were sampled by at least two versions
+    # group indices (and so sampling seeds and islands) keep counting across updates
+    seeds = [json.loads(x)["seed"] for (x,) in con.execute("SELECT MIN(sampling) FROM completions GROUP BY prompt_id")]
+    assert len(seeds) == len(set(seeds)) >= 3
     assert loop.stats.train_updates >= 2 and loop.stats.train_failures == 0
 
 
