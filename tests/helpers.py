@@ -108,3 +108,37 @@ def square_run(tmp_path: Path, **options: object) -> tuple:
     run_options = RunOptions(**{**base, **options})  # type: ignore[arg-type]
     run, _ = open_run(archive, problem, run_options)
     return problem, archive, run, run_options
+
+
+def evolve_run_cmd(folder: Path, db: Path, policy: str, max_evaluations: int, *extra: str) -> list[str]:
+    """The `evolve run` command line the subprocess tests start, on the process sandbox."""
+    import sys
+
+    return [
+        sys.executable,
+        "-m",
+        "evolve.cli",
+        "run",
+        str(folder),
+        "--db",
+        str(db),
+        "--policy",
+        policy,
+        "--sandbox",
+        "process",
+        "--max-evaluations",
+        str(max_evaluations),
+        *extra,
+    ]
+
+
+def docker_sandbox_or_skip(**kwargs: object) -> object:
+    """A Docker sandbox, or a skip that says why none can be had (CI starts dockerd, so it runs there)."""
+    import pytest
+
+    from sandboxes.docker_pool import DockerSandbox, docker_available
+
+    reason = docker_available()
+    if reason is not None:
+        pytest.skip(f"Docker tests skipped: {reason} (start dockerd; .ci/run does)")
+    return DockerSandbox(**kwargs)  # type: ignore[arg-type]

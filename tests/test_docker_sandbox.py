@@ -9,8 +9,8 @@ import pytest
 
 from evolve.problem import load_problem
 from sandboxes.base import ErrorKind
-from sandboxes.docker_pool import OWNER, DockerSandbox, docker_available
-from tests.helpers import write_problem
+from sandboxes.docker_pool import OWNER, DockerSandbox
+from tests.helpers import docker_sandbox_or_skip, write_problem
 
 pytestmark = pytest.mark.docker
 TIMEOUT = 3.0
@@ -18,10 +18,7 @@ TIMEOUT = 3.0
 
 @pytest.fixture(scope="module")
 def sandbox():
-    reason = docker_available()
-    if reason is not None:
-        pytest.skip(f"Docker tests skipped: {reason} (start dockerd; .ci/run does)")
-    box = DockerSandbox(workers=1)
+    box = docker_sandbox_or_skip(workers=1)
     yield box
     box.close()
     assert box.client.containers.list(all=True, filters={"label": f"vpo-evolve.owner={OWNER}"}) == []

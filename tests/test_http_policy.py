@@ -5,7 +5,6 @@ from __future__ import annotations
 import socket
 import sqlite3
 import subprocess
-import sys
 import threading
 import time
 
@@ -18,7 +17,7 @@ from policies.base import PolicyError, SamplingParams
 from policies.http_policy import HttpPolicy, parse_spec
 from policies.trainer import TrainConfig
 from sandboxes.process import ProcessSandbox
-from tests.helpers import square_run, write_square_problem
+from tests.helpers import evolve_run_cmd, square_run, write_square_problem
 from tests.openai_server import LoopbackServer
 
 pytestmark = pytest.mark.slow
@@ -86,26 +85,8 @@ def test_whole_run_against_the_server_with_it_down_at_start(tmp_path, tiny_model
     threading.Timer(3.0, late.start).start()  # nothing listens when the run starts
     db = tmp_path / "run.db"
     try:
-        out = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "evolve.cli",
-                "run",
-                str(folder),
-                "--db",
-                str(db),
-                "--policy",
-                f"vllm:http://127.0.0.1:{port}@{tiny_model_dir}",
-                "--sandbox",
-                "process",
-                "--max-evaluations",
-                "8",
-            ],
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
+        policy = f"vllm:http://127.0.0.1:{port}@{tiny_model_dir}"
+        out = subprocess.run(evolve_run_cmd(folder, db, policy, 8), capture_output=True, text=True, timeout=300)
     finally:
         late.stop()
     assert out.returncode == 0, out.stderr[-2000:]

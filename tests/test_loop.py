@@ -14,7 +14,7 @@ import pytest
 from evolve.loop import SearchLoop, run_search
 from policies.transformers_policy import TransformersPolicy
 from sandboxes.process import ProcessSandbox
-from tests.helpers import square_run, write_square_problem
+from tests.helpers import evolve_run_cmd, square_run, write_square_problem
 
 pytestmark = pytest.mark.slow
 
@@ -57,23 +57,7 @@ def test_search_runs_to_budget_and_archives_everything(tmp_path, tiny_model_dir)
 def test_kill_9_mid_run_then_resume_finishes_without_duplicates(tmp_path, tiny_model_dir):
     folder = write_square_problem(tmp_path / "sq")
     db = tmp_path / "run.db"
-    cmd = [
-        sys.executable,
-        "-m",
-        "evolve.cli",
-        "run",
-        str(folder),
-        "--db",
-        str(db),
-        "--policy",
-        f"transformers:{tiny_model_dir}",
-        "--sandbox",
-        "process",
-        "--max-evaluations",
-        "11",
-        "--workers",
-        "2",
-    ]
+    cmd = evolve_run_cmd(folder, db, f"transformers:{tiny_model_dir}", 11, "--workers", "2")
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     deadline = time.monotonic() + 120
     seen = 0
@@ -120,22 +104,7 @@ def test_cli_readers_work_on_the_archive(tmp_path, tiny_model_dir):
     db = tmp_path / "run.db"
     base = [sys.executable, "-m", "evolve.cli"]
     out = subprocess.run(
-        [
-            *base,
-            "run",
-            str(folder),
-            "--db",
-            str(db),
-            "--policy",
-            f"transformers:{tiny_model_dir}",
-            "--sandbox",
-            "process",
-            "--max-evaluations",
-            "5",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
+        evolve_run_cmd(folder, db, f"transformers:{tiny_model_dir}", 5), capture_output=True, text=True, timeout=300
     )
     assert out.returncode == 0, out.stderr[-2000:]
     inspect = subprocess.run([*base, "inspect", str(db), "--json"], capture_output=True, text=True, timeout=60)

@@ -13,7 +13,7 @@ import pytest
 from evolve.problem import load_problem
 from sandboxes.base import ErrorKind
 from sandboxes.process import ProcessSandbox
-from tests.helpers import write_problem
+from tests.helpers import docker_sandbox_or_skip, write_problem
 
 TIMEOUT = 2.0
 
@@ -28,12 +28,7 @@ def sandbox(request):
     if request.param == "process":
         yield ProcessSandbox(slots=2)
         return
-    from sandboxes.docker_pool import DockerSandbox, docker_available
-
-    reason = docker_available()
-    if reason is not None:
-        pytest.skip(f"Docker tests skipped: {reason} (start dockerd; .ci/run does)")
-    box = DockerSandbox(workers=1)
+    box = docker_sandbox_or_skip(workers=1)
     yield box
     box.close()
 
