@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from rich.console import Group
 from rich.table import Table
+from rich.text import Text
 
 
 @dataclass
@@ -78,18 +79,18 @@ class LoopStats:
             "tokens/s",
             f"{self.tokens / max(self.session_s, 1e-9):.1f}",
         )
-        parsed = sum(self.parse.values()) or 1
+        parsed = sum(self.parse.values())
         head.add_row(
             "parse errors",
-            f"{1 - self.parse['ok'] / parsed:.0%} {dict(self.parse)}",
+            f"{1 - self.parse['ok'] / parsed:.0%} {dict(self.parse)}" if parsed else "-",
             "eval errors",
             f"{sum(self.errors.values()) / max(self.session_evaluations, 1):.0%} {dict(self.errors)}",
         )
         head.add_row("policy version", str(self.policy_version), "sandbox", self.sandbox)
         if self.policy_status:
-            head.add_row("policy", self.policy_status, "", "")
+            head.add_row("policy", Text(self.policy_status), "", "")
         if self.last_train:
-            head.add_row("training", self._training().lstrip(", "), "last update", self.last_train)
+            head.add_row("training", self._training().lstrip(", "), "last update", Text(self.last_train))
         head.add_row(
             "islands",
             " ".join(map(str, self.island_sizes)),

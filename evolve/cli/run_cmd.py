@@ -9,6 +9,7 @@ from typing import Annotated
 
 import typer
 from rich.live import Live
+from sqlalchemy.exc import SQLAlchemyError
 
 from evolve.archive import Archive, ArchiveError
 from evolve.cli.common import console, fail, vector_table
@@ -32,7 +33,7 @@ def _live(loop: SearchLoop, done: threading.Event) -> None:
     else:
         while not done.wait(30.0):
             status = getattr(loop.policy, "status", "")
-            console.print(loop.stats.summary() + (f" [{status}]" if status else ""), highlight=False)
+            console.print(loop.stats.summary() + (f" [{status}]" if status else ""), highlight=False, markup=False)
 
 
 def run(
@@ -123,6 +124,9 @@ def run(
     viewer.start()
     try:
         reason = run_search(loop)
+    except (PolicyError, SQLAlchemyError) as exc:  # everything committed so far stays; the same command resumes
+        done.set()
+        fail(f"the run stopped: {exc}; fix that, then run the same command to resume")
     except KeyboardInterrupt:
         done.set()
         console.print("interrupted; everything committed so far is kept. Run the same command to resume.")
