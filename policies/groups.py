@@ -17,7 +17,7 @@ import numpy as np
 from sqlalchemy import select
 
 from evolve.archive import Archive
-from evolve.archive.models import Completion, Evaluation, PolicyVersion, Prompt, Variant, unpack
+from evolve.archive.models import Completion, Evaluation, Prompt, Variant, unpack
 from evolve.problem.config import ComponentSpec
 
 
@@ -130,8 +130,3 @@ def load_batch(
         batch.groups.append(TrainingGroup(prompt_id, text, trainable))
     normalise(batch.groups, components)
     return batch
-
-
-def version_number(archive: Archive, version_id: int) -> int:
-    with archive.session() as s:
-        return s.scalar(select(PolicyVersion.number).where(PolicyVersion.id == version_id)) or 0
