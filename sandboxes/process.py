@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import fcntl
 import json
 import os
 import queue
@@ -36,6 +37,8 @@ PR_SET_CHILD_SUBREAPER = 36
 REPLY_CAP = 32 * 1024 * 1024
 GRACE_S = 1.0
 BASE_UID = 61000
+UID_RANGE = 1024
+LOCK_DIR = Path(tempfile.gettempdir()) / "vpo-evolve-slots"
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
@@ -109,6 +112,28 @@ def kill_all(pgid: int, uid: int | None, token: bytes | None, rounds: int = 50) 
     return killed
 
 
+def _claim_slots(count: int) -> dict[int, int]:
+    """Own `count` slot numbers for this process with an flock each (held until close or exit), so that two
+    engines on one machine never share a slot uid and never kill each other's candidates."""
+    LOCK_DIR.mkdir(mode=0o700, exist_ok=True)
+    claimed: dict[int, int] = {}
+    for slot in range(UID_RANGE):
+        if len(claimed) == count:
+            break
+        fd = os.open(LOCK_DIR / f"slot-{slot}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            continue
+        claimed[slot] = fd
+    if len(claimed) < count:
+        for fd in claimed.values():
+            os.close(fd)
+        raise RuntimeError(f"process sandbox: fewer than {count} free slots in {LOCK_DIR}; too many engines running")
+    return claimed
+
+
 class ProcessSandbox:
     """`Sandbox` backed by one fresh process per evaluation."""
 
@@ -119,10 +144,11 @@ class ProcessSandbox:
         # Orphans of a candidate are re-parented to us rather than to PID 1, so we can reap them at once
         # and they never count against the slot's process limit as zombies.
         _libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
-        self._slots: queue.Queue[int] = queue.Queue()
-        for i in range(slots):
-            self._slots.put(i)
         self._base_uid = base_uid
+        self._slot_locks = _claim_slots(slots)
+        self._slots: queue.Queue[int] = queue.Queue()
+        for i in self._slot_locks:
+            self._slots.put(i)
         interpreter_ok = _reachable_by_others(Path(sys.executable)) and _reachable_by_others(
             Path(sys.base_prefix) / "lib"
         )
@@ -161,7 +187,9 @@ class ProcessSandbox:
         return " ".join(parts)
 
     def close(self) -> None:
-        pass
+        for fd in self._slot_locks.values():
+            os.close(fd)
+        self._slot_locks = {}
 
     def _preexec(self, problem: Problem, uid: int | None) -> Any:
         limits = problem.config.limits
