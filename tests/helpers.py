@@ -133,12 +133,11 @@ def evolve_run_cmd(folder: Path, db: Path, policy: str, max_evaluations: int, *e
 
 
 def docker_sandbox_or_skip(**kwargs: object) -> object:
-    """A Docker sandbox, or a skip that says why none can be had (CI starts dockerd, so it runs there)."""
-    import pytest
-
+    """A Docker sandbox, or a skip (a failure in CI) that says why none can be had."""
     from sandboxes.docker_pool import DockerSandbox, docker_available
+    from tests.services import missing
 
     reason = docker_available()
     if reason is not None:
-        pytest.skip(f"Docker tests skipped: {reason} (start dockerd; .ci/run does)")
+        missing("Docker", reason)
     return DockerSandbox(**kwargs)  # type: ignore[arg-type]
