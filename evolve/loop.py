@@ -19,16 +19,14 @@ import numpy as np
 
 from evolve.archive import Archive, CompletionRecord, code_hash
 from evolve.archive.models import Run
-from evolve.archive.store import code_hashes
-from evolve.fitness import scalar_view
+from evolve.fitness import oriented_by_name, raw_scores, scalar_view
 from evolve.problem import Problem
 from evolve.prompts import PromptInputs, build_prompt, parse_completion
 from evolve.runs import RunOptions
 from evolve.selection import Member, Population, make_selector
 from evolve.stats import LoopStats
-from policies.base import Policy, SamplingParams
+from policies.base import AsyncPolicy, Generated, Policy, SamplingParams
 from sandboxes.base import ErrorKind, EvalOutcome, Sandbox
-from sandboxes.runner import failed
 
 STORED_OUTPUT = 8 * 1024
 MAX_BARREN_GROUPS = 50
@@ -36,6 +34,8 @@ MAX_BARREN_GROUPS = 50
 
 @dataclass
 class Child:
+    """A new program parsed out of one variant slot, waiting for (or under) evaluation."""
+
     code: str
     parent_id: int | None
     island: int
@@ -83,7 +83,7 @@ class SearchLoop:
         self.train_step = train_step
         self.groups_since_train = 0
         self.groups_started = 0
-        self._versions: dict[int, int] = {}
+        self._version_rows: dict[int, int] = {}  # policy version number → its PolicyVersion row id
 
     # ---- start-up ---------------------------------------------------------------------------------------
     def _rebuild(self) -> None:
@@ -95,28 +95,28 @@ class SearchLoop:
             )
             self.population.add(member if ok else None)
             self._count(member, row.error_kind)
-        self.hashes = dict(code_hashes(self.archive, self.run.id))
+        self.hashes = dict(self.archive.code_hashes(self.run.id))
         self.stats.groups = self.groups_started = self.archive.count_groups(self.run.id)
         self.reserved = self.stats.evaluations
 
     def _count(self, member: Member, error_kind: str | None) -> None:
         self.stats.evaluations += 1
         if error_kind is None:
-            oriented = {c.name: float(v) for c, v in zip(self.problem.components, member.oriented, strict=True)}
-            self.stats.record_best(member.id, member.scalar, oriented)
+            self.stats.record_best(member.id, member.scalar, oriented_by_name(self.problem.components, member.oriented))
         self.stats.island_sizes = [isl.size for isl in self.population.islands]
 
-    def _version_id(self) -> int:
+    def _ensure_version_row(self) -> int:
+        """The row id of the policy version now serving, inserting its row the first time it is seen."""
         number = self.policy.version
-        if number not in self._versions:
+        if number not in self._version_rows:
             known = {v.number: v.id for v in self.archive.policy_versions(self.run.id)}
-            self._versions.update(known)
-            if number not in self._versions:
-                self._versions[number] = self.archive.add_policy_version(
+            self._version_rows.update(known)
+            if number not in self._version_rows:
+                self._version_rows[number] = self.archive.add_policy_version(
                     run_id=self.run.id, base_model=self.policy.name, number=number
                 )
         self.stats.policy_version = number
-        return self._versions[number]
+        return self._version_rows[number]
 
     async def _requeue_pending(self) -> None:
         for variant_id, slot, parent_id, text, island in self.archive.pending_variants(self.run.id):
@@ -153,62 +153,24 @@ class SearchLoop:
         return parent, elite + extra
 
     def _scores_of(self, m: Member) -> dict[str, float]:
-        return {c.name: c.sign * float(v) for c, v in zip(self.problem.components, m.oriented, strict=True)}
+        return raw_scores(self.problem.components, m.oriented)
 
     async def generate(self) -> None:
-        m, g = self.options.variants, self.options.group_size
+        """Sample groups until the budget is spoken for; each group is committed before its children queue."""
         while self._budget_left() and self.reserved + self.children.qsize() < self.options.max_evaluations:
             index, self.groups_started = self.groups_started, self.groups_started + 1
             rng = np.random.default_rng([self.options.seed, index])
             island = index % len(self.population.islands)
             parent, inspirations = self._pick(rng, island)
             codes = self.archive.codes([parent.id, *(i.id for i in inspirations)])
-            prompt = build_prompt(
-                PromptInputs(
-                    self.problem.config.description,
-                    codes[parent.id],
-                    self._scores_of(parent),
-                    self.archive.feedback(parent.id),
-                    [(codes[i.id], self._scores_of(i)) for i in inspirations],
-                    m,
-                    self.options.edit_format,
-                )
-            )
+            prompt = self._prompt(parent, inspirations, codes)
             params = SamplingParams(
-                self.options.temperature, 0.95, self.options.max_new_tokens, int(rng.integers(2**31))
+                self.options.temperature, self.options.top_p, self.options.max_new_tokens, int(rng.integers(2**31))
             )
-            version_id = self._version_id()
-            agenerate = getattr(self.policy, "agenerate", None)
-            if agenerate is not None:  # HTTP policies: many groups in flight at once
-                group = await agenerate(prompt, params, g)
-            else:
-                group = await asyncio.to_thread(self.policy.generate, prompt, params, g)
-            records, statuses, children = [], [], []
-            for gen in group:
-                self.stats.tokens += len(gen.token_ids or ())
-                records.append(
-                    CompletionRecord(
-                        gen.text,
-                        gen.token_ids,
-                        gen.logprobs,
-                        gen.finish_reason,
-                        self._versions.get(gen.version, version_id),
-                    )
-                )
-                row = []
-                for v in parse_completion(codes[parent.id], gen.text, m):
-                    status, pid = v.status, None
-                    if v.code is not None:
-                        digest = code_hash(v.code)
-                        if digest in self.hashes:
-                            status, pid = "duplicate", self.hashes[digest]
-                        else:
-                            self.hashes[digest] = None
-                            children.append((len(records) - 1, v.slot, v.code))
-                    self.stats.parse[status] += 1
-                    row.append((status, v.detail, pid))
-                statuses.append(row)
-            ids = await asyncio.to_thread(
+            version_id = self._ensure_version_row()
+            group = await self._sample(prompt, params)
+            records, statuses, children = self._parse_group(group, codes[parent.id], version_id)
+            variant_ids = await asyncio.to_thread(
                 self.archive.add_group,
                 self.run.id,
                 parent_id=parent.id,
@@ -219,19 +181,66 @@ class SearchLoop:
                 completions=records,
                 variants=statuses,
             )
-            self.stats.groups += 1
-            self.barren_groups = 0 if children else self.barren_groups + 1
-            if self.barren_groups >= MAX_BARREN_GROUPS:
-                self.finished_reason = (
-                    f"stalled: the last {MAX_BARREN_GROUPS} groups produced no new child "
-                    "(see parse statuses in evolve inspect)"
-                )
-                self.stop.set()
+            self._note_group(produced_children=bool(children))
             for i, slot, code in children:
-                await self.children.put(Child(code, parent.id, island, parent.generation + 1, ids[i][slot]))
+                await self.children.put(Child(code, parent.id, island, parent.generation + 1, variant_ids[i][slot]))
             self.groups_since_train += 1
             if self.train_step is not None and self.groups_since_train >= self.options.train_every:
                 await self._train()
+
+    def _prompt(self, parent: Member, inspirations: list[Member], codes: dict[int, str]) -> str:
+        return build_prompt(
+            PromptInputs(
+                self.problem.config.description,
+                codes[parent.id],
+                self._scores_of(parent),
+                self.archive.feedback(parent.id),
+                [(codes[i.id], self._scores_of(i)) for i in inspirations],
+                self.options.variants,
+                self.options.edit_format,
+            )
+        )
+
+    async def _sample(self, prompt: str, params: SamplingParams) -> list[Generated]:
+        if isinstance(self.policy, AsyncPolicy):  # HTTP policies: many groups in flight at once
+            return await self.policy.agenerate(prompt, params, self.options.group_size)
+        return await asyncio.to_thread(self.policy.generate, prompt, params, self.options.group_size)
+
+    def _parse_group(
+        self, group: list[Generated], parent_code: str, version_id: int
+    ) -> tuple[list[CompletionRecord], list[list[tuple[str, str | None, int | None]]], list[tuple[int, int, str]]]:
+        """Each completion's record, its variants' (status, detail, program id) by slot, and the new children
+        as (completion index, slot, code). A variant whose code is already known is a duplicate."""
+        records, statuses, children = [], [], []
+        for gen in group:
+            self.stats.tokens += len(gen.token_ids or ())
+            row_id = self._version_rows.get(gen.version, version_id)
+            records.append(CompletionRecord(gen.text, gen.token_ids, gen.logprobs, gen.finish_reason, row_id))
+            row = []
+            for v in parse_completion(parent_code, gen.text, self.options.variants):
+                status, pid = v.status, None
+                if v.code is not None:
+                    digest = code_hash(v.code)
+                    if digest in self.hashes:
+                        status, pid = "duplicate", self.hashes[digest]
+                    else:
+                        self.hashes[digest] = None
+                        children.append((len(records) - 1, v.slot, v.code))
+                self.stats.parse[status] += 1
+                row.append((status, v.detail, pid))
+            statuses.append(row)
+        return records, statuses, children
+
+    def _note_group(self, produced_children: bool) -> None:
+        """Count the group; stop the run after MAX_BARREN_GROUPS in a row produced nothing new."""
+        self.stats.groups += 1
+        self.barren_groups = 0 if produced_children else self.barren_groups + 1
+        if self.barren_groups >= MAX_BARREN_GROUPS:
+            self.finished_reason = (
+                f"stalled: the last {MAX_BARREN_GROUPS} groups produced no new child "
+                "(see parse statuses in evolve inspect)"
+            )
+            self.stop.set()
 
     async def _train(self) -> None:
         """Pause generation, let the recent groups' evaluations land, update and publish the policy."""
@@ -245,7 +254,7 @@ class SearchLoop:
         except Exception as exc:  # a failed update never stops the run; the old version keeps serving
             self.stats.train_failures += 1
             self.stats.last_train = f"update failed ({type(exc).__name__}: {exc}); serving v{self.policy.version}"
-        self._version_id()
+        self._ensure_version_row()
 
     async def evaluate(self) -> None:
         while True:
@@ -257,7 +266,8 @@ class SearchLoop:
             try:
                 outcome = await asyncio.to_thread(self.sandbox.evaluate, self.problem, child.code)
             except Exception as exc:  # a sandbox bug must cost one evaluation, not the run
-                outcome = failed(self.problem, ErrorKind.CRASH, f"sandbox failure: {exc!r}", 0.0, self.sandbox.kind)
+                error = f"sandbox failure: {exc!r}"
+                outcome = EvalOutcome.failure(self.problem, ErrorKind.CRASH, error, 0.0, self.sandbox.kind)
             await self.results.put((child, outcome))
             self.children.task_done()
 

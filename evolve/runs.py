@@ -3,31 +3,57 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import Any
 
 from evolve.archive import Archive
 from evolve.archive.models import Run
 from evolve.problem import Problem
+from evolve.problem.config import SearchSection
 
 
 class RunMismatch(Exception):
     pass
 
 
+_SEARCH = SearchSection()  # the defaults' one home
+
+
 @dataclass(frozen=True)
 class RunOptions:
-    workers: int = 2
-    group_size: int = 4
-    variants: int = 3
-    max_evaluations: int = 200
-    max_time_s: float | None = None
-    target: float | None = None
-    seed: int = 0
-    edit_format: str = "diff"
-    temperature: float = 0.8
-    max_new_tokens: int = 768
-    policy: str = ""
+    """What one `evolve run` was asked for; stored with the run. Search defaults come from `SearchSection`."""
+
+    workers: int = 2  # evaluations in flight at once
+    group_size: int = _SEARCH.group_size  # completions per prompt (G)
+    variants: int = _SEARCH.variants  # variants per completion (m)
+    max_evaluations: int = _SEARCH.max_evaluations  # budget, summed over resumes
+    max_time_s: float | None = None  # wall-clock budget in seconds, summed over resumes
+    target: float | None = None  # stop once the best scalar view reaches this
+    seed: int = 0  # seeds selection and sampling, group by group
+    edit_format: str = _SEARCH.edit_format  # diff | full
+    temperature: float = _SEARCH.temperature
+    max_new_tokens: int = _SEARCH.max_new_tokens
+    policy: str = ""  # the policy spec, e.g. transformers:embedded (so `evolve train` can load it again)
     train_every: int = 0  # groups between policy updates; 0 = never
-    train_method: str = "vpo"
+    train_method: str = "vpo"  # vpo | grpo | multi-rlvr
+    top_p: float = _SEARCH.top_p
+
+    @classmethod
+    def for_problem(cls, search: SearchSection, **given: Any) -> RunOptions:
+        """Options for a problem: what was given (None = not given), else the problem's `[search]` values."""
+        from_search = {
+            name: getattr(search, name)
+            for name in (
+                "group_size",
+                "variants",
+                "max_evaluations",
+                "edit_format",
+                "temperature",
+                "max_new_tokens",
+                "top_p",
+            )
+        }
+        chosen = {k: v for k, v in given.items() if v is not None}
+        return cls(**{**from_search, **chosen})
 
 
 def check_resumable(archive: Archive, problem: Problem) -> Run | None:

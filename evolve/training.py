@@ -1,18 +1,25 @@
 """One training step of a run's policy on its own archive: load recent groups, update, save, record, publish.
 
 Shared by `evolve train` (offline) and `evolve run --train-every N` (online). A failed step restores the
-adapter weights it started from, so the policy keeps serving the version it had.
+adapter weights it started from, so the policy keeps serving the version it had. The training data is read
+here, in the engine, so that `policies/` knows nothing of the archive.
 """
 
 from __future__ import annotations
 
+from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+
+import numpy as np
 
 from evolve.archive import Archive
+from evolve.archive.models import Completion, unpack
+from evolve.fitness import oriented_array, oriented_bounds
 from evolve.problem.config import ComponentSpec
-from policies.groups import load_batch, recent_version_ids
+from policies.base import InProcessPolicy, Policy, PublishingPolicy
+from policies.groups import Batch, TrainingCompletion, TrainingGroup, normalise
 from policies.trainer import PolicyTrainer, TrainConfig, UpdateStats
 
 
@@ -20,14 +27,65 @@ class TrainingUnsupported(Exception):
     pass
 
 
-class OnlineTrainer:
+def recent_version_ids(archive: Archive, run_id: int, versions_back: int) -> list[int]:
+    """Row ids of the newest policy version and the `versions_back` before it."""
+    versions = sorted(archive.policy_versions(run_id), key=lambda v: v.number)
+    if not versions:
+        return []
+    newest = versions[-1].number
+    return [v.id for v in versions if v.number >= newest - versions_back]
+
+
+def load_batch(
+    archive: Archive,
+    run_id: int,
+    components: Sequence[ComponentSpec],
+    m: int,
+    version_ids: Sequence[int],
+    max_groups: int | None = None,
+) -> Batch:
+    """Groups of the given policy versions, newest first, normalised; skipped groups counted by reason.
+
+    Completions without token ids or logprobs (from some OpenAI-compatible servers) cannot be trained on
+    and are refused, counted under that reason.
+    """
+    batch = Batch()
+    rows = archive.group_rows(run_id, version_ids, max_groups)
+    by_completion: dict[int, np.ndarray] = {c.id: np.full((m, len(components)), np.nan) for c in rows.completions}
+    for cid, slot, status, scores, error_kind in rows.answers:
+        if status == "ok" and scores is not None and error_kind is None and slot < m:
+            by_completion[cid][slot] = oriented_array(components, scores)
+    grouped: dict[int, list[Completion]] = defaultdict(list)
+    for c in rows.completions:
+        grouped[c.prompt_id].append(c)
+    for prompt_id, text in rows.prompts:
+        trainable = []
+        for c in grouped[prompt_id]:
+            ids, lps = unpack(c.token_ids, "i"), unpack(c.logprobs, "f")
+            if not ids or not lps or len(ids) != len(lps):
+                batch.skipped["completion without token ids or logprobs"] += 1
+                continue
+            trainable.append(
+                TrainingCompletion(c.id, ids, lps, float(c.sampling.get("temperature", 1.0)), by_completion[c.id])
+            )
+        if len(trainable) < 2:
+            batch.skipped["fewer than 2 scored completions"] += 1
+            continue
+        batch.groups.append(TrainingGroup(prompt_id, text, trainable))
+    normalise(batch.groups, oriented_bounds(components))
+    return batch
+
+
+class ArchiveTrainer:
+    """Trains a run's policy on the groups in its own archive, online (`evolve run`) or offline (`evolve train`)."""
+
     def __init__(
         self,
         archive: Archive,
         run_id: int,
         components: list[ComponentSpec],
         variants: int,
-        policy: Any,
+        policy: Policy,
         config: TrainConfig,
         adapters_dir: Path,
         max_groups: int = 64,
@@ -35,11 +93,11 @@ class OnlineTrainer:
     ) -> None:
         """`policy` serves and receives each new version. The weights trained are its own when it runs in this
         process, else a local copy of the same base model loaded from `trainer_model`."""
-        if not hasattr(policy, "publish"):
+        if not isinstance(policy, PublishingPolicy):
             raise TrainingUnsupported(f"policy {policy.name!r} cannot load new adapters")
         self.archive, self.run_id, self.components, self.variants = archive, run_id, components, variants
         self.policy, self.config, self.adapters_dir, self.max_groups = policy, config, adapters_dir, max_groups
-        local = policy if hasattr(policy, "model") else None
+        local: InProcessPolicy | None = policy if isinstance(policy, InProcessPolicy) else None
         if local is None:
             if not trainer_model:
                 raise TrainingUnsupported(
@@ -52,7 +110,7 @@ class OnlineTrainer:
         self.trainer = PolicyTrainer(local.model, local.tokenizer, local.render, config)
         local.model = self.trainer.model  # an in-process policy samples from the adapter-wrapped model
 
-    def _current_version_id(self) -> int | None:
+    def _serving_version_row(self) -> int | None:
         rows = [v for v in self.archive.policy_versions(self.run_id) if v.number == self.policy.version]
         return rows[-1].id if rows else None
 
@@ -72,7 +130,7 @@ class OnlineTrainer:
                 run_id=self.run_id,
                 base_model=self.policy.name,
                 adapter_path=str(directory),
-                parent_id=self._current_version_id(),
+                parent_id=self._serving_version_row(),
                 number=number,
                 train_config=self.config.as_dict(),
                 stats=asdict(stats),
@@ -84,10 +142,10 @@ class OnlineTrainer:
             raise
 
 
-def restore_latest_adapter(archive: Archive, run_id: int, policy: Any) -> int | None:
+def restore_latest_adapter(archive: Archive, run_id: int, policy: Policy) -> int | None:
     """On resume, serve the newest trained version again; returns its number (None when there is none)."""
     trained = [v for v in archive.policy_versions(run_id) if v.adapter_path]
-    if not trained or not hasattr(policy, "publish"):
+    if not trained or not isinstance(policy, PublishingPolicy):
         return None
     latest = max(trained, key=lambda v: v.number)
     if Path(latest.adapter_path).is_dir():

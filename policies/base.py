@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import asdict, dataclass
 from typing import Any, Protocol, runtime_checkable
 
@@ -14,10 +15,12 @@ class PolicyError(Exception):
 
 @dataclass(frozen=True)
 class SamplingParams:
-    temperature: float = 0.8
-    top_p: float = 0.95
-    max_new_tokens: int = 768
-    seed: int | None = None
+    """How one group is sampled. No defaults: the engine's come from the problem's `[search]` section."""
+
+    temperature: float
+    top_p: float
+    max_new_tokens: int
+    seed: int | None = None  # None: unseeded
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -45,3 +48,35 @@ class Policy(Protocol):
     def generate(self, prompt: str, params: SamplingParams, n: int) -> list[Generated]: ...
 
     def close(self) -> None: ...
+
+
+# ---- capabilities a policy may offer beyond `Policy`; the engine asks with isinstance, never getattr -------
+@runtime_checkable
+class AsyncPolicy(Protocol):
+    """Samples without a thread: an HTTP policy keeps many groups in flight at once."""
+
+    async def agenerate(self, prompt: str, params: SamplingParams, n: int) -> list[Generated]: ...
+
+
+@runtime_checkable
+class PublishingPolicy(Protocol):
+    """Serves a new LoRA adapter from `adapter_dir` as policy version `version`, without a restart."""
+
+    def publish(self, adapter_dir: str | os.PathLike[str], version: int) -> None: ...
+
+
+@runtime_checkable
+class StatusReporting(Protocol):
+    """Has a one-line `status` for the live view ("" when all is well; else e.g. which server it waits for)."""
+
+    status: str
+
+
+@runtime_checkable
+class InProcessPolicy(Protocol):
+    """Holds its weights in this process, so the trainer can update them in place."""
+
+    model: Any
+    tokenizer: Any
+
+    def render(self, prompt: str) -> str: ...

@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
+from evolve.fitness import failure_scores
+
 if TYPE_CHECKING:
     from evolve.problem import Problem
 
@@ -38,6 +40,11 @@ class EvalOutcome:
     @property
     def ok(self) -> bool:
         return self.error_kind is None
+
+    @classmethod
+    def failure(cls, problem: Problem, kind: ErrorKind, error: str, duration_s: float, sandbox: str) -> EvalOutcome:
+        """A failed evaluation: every component at its fail value, the error cut to a storable length."""
+        return cls(failure_scores(problem.components), kind, error[:2000], duration_s, sandbox)
 
 
 @runtime_checkable

@@ -19,7 +19,7 @@ from typing import Any
 from evolve.problem import Problem
 from sandboxes.base import ErrorKind, EvalOutcome
 from sandboxes.docker_images import ImageSpec, image_for
-from sandboxes.runner import failed, make_job, outcome_from, program_filename
+from sandboxes.scoring import make_job, outcome_from, program_filename
 
 SANDBOX_DIR = Path(__file__).resolve().parent
 GRACE_S = 5.0
@@ -172,7 +172,8 @@ class DockerSandbox:
         try:
             box = self._take(problem)
         except Exception as exc:
-            return failed(problem, ErrorKind.CRASH, f"could not start a sandbox container: {exc}", 0.0, self.kind)
+            error = f"could not start a sandbox container: {exc}"
+            return EvalOutcome.failure(problem, ErrorKind.CRASH, error, 0.0, self.kind)
         name = program_filename(problem)
         job = make_job(problem, f"/work/{name}", "/work/_evolve_evaluator.py", "/work")
         job["files"] = {name: code}
@@ -189,7 +190,7 @@ class DockerSandbox:
         if not isinstance(answer, dict) or "status" not in answer:
             box.destroy()
             kind = ErrorKind.TIMEOUT if duration >= limits.timeout_s + GRACE_S - 0.1 else ErrorKind.CRASH
-            return failed(
+            return EvalOutcome.failure(
                 problem, kind, "the sandbox container stopped answering; it was replaced", duration, self.kind
             )
         if box.uses >= self.recycle_every or str(answer["status"]).startswith("runner error"):

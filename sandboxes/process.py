@@ -30,7 +30,7 @@ from typing import Any
 
 from evolve.problem import Problem
 from sandboxes.base import OUTPUT_CAP, EvalOutcome
-from sandboxes.runner import HARNESS_PATH, make_job, outcome_from, program_filename
+from sandboxes.scoring import HARNESS_PATH, make_job, outcome_from, program_filename
 
 CLONE_NEWUSER, CLONE_NEWNET = 0x10000000, 0x40000000
 PR_SET_CHILD_SUBREAPER = 36

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from evolve.loop import SearchLoop, run_search
-from evolve.training import OnlineTrainer
+from evolve.training import ArchiveTrainer
 from policies.base import PolicyError, SamplingParams
 from policies.http_policy import HttpPolicy, parse_spec
 from policies.trainer import TrainConfig
@@ -129,7 +129,7 @@ def test_publish_routes_requests_to_the_new_adapter_and_a_failed_one_keeps_the_o
         "evaluation budget"
     )
     before = policy.generate("Square the input.", PARAMS, 2)
-    trainer = OnlineTrainer(
+    trainer = ArchiveTrainer(
         archive,
         run.id,
         list(problem.components),

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from evolve.loop import SearchLoop, run_search
-from evolve.training import OnlineTrainer
+from evolve.training import ArchiveTrainer
 from policies.base import SamplingParams
 from policies.groups import TrainingCompletion, TrainingGroup
 from policies.tiny import tiny_model, tiny_tokenizer
@@ -46,7 +46,9 @@ def tiny():
 
 
 def _group(policy: TransformersPolicy, prompt: str, rewards: list[list[list[float]]]) -> TrainingGroup:
-    sampled = policy.generate(prompt, SamplingParams(temperature=1.0, max_new_tokens=12, seed=0), len(rewards))
+    sampled = policy.generate(
+        prompt, SamplingParams(temperature=1.0, top_p=0.95, max_new_tokens=12, seed=0), len(rewards)
+    )
     return TrainingGroup(
         1,
         prompt,
@@ -103,7 +105,7 @@ def test_groups_with_all_zero_advantages_are_skipped(tiny):
 def test_train_every_publishes_versions_and_attributes_completions(tmp_path, tiny_model_dir):
     problem, archive, run, options = square_run(tmp_path, max_evaluations=10, train_every=1)
     policy = TransformersPolicy.load(str(tiny_model_dir))
-    trainer = OnlineTrainer(
+    trainer = ArchiveTrainer(
         archive,
         run.id,
         list(problem.components),
@@ -135,7 +137,7 @@ def test_a_failed_update_keeps_the_old_version_serving(tmp_path, tiny_model_dir)
     policy = TransformersPolicy.load(str(tiny_model_dir))
     blocker = tmp_path / "not-a-dir"
     blocker.write_text("a file where the adapters folder should go")
-    trainer = OnlineTrainer(
+    trainer = ArchiveTrainer(
         archive, run.id, list(problem.components), 2, policy, TrainConfig(learning_rate=1e-2), blocker
     )
     from peft import get_peft_model_state_dict

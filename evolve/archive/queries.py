@@ -1,15 +1,23 @@
-"""Read-side summaries for the CLI. These scan a run once per call; nothing here runs per iteration."""
+"""The archive's read side beyond single rows: summaries, best programs, lineages and training groups.
+
+These are methods of `Archive` (mixed in here to keep `store.py` small), so every read of the archive goes
+through one object. They scan a run once per call; nothing here runs per iteration.
+"""
 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import func, select
+from sqlalchemy.orm import Session
 
-from evolve.archive.models import Completion, Evaluation, Program, Prompt, Run, Variant
-from evolve.archive.store import Archive
+from evolve.archive.models import Completion, Evaluation, PolicyVersion, Program, Prompt, Run, Variant
+from evolve.fitness import better
+from evolve.problem.config import FitnessSection
 
 
 @dataclass
@@ -30,88 +38,139 @@ class RunSummary:
     elapsed_s: float = 0.0
 
 
-def _directions(run: Run) -> dict[str, float]:
-    """+1/-1 per component from the run's config snapshot (maximize unless stated)."""
-    from evolve.problem.config import FitnessSection
+@dataclass(frozen=True)
+class GroupRows:
+    """The raw rows of training groups: prompts (id, text) newest first, their completions, and the answers
+    as (completion_id, slot, status, scores, error_kind), scores present only for evaluated answers."""
 
-    fitness = FitnessSection.model_validate(run.config["problem"]["fitness"])
-    return {c.name: c.sign for c in fitness.resolved()}
-
-
-def summarize(archive: Archive, run: Run) -> RunSummary:
-    out = RunSummary(run.id, run.problem_name, run.status, elapsed_s=float(run.state.get("elapsed_s", 0.0)))
-    signs = _directions(run)
-    with archive.session() as s:
-        out.programs = s.scalar(select(func.count(Program.id)).where(Program.run_id == run.id)) or 0
-        out.groups = s.scalar(select(func.count(Prompt.id)).where(Prompt.run_id == run.id)) or 0
-        out.completions = s.scalar(select(func.count(Completion.id)).join(Prompt).where(Prompt.run_id == run.id)) or 0
-        rows = s.execute(
-            select(Variant.status, func.count())
-            .join(Completion)
-            .join(Prompt)
-            .where(Prompt.run_id == run.id)
-            .group_by(Variant.status)
-        )
-        out.variants = dict(rows.all())
-        out.islands = dict(
-            s.execute(
-                select(Program.island, func.count()).where(Program.run_id == run.id).group_by(Program.island)
-            ).all()
-        )
-        errors: Counter[str] = Counter()
-        for pid, scores, scalar, kind in s.execute(
-            select(Evaluation.program_id, Evaluation.scores, Evaluation.scalar, Evaluation.error_kind)
-            .join(Program)
-            .where(Program.run_id == run.id)
-        ):
-            out.evaluations += 1
-            if kind:
-                errors[kind] += 1
-                continue
-            if out.best_scalar is None or scalar > out.best_scalar[1]:
-                out.best_scalar = (pid, scalar)
-            for name, value in scores.items():
-                held = out.best_components.get(name)
-                if held is None or signs.get(name, 1.0) * value > signs.get(name, 1.0) * held[1]:
-                    out.best_components[name] = (pid, value)
-        out.errors = dict(errors)
-    out.policy_versions = [
-        {"id": v.id, "number": v.number, "base_model": v.base_model, "adapter": v.adapter_path, "parent": v.parent_id}
-        for v in archive.policy_versions(run.id)
-    ]
-    return out
+    prompts: list[tuple[int, str]]
+    completions: list[Completion]
+    answers: list[tuple[int, int, str, dict[str, float] | None, str | None]]
 
 
-def best_program(archive: Archive, run: Run, component: str | None = None) -> Program | None:
-    """The best by scalar view, or by one component (in its own direction)."""
-    if component is None:
-        with archive.session() as s:
-            q = (
-                select(Program)
-                .join(Evaluation)
-                .where(Program.run_id == run.id, Evaluation.error_kind.is_(None))
-                .order_by(Evaluation.scalar.desc(), Program.id)
-                .limit(1)
+class ArchiveQueries:
+    """Read methods of `Archive` over whole runs; they need only `session()` and `program()`."""
+
+    def session(self) -> AbstractContextManager[Session]: ...  # provided by Archive
+
+    def program(self, program_id: int) -> Program | None: ...  # provided by Archive
+
+    def policy_versions(self, run_id: int | None = None) -> Sequence[PolicyVersion]: ...  # provided by Archive
+
+    def summarize(self, run: Run) -> RunSummary:
+        out = RunSummary(run.id, run.problem_name, run.status, elapsed_s=float(run.state.get("elapsed_s", 0.0)))
+        components = {c.name: c for c in FitnessSection.model_validate(run.config["problem"]["fitness"]).resolved()}
+        with self.session() as s:
+            out.programs = s.scalar(select(func.count(Program.id)).where(Program.run_id == run.id)) or 0
+            out.groups = s.scalar(select(func.count(Prompt.id)).where(Prompt.run_id == run.id)) or 0
+            out.completions = (
+                s.scalar(select(func.count(Completion.id)).join(Prompt).where(Prompt.run_id == run.id)) or 0
             )
-            return s.scalars(q).first()
-    summary = summarize(archive, run)
-    if component not in summary.best_components:
-        return None
-    return archive.program(summary.best_components[component][0])
+            rows = s.execute(
+                select(Variant.status, func.count())
+                .join(Completion)
+                .join(Prompt)
+                .where(Prompt.run_id == run.id)
+                .group_by(Variant.status)
+            )
+            out.variants = dict(rows.all())
+            out.islands = dict(
+                s.execute(
+                    select(Program.island, func.count()).where(Program.run_id == run.id).group_by(Program.island)
+                ).all()
+            )
+            errors: Counter[str] = Counter()
+            for pid, scores, scalar, kind in s.execute(
+                select(Evaluation.program_id, Evaluation.scores, Evaluation.scalar, Evaluation.error_kind)
+                .join(Program)
+                .where(Program.run_id == run.id)
+            ):
+                out.evaluations += 1
+                if kind:
+                    errors[kind] += 1
+                    continue
+                if out.best_scalar is None or scalar > out.best_scalar[1]:
+                    out.best_scalar = (pid, scalar)
+                for name, value in scores.items():
+                    held = out.best_components.get(name)
+                    spec = components.get(name)
+                    if held is None or (better(spec, value, held[1]) if spec else value > held[1]):
+                        out.best_components[name] = (pid, value)
+            out.errors = dict(errors)
+        out.policy_versions = [
+            {
+                "id": v.id,
+                "number": v.number,
+                "base_model": v.base_model,
+                "adapter": v.adapter_path,
+                "parent": v.parent_id,
+            }
+            for v in self.policy_versions(run.id)
+        ]
+        return out
 
+    def best_program(self, run: Run, component: str | None = None) -> Program | None:
+        """The best by scalar view, or by one component (in its own direction)."""
+        if component is None:
+            with self.session() as s:
+                q = (
+                    select(Program)
+                    .join(Evaluation)
+                    .where(Program.run_id == run.id, Evaluation.error_kind.is_(None))
+                    .order_by(Evaluation.scalar.desc(), Program.id)
+                    .limit(1)
+                )
+                return s.scalars(q).first()
+        summary = self.summarize(run)
+        if component not in summary.best_components:
+            return None
+        return self.program(summary.best_components[component][0])
 
-def lineage(archive: Archive, program_id: int, limit: int = 50) -> list[Program]:
-    chain = []
-    current = archive.program(program_id)
-    while current is not None and len(chain) < limit:
-        chain.append(current)
-        current = archive.program(current.parent_id) if current.parent_id else None
-    return chain
+    def lineage(self, program_id: int, limit: int = 50) -> list[Program]:
+        """The program, its parent, and so on up to `limit` ancestors."""
+        chain = []
+        current = self.program(program_id)
+        while current is not None and len(chain) < limit:
+            chain.append(current)
+            current = self.program(current.parent_id) if current.parent_id else None
+        return chain
 
+    def evaluation_rows(self, run: Run) -> list[tuple[Program, Evaluation]]:
+        with self.session() as s:
+            rows = s.execute(
+                select(Program, Evaluation).join(Evaluation).where(Program.run_id == run.id).order_by(Program.id)
+            )
+            return [tuple(r) for r in rows]  # type: ignore[misc]
 
-def evaluation_rows(archive: Archive, run: Run) -> list[tuple[Program, Evaluation]]:
-    with archive.session() as s:
-        rows = s.execute(
-            select(Program, Evaluation).join(Evaluation).where(Program.run_id == run.id).order_by(Program.id)
-        )
-        return [tuple(r) for r in rows]  # type: ignore[misc]
+    def code_hashes(self, run_id: int) -> dict[str, int]:
+        """normalised-code hash → program id for a run: the duplicate index the loop keeps in memory."""
+        with self.session() as s:
+            rows = s.execute(select(Program.code_hash, Program.id).where(Program.run_id == run_id))
+            return dict(rows.all())
+
+    def group_rows(self, run_id: int, version_ids: Sequence[int], max_groups: int | None = None) -> GroupRows:
+        """The newest `max_groups` groups sampled by the given policy versions, for training."""
+        with self.session() as s:
+            prompts = s.execute(
+                select(Prompt.id, Prompt.text)
+                .where(
+                    Prompt.run_id == run_id,
+                    Prompt.id.in_(
+                        select(Completion.prompt_id).where(Completion.policy_version_id.in_(list(version_ids)))
+                    ),
+                )
+                .order_by(Prompt.id.desc())
+                .limit(max_groups)
+            ).all()
+            prompt_ids = [p.id for p in prompts]
+            completions = (
+                s.execute(select(Completion).where(Completion.prompt_id.in_(prompt_ids)).order_by(Completion.id))
+                .scalars()
+                .all()
+            )
+            answers = s.execute(
+                select(Variant.completion_id, Variant.slot, Variant.status, Evaluation.scores, Evaluation.error_kind)
+                .outerjoin(Evaluation, (Evaluation.program_id == Variant.program_id) & (Variant.status == "ok"))
+                .where(Variant.completion_id.in_([c.id for c in completions]))
+            ).all()
+        return GroupRows([tuple(p) for p in prompts], list(completions), [tuple(a) for a in answers])  # type: ignore[misc]

@@ -32,6 +32,7 @@ from evolve.archive.models import (
     pack_floats,
     pack_ints,
 )
+from evolve.archive.queries import ArchiveQueries
 
 MIGRATIONS = Path(__file__).with_name("migrations")
 
@@ -75,7 +76,9 @@ def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
     cur.close()
 
 
-class Archive:
+class Archive(ArchiveQueries):
+    """Writes and single-row reads here; reads over whole runs come from `ArchiveQueries`."""
+
     def __init__(self, target: str | Path, *, create: bool = True) -> None:
         self.url = to_url(target)
         if self.url.startswith("sqlite:///") and not create:
@@ -330,10 +333,3 @@ class Archive:
             q = q.where(PolicyVersion.run_id == run_id)
         with self.session() as s:
             return s.scalars(q).all()
-
-
-def code_hashes(archive: Archive, run_id: int) -> dict[str, int]:
-    """normalised-code hash → program id for a run: the duplicate index the loop keeps in memory."""
-    with archive.session() as s:
-        rows = s.execute(select(Program.code_hash, Program.id).where(Program.run_id == run_id))
-        return dict(rows.all())

@@ -14,7 +14,6 @@ from rich.table import Table
 
 from evolve.archive import Archive, ArchiveError
 from evolve.archive.models import Run
-from evolve.archive.queries import best_program, evaluation_rows, lineage, summarize
 from evolve.cli.common import console, fail, vector_table
 
 RunOpt = Annotated[int | None, typer.Option("--run", help="run id (default: the latest)")]
@@ -42,7 +41,7 @@ def pick_run(archive: Archive, run_id: int | None) -> Run:
 def inspect(db: Path, as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
     """Per run: counts, errors by kind, best per component and scalar, islands, policy versions."""
     archive = open_archive(db)
-    summaries = [summarize(archive, run) for run in archive.runs()]
+    summaries = [archive.summarize(run) for run in archive.runs()]
     if as_json:
         print(json.dumps([asdict(s) for s in summaries], default=str))
         return
@@ -67,7 +66,7 @@ def best(
 ) -> None:
     """Print the code of the best program (by scalar view, or by one component)."""
     archive = open_archive(db)
-    program = best_program(archive, pick_run(archive, run), component)
+    program = archive.best_program(pick_run(archive, run), component)
     if program is None:
         fail(f"{db}: no successful program{' with component ' + component if component else ''} yet")
     print(program.code, end="" if program.code.endswith("\n") else "\n")
@@ -103,7 +102,7 @@ def show(db: Path, program_id: int) -> None:
         )
         if ev.feedback:
             console.print(f"feedback: {ev.feedback[:2000]}", highlight=False)
-    chain = lineage(archive, program.id)
+    chain = archive.lineage(program.id)
     console.print(
         "lineage: "
         + " <- ".join(
@@ -119,7 +118,7 @@ def export(
     """Write the best programs as files and a CSV of every evaluation's vector."""
     archive = open_archive(db)
     chosen = pick_run(archive, run)
-    rows = evaluation_rows(archive, chosen)
+    rows = archive.evaluation_rows(chosen)
     out.mkdir(parents=True, exist_ok=True)
     names = list(rows[0][1].scores) if rows else []
     with open(out / "evaluations.csv", "w", newline="") as f:
@@ -149,7 +148,7 @@ def report(
     """A Markdown report of a run: counts, errors, best per component, policy versions, the best program."""
     archive = open_archive(db)
     chosen = pick_run(archive, run)
-    s = summarize(archive, chosen)
+    s = archive.summarize(chosen)
     lines = [
         f"# {s.problem}: run {s.run_id} ({s.status})",
         "",
@@ -167,9 +166,9 @@ def report(
     if s.policy_versions:
         lines += ["", "| policy version | adapter | parent |", "|---|---|---|"]
         lines += [f"| v{v['number']} | {v['adapter'] or 'base'} | {v['parent'] or ''} |" for v in s.policy_versions]
-    best_prog = best_program(archive, chosen)
+    best_prog = archive.best_program(chosen)
     if best_prog is not None and s.best_scalar:
-        chain = " ← ".join(str(p.id) for p in lineage(archive, best_prog.id))
+        chain = " ← ".join(str(p.id) for p in archive.lineage(best_prog.id))
         lines += [
             "",
             f"## Best program: {best_prog.id} (scalar {s.best_scalar[1]:.6g})",

@@ -9,9 +9,9 @@ import typer
 
 from evolve.cli.archive_cmds import RunOpt, open_archive, pick_run
 from evolve.cli.common import console, fail
-from evolve.cli.run_cmd import adapters_next_to
 from evolve.problem.config import FitnessSection
-from evolve.training import OnlineTrainer, TrainingUnsupported, restore_latest_adapter
+from evolve.search import adapters_next_to
+from evolve.training import ArchiveTrainer, TrainingUnsupported, restore_latest_adapter
 from policies.base import PolicyError
 from policies.factory import make_policy
 from policies.trainer import TrainConfig
@@ -44,7 +44,7 @@ def train(
     restore_latest_adapter(archive, chosen.id, policy_impl)
     config = TrainConfig(method=method, learning_rate=learning_rate, versions_back=10**6)
     try:
-        trainer = OnlineTrainer(
+        trainer = ArchiveTrainer(
             archive,
             chosen.id,
             components,

@@ -82,18 +82,26 @@ class LimitsSection(_Strict):
 
 
 class SearchSection(_Strict):
-    islands: int = Field(default=4, ge=1)
-    migration_interval: int = Field(default=40, ge=1)
-    migration_size: int = Field(default=2, ge=1)
-    group_size: int = Field(default=4, ge=1)
-    variants: int = Field(default=3, ge=1, le=8)
-    inspirations: int = Field(default=2, ge=0)
-    edit_format: Literal["diff", "full"] = "diff"
-    selection: Literal["auto", "lexicase", "scalarization", "tournament"] = "auto"
-    features: list[str] = Field(default_factory=lambda: ["code_length", "score"])
-    max_evaluations: int = Field(default=200, ge=1)
-    temperature: float = Field(default=0.8, gt=0)
-    max_new_tokens: int = Field(default=768, ge=16)
+    """`[search]`: the one home of the search defaults; `RunOptions` and the CLI flags fall back to these."""
+
+    islands: int = Field(default=4, ge=1, description="independent sub-populations, each its own MAP-Elites grid")
+    migration_interval: int = Field(default=40, ge=1, description="evaluations between ring migrations")
+    migration_size: int = Field(default=2, ge=1, description="best programs each island sends to the next")
+    group_size: int = Field(default=4, ge=1, description="completions sampled per prompt (G)")
+    variants: int = Field(default=3, ge=1, le=8, description="variants written per completion (m)")
+    inspirations: int = Field(default=2, ge=0, description="other programs shown in the prompt beside the parent")
+    edit_format: Literal["diff", "full"] = Field(default="diff", description="variants as SEARCH/REPLACE or code")
+    selection: Literal["auto", "lexicase", "scalarization", "tournament"] = Field(
+        default="auto", description="how a parent is picked from an island's elites"
+    )
+    features: list[str] = Field(
+        default_factory=lambda: ["code_length", "score"],
+        description="MAP-Elites axes: code_length, score (the scalar view) or a component name",
+    )
+    max_evaluations: int = Field(default=200, ge=1, description="evaluation budget, summed over resumes")
+    temperature: float = Field(default=0.8, gt=0, description="sampling temperature of the policy")
+    top_p: float = Field(default=0.95, gt=0, le=1, description="nucleus sampling mass")
+    max_new_tokens: int = Field(default=768, ge=16, description="longest completion sampled")
 
 
 class ProblemConfig(_Strict):

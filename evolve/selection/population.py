@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from evolve.fitness import oriented_array, oriented_bounds, scalar_bounds
 from evolve.problem.config import ComponentSpec
 
 SCORE_BINS = 10
@@ -45,17 +46,8 @@ class FeatureSpace:
         unknown = [n for n in self.names if n not in ("code_length", "score") and n not in self._index]
         if unknown:
             raise ValueError(f"unknown feature(s) {unknown}; use code_length, score or a component name")
-        oriented_bounds = [
-            sorted((c.sign * c.bounds[0], c.sign * c.bounds[1])) if c.bounds else (None, None) for c in components
-        ]
-        self._bounds = oriented_bounds
-        total_w = sum(c.weight for c in components) or 1.0
-        if all(c.bounds for c in components):
-            lo = sum(c.weight * b[0] for c, b in zip(components, oriented_bounds, strict=True)) / total_w
-            hi = sum(c.weight * b[1] for c, b in zip(components, oriented_bounds, strict=True)) / total_w
-            self._scalar_bounds: tuple[float | None, float | None] = (lo, hi)
-        else:
-            self._scalar_bounds = (None, None)
+        self._bounds: list[tuple[float | None, float | None]] = [b or (None, None) for b in oriented_bounds(components)]
+        self._scalar_bounds: tuple[float | None, float | None] = scalar_bounds(components) or (None, None)
 
     def cell(self, m: Member) -> tuple[int, ...]:
         out = []
@@ -136,8 +128,8 @@ class Population:
     def member(
         self, program_id: int, island: int, generation: int, scores: dict[str, float], scalar: float, code_length: int
     ) -> Member:
-        oriented = np.array([c.sign * float(scores.get(c.name, c.failure)) for c in self.components])
-        return Member(program_id, island % len(self.islands), generation, oriented, scalar, code_length)
+        vector = oriented_array(self.components, scores)
+        return Member(program_id, island % len(self.islands), generation, vector, scalar, code_length)
 
     def add(self, m: Member | None) -> None:
         """Record one evaluated program (None for a failed one: it counts for migration timing only)."""

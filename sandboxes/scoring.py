@@ -1,4 +1,4 @@
-"""The trusted side of an evaluation: what goes into a sandbox, and how its raw reply becomes a vector.
+"""Trusted scoring: what goes into a sandbox, and how its raw reply becomes a score vector. It runs no code.
 
 Backends only move a job in and a reply out; everything that decides a score lives here, so the process and
 Docker sandboxes score identically.
@@ -31,18 +31,15 @@ def make_job(problem: Problem, program_path: str, evaluator_path: str | None, wo
     return job
 
 
-def failed(problem: Problem, kind: ErrorKind, error: str, duration_s: float, sandbox: str) -> EvalOutcome:
-    scores = {c.name: c.failure for c in problem.components}
-    return EvalOutcome(scores, kind, error[:2000], duration_s, sandbox)
-
-
 def interpret(problem: Problem, reply: Any, duration_s: float, sandbox: str) -> EvalOutcome:
     """Turn a harness reply into an outcome; a reply of the wrong shape is `bad_output`, never an exception."""
     if not isinstance(reply, dict):
-        return failed(problem, ErrorKind.BAD_OUTPUT, "the sandbox sent no valid reply", duration_s, sandbox)
+        return EvalOutcome.failure(
+            problem, ErrorKind.BAD_OUTPUT, "the sandbox sent no valid reply", duration_s, sandbox
+        )
     if "kind" in reply:
         kind = reply["kind"] if reply["kind"] in ErrorKind.__members__.values() else ErrorKind.CRASH
-        return failed(problem, ErrorKind(kind), str(reply.get("error", "")), duration_s, sandbox)
+        return EvalOutcome.failure(problem, ErrorKind(kind), str(reply.get("error", "")), duration_s, sandbox)
     if problem.form == "split":
         return _score_split(problem, reply.get("outputs"), duration_s, sandbox)
     return _check_simple(problem, reply, duration_s, sandbox)
@@ -50,7 +47,7 @@ def interpret(problem: Problem, reply: Any, duration_s: float, sandbox: str) -> 
 
 def _score_split(problem: Problem, outputs: Any, duration_s: float, sandbox: str) -> EvalOutcome:
     if not isinstance(outputs, dict):
-        return failed(problem, ErrorKind.BAD_OUTPUT, "reply has no outputs", duration_s, sandbox)
+        return EvalOutcome.failure(problem, ErrorKind.BAD_OUTPUT, "reply has no outputs", duration_s, sandbox)
     scores: dict[str, float] = {}
     case_errors: dict[str, str] = {}
     notes: list[str] = []
@@ -83,11 +80,11 @@ def _score_split(problem: Problem, outputs: Any, duration_s: float, sandbox: str
 def _check_simple(problem: Problem, reply: dict[str, Any], duration_s: float, sandbox: str) -> EvalOutcome:
     raw = reply.get("scores")
     if not isinstance(raw, dict):
-        return failed(problem, ErrorKind.BAD_OUTPUT, "evaluate() returned no scores", duration_s, sandbox)
+        return EvalOutcome.failure(problem, ErrorKind.BAD_OUTPUT, "evaluate() returned no scores", duration_s, sandbox)
     want, got = problem.component_names, list(raw)
     if set(got) != set(want):
         missing, extra = sorted(set(want) - set(got))[:3], sorted(set(got) - set(want))[:3]
-        return failed(
+        return EvalOutcome.failure(
             problem,
             ErrorKind.BAD_OUTPUT,
             f"evaluate() returned the wrong names (missing {missing}, unexpected {extra})",
@@ -96,7 +93,9 @@ def _check_simple(problem: Problem, reply: dict[str, Any], duration_s: float, sa
         )
     bad = [k for k, v in raw.items() if not isinstance(v, int | float) or not math.isfinite(v)]
     if bad:
-        return failed(problem, ErrorKind.BAD_OUTPUT, f"evaluate() returned non-finite {bad[:3]}", duration_s, sandbox)
+        return EvalOutcome.failure(
+            problem, ErrorKind.BAD_OUTPUT, f"evaluate() returned non-finite {bad[:3]}", duration_s, sandbox
+        )
     feedback = reply.get("feedback")
     scores = {name: float(raw[name]) for name in want}
     return EvalOutcome(scores, None, None, duration_s, sandbox, feedback=feedback if feedback else None)
@@ -107,13 +106,15 @@ def outcome_from(
 ) -> EvalOutcome:
     """What every backend returns: a wall-clock `status` ("exit N", "signal X", "timeout") plus the reply."""
     if status == "timeout":
-        outcome = failed(
+        outcome = EvalOutcome.failure(
             problem, ErrorKind.TIMEOUT, f"exceeded {problem.config.limits.timeout_s}s", duration_s, sandbox
         )
     elif reply is None:
         memory = "MemoryError" in stderr or "Cannot allocate memory" in stderr or status == "signal SIGKILL"
         kind = ErrorKind.MEMORY if memory else ErrorKind.CRASH
-        outcome = failed(problem, kind, f"no reply ({status}); stderr: {stderr[-400:]}", duration_s, sandbox)
+        outcome = EvalOutcome.failure(
+            problem, kind, f"no reply ({status}); stderr: {stderr[-400:]}", duration_s, sandbox
+        )
     else:
         outcome = interpret(problem, reply, duration_s, sandbox)
     outcome.stdout, outcome.stderr = stdout, stderr
