@@ -19,9 +19,9 @@ from rich.console import Console
 from rich.table import Table
 
 from evolve.problem import load_problem
+from evolve.problem.samples import write_problem
 from sandboxes.docker_pool import DockerSandbox, docker_available
 from sandboxes.process import ProcessSandbox
-from tests.helpers import write_problem
 
 TRIVIAL = "def solve(x):\n    return x * x\n"
 

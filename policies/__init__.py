@@ -1,4 +1,7 @@
-"""Policies: the LLMs that write variants, and (later) how they are trained."""
+"""Policies: the LLMs that write variants (backends), the advantage estimators, and the trainer that updates them.
+
+This package imports nothing from `evolve/`: the engine hands it prompts and training groups.
+"""
 
 from policies.base import Generated, Policy, PolicyError, SamplingParams
 

@@ -22,20 +22,31 @@ from policies.groups import TrainingGroup
 
 @dataclass(frozen=True)
 class TrainConfig:
+    """How the policy is updated on its own groups; stored with every policy version it produces."""
+
+    # The advantage estimator (policies/advantages.py): "vpo" (set reward under W random scalarisations),
+    # "grpo" (mean of the answers' scalar views) or "multi-rlvr" (best answer under one fixed scalarisation).
     method: str = "vpo"
+    # LoRA adapter: rank, scaling alpha, and the projection layers it wraps.
     lora_rank: int = 16
     lora_alpha: int = 32
     target_modules: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
-    learning_rate: float = 2e-5
+    learning_rate: float = 2e-5  # AdamW on the adapter weights only
+    # PPO-clip range on the ratio new/old policy: [1 - clip_low, 1 + clip_high] (asymmetric, as in DAPO, so
+    # unlikely tokens with positive advantage can still rise).
     clip_low: float = 0.2
     clip_high: float = 0.28
+    # Cap on the importance weight old/sampler that corrects for the sampler's own logprobs (vLLM's sampling
+    # numerics differ from the trainer's); larger weights are truncated (truncated importance sampling).
     is_cap: float = 2.0
-    kl_coef: float = 0.0
-    epochs: int = 1
-    minibatch: int = 8
-    max_completion_tokens: int | None = None
+    kl_coef: float = 0.0  # weight of a k3 KL penalty to the base model (adapter off); 0 switches it off
+    epochs: int = 1  # passes over the batch per update
+    minibatch: int = 8  # completions per optimizer step
+    max_completion_tokens: int | None = None  # train on at most this many leading tokens of a completion
+    # Train on groups sampled by the newest policy version and this many versions before it (staleness bound);
+    # `evolve train` passes a huge number to use every group in the archive.
     versions_back: int = 1
-    seed: int = 0
+    seed: int = 0  # shuffling of samples into minibatches
 
     def as_dict(self) -> dict[str, Any]:
         return {**asdict(self), "target_modules": list(self.target_modules)}
@@ -73,9 +84,9 @@ def ppo_clip_loss(
     sampler_logprobs: Any,
     advantages: Any,
     *,
-    clip_low: float = 0.2,
-    clip_high: float = 0.28,
-    is_cap: float = 2.0,
+    clip_low: float = TrainConfig.clip_low,
+    clip_high: float = TrainConfig.clip_high,
+    is_cap: float = TrainConfig.is_cap,
 ) -> tuple[Any, Any, Any]:
     """Per-token PPO-clip loss (to be summed and divided by the token count), clipped mask, IS weights.
 

@@ -1,56 +1,12 @@
-"""Problem folders made on the fly for tests."""
+"""Problem folders and runs made on the fly for tests (the plain folders live in evolve.problem.samples)."""
 
 from __future__ import annotations
 
-import textwrap
 from pathlib import Path
 
-SPLIT_TOML = """
-name = "{name}"
-description = "test problem"
-[program]
-file = "seed.py"
-entry_point = "solve"
-[fitness]
-components = [{{ name = "c0", bounds = [0.0, 1.0] }}, {{ name = "c1", bounds = [0.0, 1.0] }}]
-[limits]
-timeout_s = {timeout}
-memory_mb = 512
-max_processes = 32
-"""
+from evolve.problem.samples import GOOD_SEED, SPLIT_EVAL, SPLIT_TOML, write_problem
 
-# score() echoes what the candidate returned into the feedback, so tests can see what happened inside.
-SPLIT_EVAL = """
-def cases():
-    return [{"name": "c0", "input": 2, "expected": 4}, {"name": "c1", "input": 3, "expected": 9}]
-
-def score(case, output):
-    return (1.0 if output == case["expected"] else 0.0), repr(output)[:2000]
-"""
-
-GOOD_SEED = """
-# EVOLVE-BLOCK-START
-def solve(x):
-    return x * x
-# EVOLVE-BLOCK-END
-"""
-
-
-def write_problem(
-    root: Path,
-    *,
-    seed: str = GOOD_SEED,
-    evaluate: str = SPLIT_EVAL,
-    toml: str | None = None,
-    timeout: float = 3.0,
-    name: str = "t",
-) -> Path:
-    root.mkdir(parents=True, exist_ok=True)
-    (root / "problem.toml").write_text(toml if toml is not None else SPLIT_TOML.format(name=name, timeout=timeout))
-    (root / "seed.py").write_text(textwrap.dedent(seed))
-    (root / "evaluate.py").write_text(textwrap.dedent(evaluate))
-    return root
-
+__all__ = ["GOOD_SEED", "SPLIT_EVAL", "SPLIT_TOML", "write_problem"]
 
 SQUARE_SEED = """# EVOLVE-BLOCK-START
 def solve(x):
