@@ -21,7 +21,7 @@ from evolve.search import DEFAULT_POLICY, Search, SearchSetupError, build_search
 from policies.base import PolicyError, StatusReporting
 
 POLICY_HELP = (
-    "transformers:embedded | transformers:DIR_OR_HUB_ID | vllm:URL[@MODEL] | openai:URL@MODEL | "
+    "transformers:embedded | transformers:DIR_OR_HUB_ID | vllm:URL | vllm:URL@MODEL | openai:URL@MODEL | "
     "vllm-local:MODEL | replay:FILE"
 )
 TRAIN_METHODS = ("vpo", "grpo", "multi-rlvr")
