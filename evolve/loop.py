@@ -19,7 +19,7 @@ import numpy as np
 
 from evolve.archive import Archive, CompletionRecord, code_hash
 from evolve.archive.models import Run
-from evolve.fitness import oriented_by_name, raw_scores, scalar_view
+from evolve.fitness import oriented_by_name, raw_scores, scalar_view, signs
 from evolve.problem import Problem
 from evolve.prompts import PromptInputs, build_prompt, parse_completion
 from evolve.runs import RunOptions
@@ -71,6 +71,7 @@ class SearchLoop:
             options.max_time_s,
             prior_elapsed_s=float(run.state.get("elapsed_s", 0.0)),
             sandbox=sandbox.kind,
+            signs=signs(problem.components),
         )
         self.hashes: dict[str, int | None] = {}
         self.children: asyncio.Queue[Child] = asyncio.Queue(maxsize=max(2 * options.workers, 4))

@@ -34,6 +34,7 @@ class LoopStats:
     train_failures: int = 0
     last_train: str = ""
     policy_status: str = ""  # e.g. "waiting for the server", set by the live view from the policy
+    signs: dict[str, float] = field(default_factory=dict)  # +1/-1 per component (fitness.signs); 1 when absent
 
     @property
     def session_s(self) -> float:
@@ -44,6 +45,7 @@ class LoopStats:
         return self.prior_elapsed_s + self.session_s
 
     def record_best(self, program_id: int, scalar: float, oriented_by_name: dict[str, float]) -> None:
+        """Keep the best scalar and the best oriented value per component (shown with the evaluator's sign)."""
         if self.best_scalar is None or scalar > self.best_scalar:
             self.best_scalar, self.best_id = scalar, program_id
         for name, value in oriented_by_name.items():
@@ -97,9 +99,9 @@ class LoopStats:
             "best scalar",
             "-" if self.best_scalar is None else f"{self.best_scalar:.6g} (#{self.best_id})",
         )
-        best = Table(title="best per component (oriented)", show_edge=False)
+        best = Table(title="best per component", show_edge=False)
         shown = self.components[:12]
         for name in shown:
             best.add_column(name, justify="right")
-        best.add_row(*(f"{self.best_components.get(n, float('nan')):.4g}" for n in shown))
+        best.add_row(*(f"{self.signs.get(n, 1.0) * self.best_components.get(n, float('nan')):.4g}" for n in shown))
         return Group(head, best)
