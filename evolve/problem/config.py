@@ -12,13 +12,13 @@ class _Strict(BaseModel):
 
 
 class ProgramSection(_Strict):
-    file: str = "seed.py"
+    file: str = "seed.py"  # the seed program, relative to the problem folder
     language: Literal["python"] = "python"
-    entry_point: str = "solve"
+    entry_point: str = "solve"  # split form: the function each case's input is passed to
 
 
 class EvaluatorSection(_Strict):
-    file: str = "evaluate.py"
+    file: str = "evaluate.py"  # trusted: `evaluate(program_path)`, or `cases()` + `score(case, output)`
     # "auto": split when the evaluator defines both `cases` and `score`, simple otherwise.
     form: Literal["auto", "simple", "split"] = "auto"
 
@@ -28,9 +28,9 @@ class ComponentSpec(_Strict):
 
     name: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_.\-]*$")
     direction: Literal["maximize", "minimize"] = "maximize"
-    weight: float = Field(default=1.0, ge=0.0)
-    bounds: tuple[float, float] | None = None
-    fail_value: float | None = None
+    weight: float = Field(default=1.0, ge=0.0)  # its share of the scalar view
+    bounds: tuple[float, float] | None = None  # (low, high) as reported; normalises selection and rewards
+    fail_value: float | None = None  # what a failure scores; default in `failure`
 
     @property
     def sign(self) -> float:
@@ -75,10 +75,12 @@ class FitnessSection(_Strict):
 
 
 class LimitsSection(_Strict):
-    timeout_s: float = Field(default=10.0, gt=0, le=86_400)
-    memory_mb: int = Field(default=1024, ge=64)
-    max_processes: int = Field(default=64, ge=1)
-    max_file_mb: int = Field(default=8, ge=1)
+    """What one evaluation may use inside the sandbox; past a limit it fails with that error kind."""
+
+    timeout_s: float = Field(default=10.0, gt=0, le=86_400)  # wall time of one whole evaluation (all cases)
+    memory_mb: int = Field(default=1024, ge=64)  # memory of the candidate
+    max_processes: int = Field(default=64, ge=1)  # processes and threads of the candidate
+    max_file_mb: int = Field(default=8, ge=1)  # largest file it may write
 
 
 class SearchSection(_Strict):
