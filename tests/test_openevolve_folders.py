@@ -59,13 +59,14 @@ def _docker_or_missing() -> None:
 def _rows(db: Path) -> dict[str, dict]:
     with sqlite3.connect(db) as con:
         rows = con.execute(
-            "SELECT p.code, e.scores, e.scalar, e.error_kind, e.error, e.feedback, e.stages "
+            "SELECT p.id, p.code, e.scores, e.scalar, e.error_kind, e.error, e.feedback, e.stages "
             "FROM programs p JOIN evaluations e ON e.program_id = p.id"
         ).fetchall()
     out = {}
-    for code, scores, scalar, kind, error, feedback, stages in rows:
+    for pid, code, scores, scalar, kind, error, feedback, stages in rows:
         key = next((e for e in CHILDREN if f"return {e}\n" in code), "seed")
         out[key] = dict(
+            id=pid,
             scores=json.loads(scores),
             scalar=scalar,
             kind=kind,
@@ -147,6 +148,8 @@ def test_openevolve_folder_runs_unchanged(tmp_path, folder, sandbox):
         half = rows["x * 2"]
         assert [s["stage"] for s in half["stages"]] == [1, 2] and half["scores"]["large"] == 0.0
         assert "cascade stopped after stage 2: score 0.555556 below threshold 0.9" in half["feedback"]
+        shown = _cli("show", str(db), str(exact["id"]))
+        assert "stage 2: medium 1" in shown.stdout and "stage 3: large 1, combined_score 1" in shown.stdout
     if folder == "artifacts":
         assert "wrong_inputs: solve(x) != x*x for x in [1, 3, 4, 5, 6, 7]" in rows["x * 2"]["feedback"]
     # combined_score, when returned, is the scalar view; otherwise the mean of the metrics.

@@ -112,9 +112,10 @@ class _Reader:
 
 
 def _note(out: MappedConfig, key: str) -> None:
-    section = key.split(".")[0]
-    reason = IGNORED.get(key) or IGNORED.get(f"{section}.*") if "." in key else IGNORED.get(key)
-    out.notes.append(f"config.yaml: {key} ignored: {reason or 'unknown setting'}")
+    """One line for an ignored setting: its own reason, else its section's, else 'unknown setting'."""
+    section_reason = IGNORED.get(f"{key.split('.')[0]}.*") if "." in key else None
+    reason = IGNORED.get(key) or section_reason or "unknown setting"
+    out.notes.append(f"config.yaml: {key} ignored: {reason}")
 
 
 def read_config(path: Path) -> MappedConfig:
