@@ -119,6 +119,18 @@ def test_mapping_without_a_sandbox():
     assert mapped.evaluator == {"cascade": True, "cascade_thresholds": [0.6, 0.9]} and mapped.notes == []
 
 
+def test_unknown_and_section_settings_get_their_reason(tmp_path):
+    path = tmp_path / "config.yaml"
+    path.write_text("frobnicate: 1\nllm:\n  top_p: 0.9\ndatabase:\n  shiny: true\nevaluator:\n  cpu_limit: 2\n")
+    assert read_config(path).notes == [
+        "config.yaml: frobnicate ignored: unknown setting",
+        "config.yaml: llm.top_p ignored: sampling uses top_p 0.95",
+        "config.yaml: database.shiny ignored: the archive (--db) keeps every program, prompt and evaluation"
+        " as it lands",
+        "config.yaml: evaluator.cpu_limit ignored: not supported here",
+    ]
+
+
 def test_components_without_combined_score_weigh_equally_and_failures_never_beat_the_seed(tmp_path, sandbox):
     root = _folder(tmp_path, 'def evaluate(program_path):\n    return {"gain": 0.25, "loss": -3.0, "label": "x"}\n')
     problem, notes = load_openevolve(root, lambda p: sandbox.evaluate(p, p.seed_code))
