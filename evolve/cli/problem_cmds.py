@@ -97,6 +97,13 @@ def check(folder: Path, sandbox: SandboxOpt = "auto") -> None:
     console.print(
         f"scalar view {scalar_view(problem.components, outcome.scores):.6g}, {outcome.duration_s * 1000:.0f} ms"
     )
+    if not (problem.root / "problem.toml").is_file():
+        console.print(
+            f"OpenEvolve folder: components inferred from the seed's metrics; `evolve init --from {folder}` "
+            "writes them to problem.toml for editing",
+            highlight=False,
+            markup=False,
+        )
 
 
 def eval_program(
