@@ -299,6 +299,7 @@ class SearchLoop:
                 error=outcome.error,
                 duration_s=outcome.duration_s,
                 feedback=outcome.feedback,
+                stages=outcome.stages,
                 stdout=outcome.stdout[:STORED_OUTPUT],
                 stderr=outcome.stderr[:STORED_OUTPUT],
                 sandbox=outcome.sandbox,

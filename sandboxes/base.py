@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from evolve.fitness import failure_scores
 
@@ -36,6 +36,8 @@ class EvalOutcome:
     stderr: str = ""
     feedback: str | None = None
     case_errors: dict[str, str] = field(default_factory=dict)
+    metrics: dict[str, float] = field(default_factory=dict)  # simple form: every number evaluate() returned
+    stages: list[dict[str, Any]] | None = None  # cascade: each stage's metrics, in order
 
     @property
     def ok(self) -> bool:

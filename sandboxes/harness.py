@@ -12,6 +12,7 @@ import os
 import signal
 import sys
 import traceback
+import types
 
 
 class CaseTimeout(BaseException):
@@ -73,28 +74,30 @@ def run_split(job):
     return {"outputs": outputs}
 
 
+def install_modules(sources):
+    """Make modules the engine ships with the job importable (the `openevolve.evaluation_result` stand-in)."""
+    for name, source in (sources or {}).items():
+        parent, _, leaf = name.rpartition(".")
+        if parent and not hasattr(sys.modules.get(parent), "__path__"):
+            package = types.ModuleType(parent)
+            package.__path__ = []
+            sys.modules[parent] = package
+        module = types.ModuleType(name)
+        sys.modules[name] = module
+        exec(compile(source, f"<{name}>", "exec"), module.__dict__)
+        if parent:
+            setattr(sys.modules[parent], leaf, module)
+
+
 def run_simple(job):
+    """Simple form: the evaluator runs here, beside the candidate; `_evolve_simple` (shipped with the job)
+    turns what it returns, or its cascade of stages, into the reply."""
     try:
+        install_modules(job.get("modules"))
         evaluator = _load(job["evaluator"], "evaluator")
-        result = evaluator.evaluate(job["program"])
+        return sys.modules["_evolve_simple"].evaluate(evaluator, job)
     except BaseException as exc:
         return _failure(exc)
-    feedback = None
-    if isinstance(result, tuple) and len(result) == 2:
-        result, feedback = result
-    metrics = getattr(result, "metrics", result)
-    feedback = getattr(result, "artifacts", feedback)
-    if not isinstance(metrics, dict):
-        return {"kind": "bad_output", "error": f"evaluate() returned {type(metrics).__name__}, not a dict"}
-    scores = {}
-    for key, value in metrics.items():
-        try:
-            scores[str(key)] = float(value)
-        except (TypeError, ValueError):
-            return {"kind": "bad_output", "error": f"evaluate()[{key!r}] is {type(value).__name__}"}
-    if feedback is not None and not isinstance(feedback, str):
-        feedback = json.dumps(feedback, default=str)
-    return {"scores": scores, "feedback": feedback}
 
 
 def run_job(job):

@@ -37,7 +37,15 @@ def test_fresh_archive_is_at_head_and_in_wal_mode(tmp_path):
     Archive(tmp_path / "a.db").close()
     con = sqlite3.connect(tmp_path / "a.db")
     assert con.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-    assert con.execute("SELECT version_num FROM alembic_version").fetchone()[0] == "0001"
+    from alembic.config import Config
+    from alembic.script import ScriptDirectory
+
+    from evolve.archive.store import MIGRATIONS
+
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS))
+    head = ScriptDirectory.from_config(cfg).get_current_head()
+    assert con.execute("SELECT version_num FROM alembic_version").fetchone()[0] == head
 
 
 def test_newer_schema_is_refused(tmp_path):

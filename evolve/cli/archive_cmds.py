@@ -102,6 +102,9 @@ def show(db: Path, program_id: int) -> None:
         )
         if ev.feedback:
             console.print(f"feedback: {ev.feedback[:2000]}", highlight=False)
+        for stage in ev.stages or []:
+            metrics = ", ".join(f"{k} {v:.6g}" for k, v in stage.get("metrics", {}).items())
+            console.print(f"stage {stage.get('stage')}: {metrics}", highlight=False, markup=False)
     chain = archive.lineage(program.id)
     console.print(
         "lineage: "

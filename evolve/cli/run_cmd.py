@@ -112,7 +112,7 @@ def run(
     ] = None,
 ) -> None:
     """Run (or resume) an evolutionary search; Ctrl-C stops cleanly and the same command resumes."""
-    problem = load_or_fail(problem_dir)
+    problem = load_or_fail(problem_dir, sandbox)
     if edit_format not in (None, "diff", "full"):
         fail(f"--edit-format {edit_format}: use diff or full")
     if train_method not in TRAIN_METHODS:
