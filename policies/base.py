@@ -18,6 +18,7 @@ class SamplingParams:
     top_p: float = 0.95
     max_new_tokens: int = 768
     seed: int | None = None
+    top_k: int = 0  # 0: no top-k cut
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -25,7 +26,8 @@ class SamplingParams:
 
 @dataclass(frozen=True)
 class Generated:
-    """One completion as sampled. `logprobs` are the sampler's own (after temperature and top-p)."""
+    """One completion as sampled. `logprobs` are those of the distribution each token was drawn from (after
+    temperature, top-k and top-p): the behaviour policy the trainer's importance weight divides by."""
 
     text: str
     token_ids: list[int] | None
