@@ -57,7 +57,11 @@ def train(
     except (TrainingUnsupported, PolicyError) as exc:
         fail(str(exc))
     for step in range(steps):
-        stats = trainer.step()
+        try:
+            stats = trainer.step()
+        except Exception as exc:  # the step undid itself: no version row, no adapter directory
+            kept = f"v{policy_impl.version} stays served"
+            fail(f"update {step + 1} failed ({type(exc).__name__}: {exc}); nothing was recorded, {kept}")
         if stats.samples == 0:
             fail(f"{db}: nothing to train on (skipped: {stats.skipped}); run a search with a transformers policy first")
         console.print(
