@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
 
 from evolve.prompts import PromptInputs, build_prompt
@@ -40,7 +43,10 @@ def tiny_pairs() -> list[tuple[str, str]]:
 
 
 @pytest.fixture(scope="session")
-def tiny_model_dir(tmp_path_factory):
+def tiny_model_dir():
     from policies.tiny import build_taught_model
 
-    return build_taught_model(tmp_path_factory.mktemp("tiny"), tiny_pairs(), steps=TEACH_STEPS)
+    # Kept between sessions (keyed by everything that shapes it), since teaching it is the suite's largest cost.
+    cache = Path(os.environ.get("EVOLVE_TEST_CACHE", Path.home() / ".cache" / "vpo-evolve" / "test-models"))
+    cache.mkdir(parents=True, exist_ok=True)
+    return build_taught_model(cache, tiny_pairs(), steps=TEACH_STEPS)

@@ -36,7 +36,8 @@ def warped_logprobs(model, prompt_ids, completion_ids, params: SamplingParams) -
 
 
 def raw_logprobs(model, prompt_ids, completion_ids) -> torch.Tensor:
-    return warped_logprobs(model, prompt_ids, completion_ids, SamplingParams(temperature=1.0, top_p=1.0, max_new_tokens=1))
+    unwarped = SamplingParams(temperature=1.0, top_p=1.0, max_new_tokens=1)
+    return warped_logprobs(model, prompt_ids, completion_ids, unwarped)
 
 
 @pytest.fixture(scope="module")
