@@ -59,6 +59,9 @@ def run(
     trainer_model: Annotated[
         str | None, typer.Option(help="local dir or hub id of the served base model (for vllm:/openai: policies)")
     ] = None,
+    allow_weak_sandbox: Annotated[
+        bool, typer.Option(help="run a split-form problem although candidates could read its expected answers")
+    ] = False,
 ) -> None:
     """Run (or resume) an evolutionary search; Ctrl-C stops cleanly and the same command resumes."""
     problem = load_or_fail(problem_dir)
@@ -89,6 +92,12 @@ def run(
         archive = Archive(target_db)
         check_resumable(archive, problem)
         sandbox_impl = make_sandbox(sandbox, workers=workers)
+        if problem.form == "split" and not sandbox_impl.hides_files and not allow_weak_sandbox:
+            sandbox_impl.close()
+            fail(
+                f"{sandbox_impl.isolation()}; candidates could read {problem.name}'s expected answers. "
+                "Install bubblewrap or start Docker, or pass --allow-weak-sandbox to accept this"
+            )
         policy_impl = make_policy(policy)  # slow for local models: after every quick check, before any write
         run_row, resumed = open_run(archive, problem, options)
     except (ArchiveError, RunMismatch, SandboxUnavailable, PolicyError) as exc:
