@@ -31,7 +31,7 @@ from typing import Any
 
 from evolve.problem import Problem
 from sandboxes.base import OUTPUT_CAP, EvalOutcome, SandboxRefused
-from sandboxes.jail import DATA, WORK, Jail, find_jail
+from sandboxes.jail import DATA, WORK, find_jail
 from sandboxes.runner import HARNESS_PATH, make_job, outcome_from, program_filename
 
 CLONE_NEWUSER, CLONE_NEWNET = 0x10000000, 0x40000000
@@ -167,12 +167,11 @@ class ProcessSandbox:
         self._base_uid = base_uid
         self._jail, self._why_no_jail = find_jail() if jail else (None, "bubblewrap was turned off")
         self.hides_files = self._jail is not None
-        if self._jail is None:
-            # Orphans of a candidate are re-parented to us rather than to PID 1, so we can reap them at once
-            # and they never count against the slot's process limit as zombies. (In the jail the pid
-            # namespace's first process is their reaper.)
-            if _libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
-                raise SandboxRefused(f"process sandbox: prctl(PR_SET_CHILD_SUBREAPER) failed: {_errno()}")
+        # Outside the jail, orphans of a candidate are re-parented to us rather than to PID 1, so we can reap
+        # them at once and they never count against the slot's process limit as zombies. (In the jail the pid
+        # namespace's first process is their reaper.)
+        if self._jail is None and _libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+            raise SandboxRefused(f"process sandbox: prctl(PR_SET_CHILD_SUBREAPER) failed: {_errno()}")
         self._slot_locks = _claim_slots(slots)
         self._slots: queue.Queue[int] = queue.Queue()
         for i in self._slot_locks:
@@ -315,8 +314,8 @@ class ProcessSandbox:
         reply_r, reply_w = os.pipe()
         command = [sys.executable, "-I", "-B", "_evolve_harness.py", str(reply_w)]
         if self._jail is not None:
-            nproc = str(problem.config.limits.max_processes)
-            command = self._jail.argv(workdir, problem.data_dir, [*command, str(uid) if uid is not None else "-", nproc])
+            run_as, nproc = str(uid) if uid is not None else "-", str(problem.config.limits.max_processes)
+            command = self._jail.argv(workdir, problem.data_dir, [*command, run_as, nproc])
         try:
             proc = subprocess.Popen(
                 command,

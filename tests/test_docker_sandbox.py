@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 
@@ -135,7 +136,7 @@ FORGE = (
     "        if b'container_runner' not in open(f'/proc/{pid}/cmdline', 'rb').read():\n            continue\n"
     "        for fd in os.listdir(f'/proc/{pid}/fd'):\n            if fd != '0':\n                try:\n"
     "                    with open(f'/proc/{pid}/fd/{fd}', 'w') as f:\n"
-    "                        f.write('{\"reply\": null, \"status\": \"exit 0\", \"nonce\": \"guess\"}\\n')\n"
+    '                        f.write(\'{"reply": null, "status": "exit 0", "nonce": "guess"}\\n\')\n'
     "                except OSError:\n                    pass\n    except OSError:\n        pass\n"
 )
 
@@ -144,10 +145,8 @@ def _forge_on_every_channel(sandbox, stop: threading.Event, once: bool) -> None:
     """Write a line on the runner's channel from outside the candidate, as a leaked descriptor would."""
     while not stop.is_set():
         for box in _ours(sandbox):
-            try:
+            with contextlib.suppress(Exception):  # the container may be being replaced
                 box.exec_run([sandbox._spec.python, "-I", "-c", FORGE])
-            except Exception:
-                pass  # the container is being replaced
         if once:
             return
         time.sleep(0.1)

@@ -143,7 +143,8 @@ def test_other_processes_environment_and_command_lines_are_hidden(sandbox, probl
             "import os\ndef solve(x):\n    seen = []\n"
             "    paths = [f'/proc/{os.getppid()}/environ'] + [f'/proc/{p}/{f}' for p in os.listdir('/proc')"
             " if p.isdigit() for f in ('cmdline', 'environ')]\n"
-            "    for path in paths:\n        try:\n            seen.append(open(path, 'rb').read().decode(errors='replace'))\n"
+            "    for path in paths:\n        try:\n"
+            "            seen.append(open(path, 'rb').read().decode(errors='replace'))\n"
             "        except OSError:\n            pass\n    return '|'.join(seen)\n"
         )
         outcome = sandbox.evaluate(problem, code)
@@ -220,3 +221,20 @@ def _read(path: Path) -> bytes:
         return path.read_bytes()
     except OSError:
         return b""
+
+
+def test_without_bubblewrap_the_process_sandbox_says_weak_and_run_refuses_split_problems(problem, tmp_path):
+    box = ProcessSandbox(slots=1, jail=False)
+    try:
+        assert not box.hides_files and "WEAK" in box.isolation()
+    finally:
+        box.close()
+    from tests.helpers import evolve_run_cmd
+
+    command = evolve_run_cmd(problem.root, tmp_path / "a.db", "replay:/nonexistent", 4)
+    env = {**os.environ, "PATH": str(tmp_path)}  # no bwrap to be found
+    out = subprocess.run(command, capture_output=True, text=True, timeout=120, env=env)
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert "WEAK" in out.stderr and "--allow-weak-sandbox" in out.stderr
+    allowed = subprocess.run([*command, "--allow-weak-sandbox"], capture_output=True, text=True, timeout=120, env=env)
+    assert "WEAK" not in allowed.stderr and "replay" in allowed.stderr  # past the check, stopped by the policy
