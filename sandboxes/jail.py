@@ -41,8 +41,8 @@ class Jail:
 
     def argv(self, workdir: str, data_dir: Path | None, command: list[str]) -> list[str]:
         namespaces = ["--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
-        if not self.as_root:
-            namespaces.insert(0, "--unshare-user")
+        if not self.as_root:  # our own user namespace, and none deeper for the candidate to make
+            namespaces[:0] = ["--unshare-user", "--disable-userns"]
         args = [self.bwrap, *namespaces, "--die-with-parent", "--new-session", "--ro-bind", "/usr", "/usr"]
         for name in ("bin", "lib", "lib64", "sbin"):
             host = Path("/") / name
@@ -53,8 +53,9 @@ class Jail:
         for extra in ("/etc/ld.so.cache", "/etc/localtime"):
             if os.path.exists(extra):
                 args += ["--ro-bind", extra, extra]
-        args += ["--proc", "/proc", "--dev", "/dev", "--perms", "01777", "--tmpfs", "/tmp"]
-        args += ["--perms", "01777", "--tmpfs", "/dev/shm"]
+        # Private, size-capped temp space (the sizes match the Docker sandbox's tmpfs mounts).
+        args += ["--proc", "/proc", "--dev", "/dev", "--perms", "01777", "--size", str(256 << 20), "--tmpfs", "/tmp"]
+        args += ["--perms", "01777", "--size", str(64 << 20), "--tmpfs", "/dev/shm"]
         for root in python_roots():
             for parent in reversed(root.parents[:-1]):  # bubblewrap would make missing parents 0700
                 args += ["--perms", "0755", "--dir", str(parent)]

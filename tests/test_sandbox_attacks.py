@@ -156,6 +156,28 @@ def test_other_processes_environment_and_command_lines_are_hidden(sandbox, probl
     assert_known_vectors(sandbox, problem)
 
 
+def test_the_mount_view_cannot_be_escaped(sandbox, problem):
+    """Through /proc's root links, '..' past the root, or a user namespace of its own in which it unmounts."""
+    target = str(problem.evaluator_path)
+    code = (
+        "import ctypes, os\ndef solve(x):\n    libc = ctypes.CDLL(None, use_errno=True)\n    found = []\n"
+        f"    target = {target!r}\n"
+        "    def look(tag):\n"
+        "        for path in (target, '/proc/1/root' + target, '/proc/self/root/../../..' + target):\n"
+        "            try:\n                open(path).read()\n                found.append(tag + ':' + path)\n"
+        "            except OSError:\n                pass\n    look('plain')\n"
+        "    try:\n        os.chroot('/tmp')\n        os.chdir('../../..')\n        look('chroot')\n"
+        "    except OSError:\n        pass\n"
+        "    if libc.unshare(0x10000000 | 0x00020000) == 0:\n"
+        "        libc.mount(b'none', b'/', None, 0x4000 | 0x40000, None)\n"
+        "        for m in (b'/work', b'/usr', b'/tmp', b'/'):\n            libc.umount2(m, 2)\n"
+        "        look('userns')\n    return found\n"
+    )
+    got = reported(sandbox.evaluate(problem, code))
+    assert got == [], got
+    assert_known_vectors(sandbox, problem)
+
+
 def test_the_problem_folder_cannot_be_written(sandbox, problem):
     evaluator = problem.evaluator_path
     before = evaluator.read_bytes()
@@ -231,7 +253,7 @@ def test_without_bubblewrap_the_process_sandbox_says_weak_and_run_refuses_split_
         box.close()
     from tests.helpers import evolve_run_cmd
 
-    command = evolve_run_cmd(problem.root, tmp_path / "a.db", "replay:/nonexistent", 4)
+    command = [a for a in evolve_run_cmd(problem.root, tmp_path / "a.db", "replay:/nonexistent", 4) if "weak" not in a]
     env = {**os.environ, "PATH": str(tmp_path)}  # no bwrap to be found
     out = subprocess.run(command, capture_output=True, text=True, timeout=120, env=env)
     assert out.returncode == 2, out.stdout + out.stderr
