@@ -8,6 +8,7 @@ setpriv, as an unprivileged user.
 from __future__ import annotations
 
 import ast
+import json
 import os
 import sqlite3
 import subprocess
@@ -260,3 +261,25 @@ def test_without_bubblewrap_the_process_sandbox_says_weak_and_run_refuses_split_
     assert "WEAK" in out.stderr and "--allow-weak-sandbox" in out.stderr
     allowed = subprocess.run([*command, "--allow-weak-sandbox"], capture_output=True, text=True, timeout=120, env=env)
     assert "WEAK" not in allowed.stderr and "replay" in allowed.stderr  # past the check, stopped by the policy
+
+
+def test_a_python_in_a_scratch_folder_is_bound_where_no_runner_wipes(tmp_path):
+    """A virtual environment under /tmp still puts the container's interpreter at /opt/python, never in scratch."""
+    venv = tmp_path / "venv"
+    subprocess.run(
+        [sys.executable, "-m", "venv", "--without-pip", "--system-site-packages", str(venv)], check=True, timeout=120
+    )
+    probe = "import json; from sandboxes.docker_images import _host_python; print(json.dumps(_host_python()))"
+    out = subprocess.run(
+        [str(venv / "bin" / "python"), "-c", probe],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])},
+        check=True,
+    )
+    python, binds = json.loads(out.stdout)
+    scratch = ("/work", "/tmp", "/dev/shm")
+    assert python.startswith(("/opt/python/", "/usr/")), python
+    assert not any(inside == s or inside.startswith(s + "/") for inside in binds.values() for s in scratch)
+    assert str(venv) not in binds
