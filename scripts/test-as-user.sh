@@ -6,7 +6,8 @@ cd "$(dirname "$0")/.."
 USER_NAME=${EVOLVE_TEST_USER:-evolve-ci}
 PY=$(command -v "${PYTHON:-python3}")
 if [ "$(id -u)" != 0 ]; then echo "test-as-user: run me as root" >&2; exit 2; fi
-id "$USER_NAME" >/dev/null 2>&1 || useradd --create-home --shell /bin/bash "$USER_NAME"
+# A system uid (below 1000): clear of the Docker sandbox's uid 1000 and the process sandbox's 61000+.
+id "$USER_NAME" >/dev/null 2>&1 || useradd --system --create-home --shell /bin/bash "$USER_NAME"
 # Docker's socket belongs to the docker group: the unprivileged engine talks to the daemon through it.
 getent group docker >/dev/null && usermod -aG docker "$USER_NAME"
 # The user must reach the interpreter and this checkout. Where a parent folder (say /root) is closed to
