@@ -1,7 +1,7 @@
 """Does training the policy in the loop help the search? The real `evolve run` machinery, three arms.
 
 Same problem, same evaluation budget, same seeds; the arms differ only in what happens every `--train-every`
-groups: nothing, a GRPO update, or a VPO update (this project's OnlineTrainer: the adapter is saved, published
+groups: nothing, a GRPO update, or a VPO update (this project's ArchiveTrainer: the adapter is saved, published
 into the sampling policy and recorded as a policy version, exactly as `evolve run --train-every` does).
 
 The problem, fixed before any run: `solve(x)` should return x squared; each of five inputs (0, 2, 3, -2, 5) is
@@ -40,7 +40,7 @@ from evolve.loop import SearchLoop, run_search
 from evolve.problem import Problem, load_problem
 from evolve.prompts import PromptInputs, build_prompt, parse_completion
 from evolve.runs import RunOptions, open_run
-from evolve.training import OnlineTrainer
+from evolve.training import ArchiveTrainer
 from policies.base import SamplingParams
 from policies.tiny import build_taught_model
 from policies.trainer import TrainConfig
@@ -187,7 +187,7 @@ def run_arm(arm: str, seed: int, model_dir: Path, work: Path, budget: int, train
     step = None
     if arm != "none":
         config = TrainConfig(method=arm, learning_rate=lr, lora_rank=8, lora_alpha=16, seed=seed)
-        trainer = OnlineTrainer(archive, run.id, list(problem.components), VARIANTS, policy, config, work / "adapters")
+        trainer = ArchiveTrainer(archive, run.id, list(problem.components), VARIANTS, policy, config, work / "adapters")
         step = trainer.step
     loop = SearchLoop(problem, archive, policy, sandbox, run, options, step)
     reason = run_search(loop)

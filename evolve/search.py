@@ -28,7 +28,7 @@ from evolve.training import ArchiveTrainer, TrainingUnsupported, restore_latest_
 from policies.base import Policy, PolicyError
 from policies.factory import make_policy
 from policies.trainer import TrainConfig
-from sandboxes.base import Sandbox
+from sandboxes.base import Sandbox, SandboxRefused
 from sandboxes.factory import SandboxUnavailable, make_sandbox
 
 DEFAULT_POLICY = "transformers:embedded"
@@ -77,7 +77,7 @@ def adapters_next_to(db: str | Path, name: str) -> Path:
 
 
 def _open_parts(
-    problem: Problem, options: RunOptions, db: str | Path, policy: str, sandbox: str
+    problem: Problem, options: RunOptions, db: str | Path, policy: str, sandbox: str, allow_weak_sandbox: bool
 ) -> tuple[Archive, Sandbox, Policy]:
     """Quick checks first; the policy (slow for local models) after every quick check, before any write."""
     if "://" not in str(db):
@@ -86,8 +86,14 @@ def _open_parts(
         archive = Archive(db)
         check_resumable(archive, problem)
         sandbox_impl = make_sandbox(sandbox, workers=options.workers)
+        if problem.form == "split" and not sandbox_impl.hides_files and not allow_weak_sandbox:
+            sandbox_impl.close()
+            raise SearchSetupError(
+                f"{sandbox_impl.isolation()}; candidates could read {problem.name}'s expected answers. "
+                "Install bubblewrap or start Docker, or pass --allow-weak-sandbox to accept this"
+            )
         policy_impl = make_policy(policy)
-    except (ArchiveError, RunMismatch, SandboxUnavailable, PolicyError) as exc:
+    except (ArchiveError, RunMismatch, SandboxUnavailable, SandboxRefused, PolicyError) as exc:
         raise SearchSetupError(str(exc)) from exc
     return archive, sandbox_impl, policy_impl
 
@@ -101,13 +107,14 @@ def build_search(
     learning_rate: float = 2e-5,
     adapters_dir: Path | None = None,
     trainer_model: str | None = None,
+    allow_weak_sandbox: bool = False,
 ) -> Search:
     """Open (or create) the archive, start or resume the problem's run, load the policy and the sandbox, and
     set up training when `options.train_every` > 0. The policy is `options.policy` (a spec such as
     `transformers:embedded`, see `policies.factory`). Raises `SearchSetupError` with a one-line fix."""
     target_db = db if db is not None else default_db(problem)
     spec = options.policy or DEFAULT_POLICY
-    archive, sandbox_impl, policy_impl = _open_parts(problem, options, target_db, spec, sandbox)
+    archive, sandbox_impl, policy_impl = _open_parts(problem, options, target_db, spec, sandbox, allow_weak_sandbox)
     run_row, resumed = open_run(archive, problem, options)
     restored = restore_latest_adapter(archive, run_row.id, policy_impl)
     train_step, where = None, None

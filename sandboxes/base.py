@@ -23,6 +23,10 @@ class ErrorKind(StrEnum):
 OUTPUT_CAP = 64 * 1024
 
 
+class SandboxRefused(RuntimeError):
+    """A namespace, limit or mount the sandbox promised could not be set up: nothing was run weaker instead."""
+
+
 @dataclass
 class EvalOutcome:
     """A scored program. `scores` always has every component (failures hold the component's fail value)."""
@@ -52,9 +56,12 @@ class EvalOutcome:
 @runtime_checkable
 class Sandbox(Protocol):
     kind: str
+    # False when candidates can read the host's files (the problem's evaluator, the archive, the home
+    # directory): split-form problems then promise more than the sandbox keeps, and `evolve run` refuses them.
+    hides_files: bool
 
     def isolation(self) -> str:
-        """A short, honest sentence on what isolation is in force."""
+        """A short, honest sentence on what isolation is in force; says "WEAK" where files are not hidden."""
         ...
 
     def evaluate(self, problem: Problem, code: str) -> EvalOutcome: ...

@@ -106,12 +106,35 @@ def run_job(job):
     return run_split(job) if job["mode"] == "split" else run_simple(job)
 
 
+def empty_stdin():
+    """The candidate's stdin is /dev/null, on fd 0 itself: no extra descriptor is left open for it."""
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
+    sys.stdin = open(0, closefd=False)  # noqa: SIM115 - fd 0 lives as long as the process
+
+
 def main():
-    """Read one job from stdin, write the reply as one JSON line to the fd named in argv[1]."""
+    """Read one job from stdin, write the reply as one JSON line to the fd named in argv[1].
+
+    argv[2], when given and not "-", is the uid to run as (the process sandbox's jail starts us as root with
+    no other rights); argv[3], when given, caps the processes the candidate may have.
+    """
     reply_fd = int(sys.argv[1])
     os.set_inheritable(reply_fd, False)
+    if len(sys.argv) > 2 and sys.argv[2] != "-":  # started as root in a jail: become the slot's uid first
+        uid = int(sys.argv[2])
+        os.setgroups([])
+        os.setgid(uid)
+        os.setuid(uid)
+        if os.getuid() != uid or os.geteuid() != uid:
+            raise SystemExit("harness: could not drop to the slot uid")
+    if len(sys.argv) > 3:  # in a jail's own user namespace the kernel counts processes per namespace
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_NPROC, (int(sys.argv[3]),) * 2)
     job = json.loads(sys.stdin.readline())
-    sys.stdin = open(os.devnull)  # noqa: SIM115 - the candidate gets no stdin
+    empty_stdin()
     reply = run_job(job)
     data = (json.dumps(reply, allow_nan=True, default=str) + "\n").encode()
     with os.fdopen(reply_fd, "wb") as out:

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from evolve.loop import SearchLoop, run_search
-from evolve.training import OnlineTrainer
+from evolve.training import ArchiveTrainer
 from policies.base import SamplingParams
 from policies.trainer import TrainConfig
 from policies.transformers_policy import TransformersPolicy
@@ -34,7 +34,7 @@ def _refuse_versions(db, refuse: bool) -> None:
     con.close()
 
 
-def _state(trainer: OnlineTrainer) -> tuple[dict, dict]:
+def _state(trainer: ArchiveTrainer) -> tuple[dict, dict]:
     from peft import get_peft_model_state_dict
 
     weights = {k: v.detach().clone() for k, v in get_peft_model_state_dict(trainer.trainer.model).items()}
@@ -65,7 +65,7 @@ def test_a_refused_version_row_undoes_the_adapter_the_publish_and_the_optimizer_
     )
     adapters, db = tmp_path / "adapters", tmp_path / "a.db"
     config = TrainConfig(learning_rate=1e-3, lora_rank=4)
-    trainer = OnlineTrainer(archive, run.id, list(problem.components), 2, policy, config, adapters)
+    trainer = ArchiveTrainer(archive, run.id, list(problem.components), 2, policy, config, adapters)
     probe = [g.logprobs for g in policy.generate("Square the input.", PROBE, 2)]
     base = _state(trainer)
     assert base[1] == {}  # no optimizer step yet

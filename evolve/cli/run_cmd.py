@@ -110,6 +110,9 @@ def run(
     trainer_model: Annotated[
         str | None, typer.Option(help="local dir or hub id of the served base model (for vllm:/openai: policies)")
     ] = None,
+    allow_weak_sandbox: Annotated[
+        bool, typer.Option(help="run a split-form problem although candidates could read its expected answers")
+    ] = False,
 ) -> None:
     """Run (or resume) an evolutionary search; Ctrl-C stops cleanly and the same command resumes."""
     problem = load_or_fail(problem_dir, sandbox)
@@ -141,6 +144,7 @@ def run(
             learning_rate=learning_rate,
             adapters_dir=adapters_dir,
             trainer_model=trainer_model,
+            allow_weak_sandbox=allow_weak_sandbox,
         )
     except SearchSetupError as exc:
         fail(str(exc))
