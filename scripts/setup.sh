@@ -6,7 +6,7 @@ PY=${PYTHON:-python3}
 
 # torch first: on CPU machines the pinned 2.13.0 CPU build; a machine that already has torch (CUDA) keeps it.
 $PY -c "import torch" 2>/dev/null || $PY -m pip install -q torch==2.13.0
-$PY -m pip install -q -e '.[model,embedded,dev]'
+$PY -m pip install -q -e '.[model,embedded,report,dev]'
 
 if [ "$(id -u)" = 0 ]; then
   # The process sandbox runs candidates as unprivileged uids; they must be able to reach the interpreter.

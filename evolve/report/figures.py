@@ -1,0 +1,158 @@
+"""Plotly figures for the aggregated views. Only numbers and fixed labels go into a figure, never program
+text: plotly renders some markup in labels, so untrusted strings stay out of it altogether."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from evolve.report.aggregate import STAT_KEYS, Steps, Views
+
+HEIGHT = 340
+
+
+def _layout(fig: go.Figure, title: str, x: str, y: str, height: int = HEIGHT) -> dict[str, Any]:
+    fig.update_layout(
+        title=title, xaxis_title=x, yaxis_title=y, height=height, margin={"l": 60, "r": 20, "t": 50, "b": 50},
+        template="plotly_white", legend={"orientation": "h", "y": -0.25},
+    )
+    return fig.to_plotly_json()
+
+
+def _steps_trace(name: str, steps: Steps, x: str, width: float) -> go.Scatter:
+    return go.Scatter(
+        x=steps.x_eval if x == "eval" else steps.x_time, y=steps.y, customdata=steps.ids, name=name,
+        mode="lines+markers", line={"shape": "hv", "width": width}, marker={"size": 5},
+        hovertemplate="%{y:.6g} at %{x}<br>program %{customdata}<extra>" + name + "</extra>",
+    )
+
+
+def progress_figure(views: Views, x: str) -> dict[str, Any] | None:
+    if not views.progress["all"].y:
+        return None
+    fig = go.Figure()
+    for name, steps in views.progress.items():
+        if steps.y:
+            fig.add_trace(_steps_trace(name, steps, x, 3 if name == "all" else 1.5))
+    if x == "time":
+        for v in views.versions:
+            if v["number"] > 0:
+                fig.add_vline(x=v["t"], line_dash="dot", line_color="#888", annotation_text=f"v{v['number']}")
+        return _layout(fig, "Best scalar over wall-clock time (dotted: policy updates)", "seconds since start", "best")
+    return _layout(fig, "Best scalar over evaluations, overall and per island", "evaluations", "best scalar")
+
+
+def components_figure(views: Views) -> dict[str, Any] | None:
+    fig = go.Figure()
+    for name, steps in views.components.items():
+        if steps.y:
+            fig.add_trace(_steps_trace(name, steps, "eval", 1.5))
+    if not fig.data:
+        return None
+    return _layout(fig, "Each component's best over evaluations", "evaluations", "best value")
+
+
+def components_time_figure(views: Views) -> dict[str, Any] | None:
+    fig = go.Figure()
+    for name, steps in views.components.items():
+        if steps.y:
+            fig.add_trace(_steps_trace(name, steps, "time", 1.5))
+    if not fig.data:
+        return None
+    return _layout(fig, "Each component's best over wall-clock time", "seconds since start", "best value")
+
+
+def grid_figures(views: Views) -> list[dict[str, Any]]:
+    out = []
+    for grid in views.grids:
+        fig = go.Figure(
+            go.Heatmap(
+                x=grid["x"], y=grid["y"], z=grid["z"], customdata=grid["ids"], colorscale="Viridis",
+                hovertemplate="cell (%{x}, %{y})<br>best scalar %{z:.6g}<br>program %{customdata}<extra></extra>",
+            )
+        )
+        out.append(
+            _layout(
+                fig, f"Island {grid['island']}: {grid['elites']} elites", f"{grid['x_name']} bin",
+                f"{grid['y_name']} bin" if grid["y_name"] else "", height=300,
+            )
+        )
+    return out
+
+
+def _stacked(counts: dict[str, list[int]], edges: list[float], title: str, y: str) -> dict[str, Any] | None:
+    if not any(sum(c) for c in counts.values()):
+        return None
+    centers = [(a + b) / 2 for a, b in itertools.pairwise(edges)]
+    fig = go.Figure([go.Bar(x=centers, y=c, name=label) for label, c in counts.items()])
+    fig.update_layout(barmode="stack", bargap=0.05)
+    return _layout(fig, title, "seconds since start", y)
+
+
+def errors_figure(views: Views) -> dict[str, Any] | None:
+    return _stacked(views.errors["counts"], views.errors["t"], "Evaluations by outcome (error kind) over time", "count")
+
+
+def parse_figure(views: Views) -> dict[str, Any] | None:
+    return _stacked(views.parse["counts"], views.parse["t"], "Parse outcomes of answers over time", "answers")
+
+
+def throughput_figure(views: Views) -> dict[str, Any] | None:
+    tp = views.throughput
+    if not any(tp["evals_per_min"]):
+        return None
+    series = [("evaluations/min", tp["evals_per_min"])]
+    if tp["has_tokens"]:  # replay and some HTTP backends report no token ids: then no token rates at all
+        series = [("tokens/s", tp["tokens_per_s"]), *series,
+                  ("unique valid children per 1k tokens", tp["valid_per_1k_tokens"])]
+    fig = make_subplots(rows=len(series), cols=1, shared_xaxes=True, vertical_spacing=0.06)
+    for row, (name, values) in enumerate(series, 1):
+        fig.add_trace(go.Scatter(x=tp["t"], y=values, name=name, mode="lines+markers", marker={"size": 4}), row, 1)
+        fig.update_yaxes(title_text=name.split(" per ")[0], row=row, col=1)
+    title = "Throughput" if tp["has_tokens"] else "Throughput (the policy reported no token ids, so no token rates)"
+    return _layout(fig, title, "seconds since start", "", height=180 + 170 * len(series))
+
+
+def policy_figure(views: Views) -> dict[str, Any] | None:
+    versions = views.versions
+    if not versions or not any(v["best_child"] is not None or v["loss"] is not None for v in versions):
+        return None
+    t = [v["t"] for v in versions]
+    labels = [f"v{v['number']}" for v in versions]
+    stats = [(key, [v[key] for v in versions]) for key in STAT_KEYS]
+    stats = [(key, values) for key, values in stats if any(value is not None for value in values)]
+    rows = 2 if stats else 1
+    fig = make_subplots(rows=rows, cols=1, shared_xaxes=True, vertical_spacing=0.08)
+    for key, values in stats:
+        fig.add_trace(go.Scatter(x=t, y=values, text=labels, name=key, mode="lines+markers"), 1, 1)
+    fig.add_trace(
+        go.Scatter(
+            x=t, y=[v["best_child"] for v in versions], text=labels, name="best child scalar",
+            mode="markers+text", textposition="top center", marker={"size": 10, "symbol": "diamond"},
+        ),
+        rows, 1,
+    )
+    if stats:
+        fig.update_yaxes(title_text="update statistics", row=1, col=1)
+    fig.update_yaxes(title_text="best child", row=rows, col=1)
+    title = "Policy versions: update statistics and the best child each version wrote"
+    return _layout(fig, title if stats else title + " (no update yet)", "seconds since start", "",
+                   height=260 + 220 * rows)
+
+
+def all_figures(views: Views) -> dict[str, Any]:
+    """name → figure JSON, or None where the run holds no data for that view yet."""
+    return {
+        "best_eval": progress_figure(views, "eval"),
+        "best_time": progress_figure(views, "time"),
+        "components_eval": components_figure(views),
+        "components_time": components_time_figure(views),
+        "grids": grid_figures(views),
+        "errors": errors_figure(views),
+        "parse": parse_figure(views),
+        "throughput": throughput_figure(views),
+        "policy": policy_figure(views),
+    }
