@@ -18,6 +18,12 @@ for path in Path(sys.base_prefix).resolve().parents:
         os.chmod(path, os.stat(path).st_mode | stat.S_IXOTH)
         print(f"setup: chmod o+x {path} (so sandboxed uids can run {sys.executable})")
 PYEOF
+  # Chromium for the report's browser tests (driven by Playwright at /usr/bin/chromium; Playwright's own
+  # browser download is never used, so no `playwright install`).
+  if [ ! -x /usr/bin/chromium ] && command -v apt-get >/dev/null 2>&1; then
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
+      || echo "setup: could not install chromium; the browser tests will be skipped (and fail in CI)"
+  fi
   # Docker: start a daemon if none answers (installing Debian's docker.io where it is missing).
   if ! docker info >/dev/null 2>&1; then
     if ! command -v dockerd >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then

@@ -15,8 +15,8 @@ import numpy as np
 
 from evolve.archive.models import Run
 from evolve.problem.config import ComponentSpec, FitnessSection, SearchSection
-from evolve.report.queries import EvaluationRow, VersionRow
-from evolve.selection.population import Population
+from evolve.report.queries import VersionRow
+from evolve.selection.population import FeatureSpace
 
 PARETO_SAMPLE = 2000  # background points in the Pareto view
 PARETO_AXES = 12  # fronts are precomputed for every pair among the first this-many axes
@@ -32,8 +32,8 @@ def run_search(run: Run) -> SearchSection:
     return SearchSection.model_validate(run.config["problem"].get("search", {}))
 
 
-def seconds_since(start: datetime, times: list[datetime]) -> np.ndarray:
-    return np.array([(t - start).total_seconds() for t in times], dtype=float)
+def seconds_since(start: datetime, times: np.ndarray) -> np.ndarray:
+    return (times - np.datetime64(start, "us")) / np.timedelta64(1, "s")
 
 
 @dataclass
@@ -89,15 +89,6 @@ class Views:
     lineage_roots: list[int]
 
 
-def score_matrix(rows: list[EvaluationRow], names: list[str]) -> np.ndarray:
-    matrix = np.full((len(rows), len(names)), np.nan)
-    for r, row in enumerate(rows):
-        if row.error_kind is None:
-            scores = row.scores
-            matrix[r] = [scores.get(n, np.nan) for n in names]
-    return matrix
-
-
 def pareto_view(ids: np.ndarray, scalar: np.ndarray, matrix: np.ndarray, specs: list[ComponentSpec]) -> dict[str, Any]:
     axes = ["scalar", *[c.name for c in specs]][:PARETO_AXES]
     signs = [1.0, *[c.sign for c in specs]][:PARETO_AXES]
@@ -106,12 +97,18 @@ def pareto_view(ids: np.ndarray, scalar: np.ndarray, matrix: np.ndarray, specs: 
     ids, values = ids[ok], values[ok]
     rng = np.random.default_rng(0)
     pick = np.sort(rng.choice(len(ids), size=min(PARETO_SAMPLE, len(ids)), replace=False)) if len(ids) else []
+    # Fronts only depend on distinct vectors: dedupe first (the earliest program keeps each vector).
+    if len(ids):
+        values_u, first = np.unique(values, axis=0, return_index=True)
+        ids_u = ids[first]
+    else:
+        values_u, ids_u = values, ids
     fronts: dict[str, list[list[float]]] = {}
     for i in range(len(axes)):
         for j in range(i + 1, len(axes)):
-            front = pareto_front(signs[i] * values[:, i], signs[j] * values[:, j]) if len(ids) else []
-            front = sorted(front, key=lambda k: values[k, i])
-            fronts[f"{i},{j}"] = [[float(values[k, i]), float(values[k, j]), int(ids[k])] for k in front]
+            front = pareto_front(signs[i] * values_u[:, i], signs[j] * values_u[:, j]) if len(ids_u) else []
+            front = sorted(front, key=lambda k: values_u[k, i])
+            fronts[f"{i},{j}"] = [[float(values_u[k, i]), float(values_u[k, j]), int(ids_u[k])] for k in front]
     return {
         "axes": axes,
         "sample": [[int(ids[k]), *map(float, values[k])] for k in pick],
@@ -120,46 +117,60 @@ def pareto_view(ids: np.ndarray, scalar: np.ndarray, matrix: np.ndarray, specs: 
     }
 
 
-def grid_views(rows: list[EvaluationRow], run: Run, specs: list[ComponentSpec]) -> list[dict[str, Any]]:
-    """Replay the run's MAP-Elites index (the same code the loop uses) and read each island's grid."""
+def grid_views(
+    ids: np.ndarray,
+    islands: np.ndarray,
+    scalar: np.ndarray,
+    matrix: np.ndarray,
+    code_length: np.ndarray,
+    run: Run,
+    specs: list[ComponentSpec],
+) -> list[dict[str, Any]]:
+    """Each island's MAP-Elites grid: the best scalar per cell among the programs made on that island.
+
+    Cells come from the loop's own FeatureSpace (vectorised); migrant copies are not replayed, so a cell
+    a migrant holds in the running loop shows its best native program here instead.
+    """
     search = run_search(run)
-    population = Population(
-        specs,
-        islands=search.islands,
-        features=search.features,
-        migration_interval=search.migration_interval,
-        migration_size=search.migration_size,
-    )
-    for row in rows:
-        ok = row.error_kind is None and row.scalar is not None
-        member = population.member(
-            row.program_id, row.island, row.generation, row.scores, row.scalar or 0.0, row.code_length
-        )
-        population.add(member if ok else None)
-    names = list(search.features) or ["score"]
+    space = FeatureSpace(search.features, specs)
+    ok = ~np.isnan(scalar)
+    if not ok.any():
+        return []
+    fail = np.array([c.failure for c in specs], dtype=float)
+    signs = np.array([c.sign for c in specs], dtype=float)
+    oriented = signs * np.where(np.isnan(matrix), fail, matrix)
+    cells = space.cells(code_length[ok], scalar[ok], oriented[ok])
+    if cells.shape[1] == 1:
+        cells = np.column_stack([cells, np.zeros(len(cells), dtype=int)])
+    names = list(search.features)
     out = []
-    for island in population.islands:
-        if not island.grid:
-            continue
-        cells = list(island.grid.items())
-        xs = [c[0] for c, _ in cells]
-        ys = [c[1] if len(c) > 1 else 0 for c, _ in cells]
-        x0, y0 = min(xs), min(ys)
-        z: list[list[float | None]] = [[None] * (max(xs) - x0 + 1) for _ in range(max(ys) - y0 + 1)]
-        who: list[list[int | None]] = [[None] * (max(xs) - x0 + 1) for _ in range(max(ys) - y0 + 1)]
-        for (_, member), x, y in zip(cells, xs, ys, strict=True):
-            if z[y - y0][x - x0] is None or member.scalar > (z[y - y0][x - x0] or -np.inf):
-                z[y - y0][x - x0], who[y - y0][x - x0] = float(member.scalar), member.id
+    for island in sorted(set(islands[ok].tolist())):
+        mine = islands[ok] == island
+        c, values, who = cells[mine][:, :2], scalar[ok][mine], ids[ok][mine]
+        x0, y0 = c.min(axis=0)
+        width, height = c.max(axis=0) - (x0, y0) + 1
+        z = np.full((height, width), np.nan)
+        holder = np.zeros((height, width), dtype=np.int64)
+        order = np.lexsort((-who, values))  # ascending scalar, ties to the earliest: the last write wins
+        z[c[order, 1] - y0, c[order, 0] - x0] = values[order]
+        holder[c[order, 1] - y0, c[order, 0] - x0] = who[order]
+        filled = ~np.isnan(z)
         out.append(
             {
-                "island": island.index,
+                "island": island,
                 "x_name": names[0],
                 "y_name": names[1] if len(names) > 1 else "",
-                "x": list(range(x0, max(xs) + 1)),
-                "y": list(range(y0, max(ys) + 1)),
-                "z": z,
-                "ids": who,
-                "elites": len(cells),
+                "x": list(range(int(x0), int(x0 + width))),
+                "y": list(range(int(y0), int(y0 + height))),
+                "z": [
+                    [None if not f else float(v) for v, f in zip(zr, fr, strict=True)]
+                    for zr, fr in zip(z, filled, strict=True)
+                ],
+                "ids": [
+                    [int(h) if f else None for h, f in zip(hr, fr, strict=True)]
+                    for hr, fr in zip(holder, filled, strict=True)
+                ],
+                "elites": int(filled.sum()),
             }
         )
     return out
@@ -170,11 +181,8 @@ def buckets(t_end: float) -> np.ndarray:
 
 
 def count_by(labels: list[str], t: np.ndarray, edges: np.ndarray) -> dict[str, list[int]]:
-    out: dict[str, list[int]] = {}
-    for label in sorted(set(labels)):
-        mask = np.array([lab == label for lab in labels])
-        out[label] = np.histogram(t[mask], bins=edges)[0].tolist()
-    return out
+    column = np.array(labels, dtype=object)
+    return {label: np.histogram(t[column == label], bins=edges)[0].tolist() for label in sorted(set(labels))}
 
 
 def throughput_view(

@@ -18,7 +18,6 @@ from evolve.report.aggregate import (
     pareto_view,
     run_components,
     running_best,
-    score_matrix,
     seconds_since,
     throughput_view,
     version_view,
@@ -30,28 +29,23 @@ MAX_LINEAGE_ROOTS = 6
 def build_views(archive: Archive, run: Run) -> Views:
     specs = run_components(run)
     names = [c.name for c in specs]
-    rows = queries.evaluation_rows(archive, run.id)
+    cols = queries.evaluation_columns(archive, run.id, names)
     start = run.created_at
-    ids = np.array([r.program_id for r in rows], dtype=np.int64)
-    islands = np.array([r.island for r in rows], dtype=np.int64)
-    scalar = np.array([np.nan if r.error_kind or r.scalar is None else r.scalar for r in rows], dtype=float)
-    t = seconds_since(start, [r.evaluated_at for r in rows])
-    matrix = score_matrix(rows, names)
-    everyone = np.ones(len(rows), dtype=bool)
+    ids, islands, scalar, matrix = cols.program_id, cols.island, cols.scalar, cols.scores
+    t = seconds_since(start, cols.evaluated_at)
+    everyone = np.ones(len(ids), dtype=bool)
 
     progress = {"all": running_best(scalar, everyone, ids, t)}
     for island in sorted(set(islands.tolist())):
         progress[f"island {island}"] = running_best(scalar, islands == island, ids, t)
     components = {c.name: running_best(matrix[:, d], everyone, ids, t, c.sign) for d, c in enumerate(specs)}
 
-    variants = queries.variant_rows(archive, run.id)
-    completions = queries.completion_rows(archive, run.id)
-    valid = queries.valid_child_times(archive, run.id)
-    var_t = seconds_since(start, [at for _, at in variants])
-    tok_t = seconds_since(start, [at for at, _ in completions])
-    t_end = max([0.0, *t[-1:].tolist(), *(var_t.max(initial=0.0),)])
+    statuses, var_at = queries.variant_rows(archive, run.id)
+    tok_at, tokens = queries.completion_rows(archive, run.id)
+    var_t, tok_t = seconds_since(start, var_at), seconds_since(start, tok_at)
+    t_end = float(np.nanmax(np.concatenate([[0.0], t, var_t])))
     edges = buckets(t_end)
-    kinds = [r.error_kind or "ok" for r in rows]
+    kinds = [kind or "ok" for kind in cols.error_kind]
 
     roots: list[int] = []
     for steps in [progress["all"], *components.values()]:
@@ -62,14 +56,14 @@ def build_views(archive: Archive, run: Run) -> Views:
         "run_id": run.id,
         "problem": run.problem_name,
         "status": run.status,
-        "evaluations": len(rows),
+        "evaluations": len(ids),
         "errors": dict(error_counts),
         "components": names,
         "islands": len(progress) - 1,
         "best_scalar": progress["all"].y[-1] if progress["all"].y else None,
         "best_id": progress["all"].ids[-1] if progress["all"].ids else None,
-        "variants": dict(Counter(status for status, _ in variants)),
-        "completions": len(completions),
+        "variants": dict(Counter(statuses)),
+        "completions": len(tokens),
         "elapsed_s": float(run.state.get("elapsed_s", t_end)),
         "generated_at": datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC"),
     }
@@ -78,15 +72,11 @@ def build_views(archive: Archive, run: Run) -> Views:
         progress=progress,
         components=components,
         pareto=pareto_view(ids, scalar, matrix, specs),
-        grids=grid_views(rows, run, specs),
+        grids=grid_views(ids, islands, scalar, matrix, cols.code_length, run, specs),
         errors={"t": edges.tolist(), "counts": count_by(kinds, t, edges)},
-        parse={"t": edges.tolist(), "counts": count_by([s for s, _ in variants], var_t, edges)},
+        parse={"t": edges.tolist(), "counts": count_by(statuses, var_t, edges)},
         throughput=throughput_view(
-            edges,
-            t,
-            tok_t,
-            np.array([n for _, n in completions], dtype=float),
-            seconds_since(start, valid),
+            edges, t, tok_t, tokens, seconds_since(start, queries.valid_child_times(archive, run.id))
         ),
         versions=version_view(queries.version_rows(archive, run.id), start),
         lineage_roots=roots[:MAX_LINEAGE_ROOTS],

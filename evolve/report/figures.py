@@ -12,14 +12,31 @@ from plotly.subplots import make_subplots
 from evolve.report.aggregate import STAT_KEYS, Steps, Views
 
 HEIGHT = 340
+BARE = {"template": {}}  # the page sends one template for all figures; plotly's default costs seconds each
+
+
+def _figure(data: Any = None) -> go.Figure:
+    return go.Figure(data=data, layout=BARE)
+
+
+def _subplots(rows: int) -> go.Figure:
+    return make_subplots(rows=rows, cols=1, shared_xaxes=True, vertical_spacing=0.08, figure=_figure())
 
 
 def _layout(fig: go.Figure, title: str, x: str, y: str, height: int = HEIGHT) -> dict[str, Any]:
-    fig.update_layout(
-        title=title, xaxis_title=x, yaxis_title=y, height=height, margin={"l": 60, "r": 20, "t": 50, "b": 50},
-        template="plotly_white", legend={"orientation": "h", "y": -0.25},
+    """The figure's JSON with titles and size set on the plain dict (plotly's layout validation is slow)."""
+    out = fig.to_plotly_json()
+    layout = out["layout"]
+    layout.pop("template", None)
+    layout.update(
+        title={"text": title}, height=height, margin={"l": 60, "r": 20, "t": 50, "b": 50},
+        legend={"orientation": "h", "y": -0.25},
     )
-    return fig.to_plotly_json()
+    bottom = max((k for k in layout if k.startswith("xaxis")), key=lambda k: int(k[5:] or 1), default="xaxis")
+    layout.setdefault(bottom, {})["title"] = {"text": x}
+    if y:
+        layout.setdefault("yaxis", {})["title"] = {"text": y}
+    return out
 
 
 def _steps_trace(name: str, steps: Steps, x: str, width: float) -> go.Scatter:
@@ -33,20 +50,27 @@ def _steps_trace(name: str, steps: Steps, x: str, width: float) -> go.Scatter:
 def progress_figure(views: Views, x: str) -> dict[str, Any] | None:
     if not views.progress["all"].y:
         return None
-    fig = go.Figure()
+    fig = _figure()
     for name, steps in views.progress.items():
         if steps.y:
             fig.add_trace(_steps_trace(name, steps, x, 3 if name == "all" else 1.5))
     if x == "time":
-        for v in views.versions:
-            if v["number"] > 0:
-                fig.add_vline(x=v["t"], line_dash="dot", line_color="#888", annotation_text=f"v{v['number']}")
-        return _layout(fig, "Best scalar over wall-clock time (dotted: policy updates)", "seconds since start", "best")
+        out = _layout(fig, "Best scalar over wall-clock time (dotted: policy updates)", "seconds since start", "best")
+        updates = [v for v in views.versions if v["number"] > 0]
+        out["layout"]["shapes"] = [
+            {"type": "line", "xref": "x", "yref": "paper", "x0": v["t"], "x1": v["t"], "y0": 0, "y1": 1,
+             "line": {"dash": "dot", "color": "#888"}} for v in updates
+        ]
+        out["layout"]["annotations"] = [
+            {"x": v["t"], "xref": "x", "y": 1, "yref": "paper", "text": f"v{v['number']}", "showarrow": False,
+             "yanchor": "bottom"} for v in updates
+        ]
+        return out
     return _layout(fig, "Best scalar over evaluations, overall and per island", "evaluations", "best scalar")
 
 
 def components_figure(views: Views) -> dict[str, Any] | None:
-    fig = go.Figure()
+    fig = _figure()
     for name, steps in views.components.items():
         if steps.y:
             fig.add_trace(_steps_trace(name, steps, "eval", 1.5))
@@ -56,7 +80,7 @@ def components_figure(views: Views) -> dict[str, Any] | None:
 
 
 def components_time_figure(views: Views) -> dict[str, Any] | None:
-    fig = go.Figure()
+    fig = _figure()
     for name, steps in views.components.items():
         if steps.y:
             fig.add_trace(_steps_trace(name, steps, "time", 1.5))
@@ -68,7 +92,7 @@ def components_time_figure(views: Views) -> dict[str, Any] | None:
 def grid_figures(views: Views) -> list[dict[str, Any]]:
     out = []
     for grid in views.grids:
-        fig = go.Figure(
+        fig = _figure(
             go.Heatmap(
                 x=grid["x"], y=grid["y"], z=grid["z"], customdata=grid["ids"], colorscale="Viridis",
                 hovertemplate="cell (%{x}, %{y})<br>best scalar %{z:.6g}<br>program %{customdata}<extra></extra>",
@@ -87,7 +111,7 @@ def _stacked(counts: dict[str, list[int]], edges: list[float], title: str, y: st
     if not any(sum(c) for c in counts.values()):
         return None
     centers = [(a + b) / 2 for a, b in itertools.pairwise(edges)]
-    fig = go.Figure([go.Bar(x=centers, y=c, name=label) for label, c in counts.items()])
+    fig = _figure([go.Bar(x=centers, y=c, name=label) for label, c in counts.items()])
     fig.update_layout(barmode="stack", bargap=0.05)
     return _layout(fig, title, "seconds since start", y)
 
@@ -108,7 +132,7 @@ def throughput_figure(views: Views) -> dict[str, Any] | None:
     if tp["has_tokens"]:  # replay and some HTTP backends report no token ids: then no token rates at all
         series = [("tokens/s", tp["tokens_per_s"]), *series,
                   ("unique valid children per 1k tokens", tp["valid_per_1k_tokens"])]
-    fig = make_subplots(rows=len(series), cols=1, shared_xaxes=True, vertical_spacing=0.06)
+    fig = _subplots(len(series))
     for row, (name, values) in enumerate(series, 1):
         fig.add_trace(go.Scatter(x=tp["t"], y=values, name=name, mode="lines+markers", marker={"size": 4}), row, 1)
         fig.update_yaxes(title_text=name.split(" per ")[0], row=row, col=1)
@@ -125,7 +149,7 @@ def policy_figure(views: Views) -> dict[str, Any] | None:
     stats = [(key, [v[key] for v in versions]) for key in STAT_KEYS]
     stats = [(key, values) for key, values in stats if any(value is not None for value in values)]
     rows = 2 if stats else 1
-    fig = make_subplots(rows=rows, cols=1, shared_xaxes=True, vertical_spacing=0.08)
+    fig = _subplots(rows)
     for key, values in stats:
         fig.add_trace(go.Scatter(x=t, y=values, text=labels, name=key, mode="lines+markers"), 1, 1)
     fig.add_trace(

@@ -47,10 +47,19 @@ def payload(archive: Archive, run: Run, *, with_details: bool) -> dict[str, Any]
         "pareto": views.pareto,
         "lineage": {"roots": views.lineage_roots, "nodes": nodes},
         "details": {},
+        "template": _template(),
     }
     if with_details:
         data["details"] = {str(n["id"]): queries.program_detail(archive, n["id"]) for n in nodes}
     return data
+
+
+@cache
+def _template() -> dict[str, Any]:
+    """One plotly template for every figure, sent once (validating it per figure costs seconds)."""
+    import plotly.io as pio
+
+    return pio.templates["plotly_white"].to_plotly_json()
 
 
 @cache

@@ -22,8 +22,10 @@
     const el = document.getElementById(id);
     if (!fig) { Plotly.purge(el); note(el, empty); return; }
     if (el.querySelector("p.note")) el.replaceChildren();
-    Plotly.react(el, fig.data, fig.layout, config);
+    Plotly.react(el, fig.data, themed(fig.layout), config);
   }
+
+  function themed(layout) { return Object.assign({ template: data.template }, layout); }
 
   function summary() {
     const m = data.meta;
@@ -36,13 +38,14 @@
 
   function grids() {
     const holder = document.getElementById("grids");
+    holder.querySelectorAll(".js-plotly-plot").forEach(function (el) { Plotly.purge(el); });
     holder.replaceChildren();
     if (!data.figures.grids.length) { note(holder, "no evaluated program yet"); return; }
     data.figures.grids.forEach(function (fig) {
       const el = document.createElement("div");
       el.className = "plot";
       holder.appendChild(el);
-      Plotly.newPlot(el, fig.data, fig.layout, config);
+      Plotly.newPlot(el, fig.data, themed(fig.layout), config);
     });
   }
 
@@ -84,7 +87,7 @@
       { x: fx, y: fy, customdata: front.map(function (r) { return r[2]; }), mode: "lines+markers",
         type: "scatter", name: "Pareto front", line: { shape: "hv", color: "#d62728" }, marker: { size: 8 },
         hovertemplate: "program %{customdata}<br>(%{x:.4g}, %{y:.4g})<extra></extra>" }
-    ], { height: 420, template: "plotly_white", xaxis: { title: { text: p.axes[i] } },
+    ], { height: 420, template: data.template, xaxis: { title: { text: p.axes[i] } },
          yaxis: { title: { text: p.axes[j] } }, margin: { l: 60, r: 20, t: 20, b: 50 } }, config);
     el.removeAllListeners && el.removeAllListeners("plotly_click");
     el.on("plotly_click", function (ev) { if (ev.points.length) showProgram(ev.points[0].customdata); });
@@ -111,7 +114,7 @@
         marker: { size: shown.map(function (n) { return roots.indexOf(n.id) >= 0 ? 16 : 11; }),
                   color: shown.map(function (n) { return n.island; }), colorscale: "Viridis", line: { width: 1 } },
         hovertemplate: "program %{customdata}<br>generation %{x}<br>scalar %{y:.6g}<extra></extra>" }
-    ], { height: 380, template: "plotly_white", showlegend: false, hovermode: "closest",
+    ], { height: 380, template: data.template, showlegend: false, hovermode: "closest",
          xaxis: { title: { text: "generation" } }, yaxis: { title: { text: "scalar" } },
          margin: { l: 60, r: 20, t: 20, b: 50 } }, config);
     el.removeAllListeners && el.removeAllListeners("plotly_click");
@@ -139,7 +142,9 @@
     text("program-title", "Program " + d.id + " (island " + d.island + ", generation " + d.generation + ", parent " +
       (d.parent_id == null ? "none" : d.parent_id) + ", policy version " + (d.policy_version == null ? "-" :
       d.policy_version) + ", answer " + (d.slot == null ? "-" : d.slot) + " parsed " + (d.parse_status || "-") + ")");
-    text("program-scores", "scalar " + d.scalar + "\n" + JSON.stringify(d.scores, null, 1));
+    const scores = d.scores ? Object.keys(d.scores).map(function (k) { return k + " " + d.scores[k]; }).join(", ") : "";
+    text("program-scores", "scalar " + d.scalar + " (" + (d.duration_s == null ? "-" : d.duration_s.toFixed(2)) +
+      " s)\n" + scores);
     text("program-code", d.code);
     text("program-diff", d.diff == null ? "(no parent)" : d.diff);
     text("program-feedback", d.feedback);
@@ -177,28 +182,39 @@
       .catch(function (e) { text("lineage-note", e.message); });
   }
 
-  function draw() {
+  // Views are drawn one per task: the first ones paint while the rest still wait, so a big run shows its
+  // curves at once. body[data-first-paint] / body[data-ready] mark the two moments (tests and benchmarks).
+  function steps() {
     const f = data.figures;
-    summary();
-    plot("best_eval", f.best_eval, "no successful evaluation yet");
-    plot("best_time", f.best_time, "no successful evaluation yet");
-    plot("components_eval", f.components_eval, "no component scores yet");
-    plot("components_time", f.components_time, "no component scores yet");
-    grids();
-    paretoAxes();
-    pareto();
-    plot("errors", f.errors, "no evaluation yet");
-    plot("parse", f.parse, "no completion yet (the seed has no parse outcome)");
-    plot("throughput", f.throughput, "no evaluation yet");
-    plot("policy", f.policy, "no policy version with statistics or children yet");
+    return [
+      function () { summary(); plot("best_eval", f.best_eval, "no successful evaluation yet"); },
+      function () { plot("best_time", f.best_time, "no successful evaluation yet"); body.dataset.firstPaint = "true"; },
+      function () { plot("components_eval", f.components_eval, "no component scores yet"); },
+      function () { plot("components_time", f.components_time, "no component scores yet"); },
+      function () { paretoAxes(); pareto(); },
+      grids,
+      function () { if (document.getElementById("lineage-id").value === "") lineage(data.lineage.nodes, data.lineage.roots); },
+      function () { plot("errors", f.errors, "no evaluation yet"); },
+      function () { plot("parse", f.parse, "no completion yet (the seed has no parse outcome)"); },
+      function () { plot("throughput", f.throughput, "no evaluation yet"); },
+      function () { plot("policy", f.policy, "no policy version with statistics or children yet"); },
+    ];
+  }
+
+  function draw(done) {
+    const queue = steps();
+    (function next() {
+      const step = queue.shift();
+      if (!step) { done(); return; }
+      step();
+      setTimeout(next, 0);
+    })();
   }
 
   document.getElementById("pareto-x").addEventListener("change", pareto);
   document.getElementById("pareto-y").addEventListener("change", pareto);
   document.getElementById("lineage-go").addEventListener("click", lookup);
-  draw();
-  lineage(data.lineage.nodes, data.lineage.roots);
-  body.dataset.ready = "true";
+  draw(function () { body.dataset.ready = "true"; });
 
   if (live) {
     let key = data.key;
@@ -209,8 +225,7 @@
         if (!fresh) return;
         data = fresh;
         key = fresh.key;
-        draw();
-        if (document.getElementById("lineage-id").value === "") lineage(data.lineage.nodes, data.lineage.roots);
+        draw(function () {});
       }).catch(function () { text("status", "(server unreachable; retrying)"); });
     }, Number(body.dataset.refresh));
   }
