@@ -130,4 +130,4 @@ def test_dashboard_api_serves_escaped_json_and_answers_unchanged_polls_empty(das
     again = httpx.get(f"{dashboard}/api/data", params={"key": payload["key"]}, timeout=30)
     assert again.status_code == 204
     page = httpx.get(f"{dashboard}/", timeout=30)
-    assert page.status_code == 200 and HOSTILE not in page.text and '<script src="/plotly.js">' in page.text
+    assert page.status_code == 200 and HOSTILE not in page.text and '<script src="/plotly.js" defer>' in page.text

@@ -80,6 +80,7 @@ class Views:
     meta: dict[str, Any]
     progress: dict[str, Steps]  # "all" and "island N": best scalar
     components: dict[str, Steps]  # component name: its best (in its own direction)
+    island_components: dict[str, dict[str, Steps]]  # "island N": the same within that island
     pareto: dict[str, Any]
     grids: list[dict[str, Any]]
     errors: dict[str, Any]

@@ -39,6 +39,12 @@ def build_views(archive: Archive, run: Run) -> Views:
     for island in sorted(set(islands.tolist())):
         progress[f"island {island}"] = running_best(scalar, islands == island, ids, t)
     components = {c.name: running_best(matrix[:, d], everyone, ids, t, c.sign) for d, c in enumerate(specs)}
+    island_components = {
+        f"island {island}": {
+            c.name: running_best(matrix[:, d], islands == island, ids, t, c.sign) for d, c in enumerate(specs)
+        }
+        for island in sorted(set(islands.tolist()))
+    }
 
     statuses, var_at = queries.variant_rows(archive, run.id)
     tok_at, tokens = queries.completion_rows(archive, run.id)
@@ -71,6 +77,7 @@ def build_views(archive: Archive, run: Run) -> Views:
         meta=meta,
         progress=progress,
         components=components,
+        island_components=island_components,
         pareto=pareto_view(ids, scalar, matrix, specs),
         grids=grid_views(ids, islands, scalar, matrix, cols.code_length, run, specs),
         errors={"t": edges.tolist(), "counts": count_by(kinds, t, edges)},

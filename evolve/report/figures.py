@@ -69,24 +69,33 @@ def progress_figure(views: Views, x: str) -> dict[str, Any] | None:
     return _layout(fig, "Best scalar over evaluations, overall and per island", "evaluations", "best scalar")
 
 
-def components_figure(views: Views) -> dict[str, Any] | None:
+def components_figure(views: Views, x: str) -> dict[str, Any] | None:
+    """Each component's best, overall; a menu (plotly's own) switches to one island's curves."""
+    groups = {"overall": views.components, **views.island_components}
     fig = _figure()
-    for name, steps in views.components.items():
-        if steps.y:
-            fig.add_trace(_steps_trace(name, steps, "eval", 1.5))
+    owners: list[str] = []
+    for group, curves in groups.items():
+        for name, steps in curves.items():
+            if steps.y:
+                fig.add_trace(_steps_trace(name, steps, x, 1.5))
+                fig.data[-1].visible = group == "overall"
+                fig.data[-1].legendgroup = name
+                owners.append(group)
     if not fig.data:
         return None
-    return _layout(fig, "Each component's best over evaluations", "evaluations", "best value")
-
-
-def components_time_figure(views: Views) -> dict[str, Any] | None:
-    fig = _figure()
-    for name, steps in views.components.items():
-        if steps.y:
-            fig.add_trace(_steps_trace(name, steps, "time", 1.5))
-    if not fig.data:
-        return None
-    return _layout(fig, "Each component's best over wall-clock time", "seconds since start", "best value")
+    title = "Each component's best over " + ("evaluations" if x == "eval" else "wall-clock time")
+    out = _layout(fig, title, "evaluations" if x == "eval" else "seconds since start", "best value")
+    out["layout"]["updatemenus"] = [
+        {
+            "type": "dropdown", "x": 1.0, "xanchor": "right", "y": 1.18, "yanchor": "top", "showactive": True,
+            "buttons": [
+                {"label": group, "method": "restyle", "args": [{"visible": [o == group for o in owners]}]}
+                for group in groups
+                if group in owners
+            ],
+        }
+    ]
+    return out
 
 
 def grid_figures(views: Views) -> list[dict[str, Any]]:
@@ -172,8 +181,8 @@ def all_figures(views: Views) -> dict[str, Any]:
     return {
         "best_eval": progress_figure(views, "eval"),
         "best_time": progress_figure(views, "time"),
-        "components_eval": components_figure(views),
-        "components_time": components_time_figure(views),
+        "components_eval": components_figure(views, "eval"),
+        "components_time": components_figure(views, "time"),
         "grids": grid_figures(views),
         "errors": errors_figure(views),
         "parse": parse_figure(views),

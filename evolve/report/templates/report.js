@@ -211,12 +211,16 @@
     })();
   }
 
-  document.getElementById("pareto-x").addEventListener("change", pareto);
-  document.getElementById("pareto-y").addEventListener("change", pareto);
-  document.getElementById("lineage-go").addEventListener("click", lookup);
-  draw(function () { body.dataset.ready = "true"; });
+  summary();
+  document.addEventListener("DOMContentLoaded", function () {
+    document.getElementById("pareto-x").addEventListener("change", pareto);
+    document.getElementById("pareto-y").addEventListener("change", pareto);
+    document.getElementById("lineage-go").addEventListener("click", lookup);
+    draw(function () { body.dataset.ready = "true"; });
+    if (live) poll();
+  });
 
-  if (live) {
+  function poll() {
     let key = data.key;
     setInterval(function () {
       fetch("/api/data?run=" + runId + "&key=" + encodeURIComponent(key || "")).then(function (r) {
