@@ -131,3 +131,20 @@ def test_dashboard_api_serves_escaped_json_and_answers_unchanged_polls_empty(das
     assert again.status_code == 204
     page = httpx.get(f"{dashboard}/", timeout=30)
     assert page.status_code == 200 and HOSTILE not in page.text and '<script src="/plotly.js" defer>' in page.text
+
+
+def test_serve_command_listens_on_loopback_and_serves_the_page(run_db: Path) -> None:
+    cmd = [sys.executable, "-m", "evolve.cli", "serve", str(run_db), "--port", "0"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        line = ""
+        while "serving run" not in line:
+            line = proc.stdout.readline()  # type: ignore[union-attr]
+            assert line, "evolve serve exited before listening"
+        url = line.split(" at ")[1].split()[0]
+        assert url.startswith("http://127.0.0.1:")
+        page = httpx.get(url, timeout=60)
+        assert page.status_code == 200 and "square: run 1" in page.text
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)

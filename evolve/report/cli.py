@@ -59,7 +59,9 @@ def serve(
         fail(f"{host}:{port}: cannot listen ({exc.strerror}); pick another --port or --host")
     if host not in LOOPBACK:
         console.print(f"[yellow]serving on {host}: anyone who can reach it can read every program and prompt[/]")
-    console.print(f"serving run {chosen.id} of {db} at http://{host}:{server.server_port}/ (Ctrl-C stops)")
+    console.print(
+        f"serving run {chosen.id} of {db} at http://{host}:{server.server_port}/ (Ctrl-C stops)", soft_wrap=True
+    )
     try:
         server.serve_forever()
     except KeyboardInterrupt:
