@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import csv
 import difflib
 import json
 from dataclasses import asdict
@@ -15,6 +14,9 @@ from rich.table import Table
 from evolve.archive import Archive, ArchiveError
 from evolve.archive.models import Run
 from evolve.cli.common import console, fail, vector_table
+from evolve.report.cli import serve, write_html
+from evolve.report.export import write_evaluations_csv
+from evolve.report.queries import export_rows
 
 RunOpt = Annotated[int | None, typer.Option("--run", help="run id (default: the latest)")]
 
@@ -118,27 +120,12 @@ def show(db: Path, program_id: int) -> None:
 def export(
     db: Path, out: Path, top: Annotated[int, typer.Option(help="how many best programs")] = 5, run: RunOpt = None
 ) -> None:
-    """Write the best programs as files and a CSV of every evaluation's vector."""
+    """Write the best programs as files and a CSV of every evaluation: vector, times, policy version, parse status."""
     archive = open_archive(db)
     chosen = pick_run(archive, run)
     rows = archive.evaluation_rows(chosen)
     out.mkdir(parents=True, exist_ok=True)
-    names = list(rows[0][1].scores) if rows else []
-    with open(out / "evaluations.csv", "w", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(["program_id", "parent_id", "island", "generation", "error_kind", "scalar", *names])
-        for program, ev in rows:
-            writer.writerow(
-                [
-                    program.id,
-                    program.parent_id,
-                    program.island,
-                    program.generation,
-                    ev.error_kind or "",
-                    ev.scalar,
-                    *(ev.scores.get(n) for n in names),
-                ]
-            )
+    write_evaluations_csv(out / "evaluations.csv", export_rows(archive, chosen.id))
     ok = sorted((r for r in rows if r[1].error_kind is None), key=lambda r: -(r[1].scalar or 0))
     for rank, (program, _ev) in enumerate(ok[:top], 1):
         (out / f"best_{rank:02d}_program_{program.id}.py").write_text(program.code)
@@ -146,9 +133,15 @@ def export(
 
 
 def report(
-    db: Path, out: Annotated[Path | None, typer.Option(help="write here instead of stdout")] = None, run: RunOpt = None
+    db: Path,
+    out: Annotated[Path | None, typer.Option(help="write here instead of stdout")] = None,
+    run: RunOpt = None,
+    html: Annotated[Path | None, typer.Option("--html", help="write a self-contained HTML report here")] = None,
 ) -> None:
-    """A Markdown report of a run: counts, errors, best per component, policy versions, the best program."""
+    """A Markdown report of a run (or, with --html, the interactive HTML report)."""
+    if html is not None:
+        write_html(db, run, html)
+        return
     archive = open_archive(db)
     chosen = pick_run(archive, run)
     s = archive.summarize(chosen)
@@ -196,3 +189,4 @@ def register(app: typer.Typer) -> None:
     app.command()(show)
     app.command()(export)
     app.command()(report)
+    app.command()(serve)
