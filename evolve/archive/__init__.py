@@ -2,5 +2,15 @@
 
 from evolve.archive.codehash import code_hash, normalize
 from evolve.archive.store import Archive, ArchiveError, CompletionRecord, ScoredProgram
+from evolve.archive.urls import archive_url, sqlite_file
 
-__all__ = ["Archive", "ArchiveError", "CompletionRecord", "ScoredProgram", "code_hash", "normalize"]
+__all__ = [
+    "Archive",
+    "ArchiveError",
+    "CompletionRecord",
+    "ScoredProgram",
+    "archive_url",
+    "code_hash",
+    "normalize",
+    "sqlite_file",
+]

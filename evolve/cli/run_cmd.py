@@ -11,7 +11,7 @@ import typer
 from rich.live import Live
 from sqlalchemy.exc import SQLAlchemyError
 
-from evolve.archive import Archive, ArchiveError
+from evolve.archive import Archive, ArchiveError, archive_url, sqlite_file
 from evolve.cli.common import console, fail, vector_table
 from evolve.cli.problem_cmds import SandboxOpt, load_or_fail
 from evolve.loop import SearchLoop, run_search
@@ -38,7 +38,7 @@ def _live(loop: SearchLoop, done: threading.Event) -> None:
 
 def run(
     problem_dir: Annotated[Path, typer.Argument(metavar="PROBLEM")],
-    db: Annotated[Path | None, typer.Option(help="archive path or SQLAlchemy URL [default: runs/NAME.db]")] = None,
+    db: Annotated[str | None, typer.Option(help="archive path or SQLAlchemy URL [default: runs/NAME.db]")] = None,
     policy: Annotated[str, typer.Option(help="transformers:embedded | transformers:DIR_OR_HUB_ID | replay:FILE")] = (
         "transformers:embedded"
     ),
@@ -82,9 +82,7 @@ def run(
     )
     if train_method not in ("vpo", "grpo", "multi-rlvr"):
         fail(f"--train-method {train_method}: use vpo, grpo or multi-rlvr")
-    target_db: str | Path = db if db is not None else Path("runs") / f"{problem.name}.db"
-    if "://" not in str(target_db):
-        Path(target_db).parent.mkdir(parents=True, exist_ok=True)
+    target_db = db if db is not None else str(Path("runs") / f"{problem.name}.db")
     try:
         archive = Archive(target_db)
         check_resumable(archive, problem)
@@ -146,8 +144,13 @@ def run(
 
 
 def adapters_next_to(db: str | Path, name: str) -> Path:
-    """`runs/NAME.db` keeps its adapters in `runs/NAME.adapters/`; a database URL in `runs/NAME.adapters/`."""
-    return Path(db).with_suffix(".adapters") if "://" not in str(db) else Path("runs") / f"{name}.adapters"
+    """`runs/NAME.db` (or its sqlite:/// URL) keeps its adapters in `runs/NAME.adapters/`; a server database's
+    run keeps them in `runs/NAME.adapters/` under the working directory."""
+    try:
+        file = sqlite_file(archive_url(db))
+    except ValueError:
+        file = None
+    return file.with_suffix(".adapters") if file is not None else Path("runs") / f"{name}.adapters"
 
 
 def register(app: typer.Typer) -> None:
