@@ -29,7 +29,7 @@ def archive_url(text: str | Path) -> str:
         return f"sqlite:///{Path(s).expanduser().resolve()}"
     try:
         url = make_url(s)
-    except ArgumentError as exc:
+    except (ArgumentError, ValueError) as exc:
         raise ArchiveUrlError(
             f"--db {s}: not a database URL ({exc}); write e.g. sqlite:///runs/x.db or "
             "postgresql+psycopg://user@host/dbname"
