@@ -254,8 +254,12 @@ class SearchLoop:
                 self.children.task_done()
                 continue  # left pending in the archive; a resumed run with more budget evaluates it
             self.reserved += 1
+            aevaluate = getattr(self.sandbox, "aevaluate", None)  # cluster sandboxes: no thread per slot
             try:
-                outcome = await asyncio.to_thread(self.sandbox.evaluate, self.problem, child.code)
+                if aevaluate is not None:
+                    outcome = await aevaluate(self.problem, child.code)
+                else:
+                    outcome = await asyncio.to_thread(self.sandbox.evaluate, self.problem, child.code)
             except Exception as exc:  # a sandbox bug must cost one evaluation, not the run
                 outcome = failed(self.problem, ErrorKind.CRASH, f"sandbox failure: {exc!r}", 0.0, self.sandbox.kind)
             await self.results.put((child, outcome))
