@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from evolve.archive import Archive, CompletionRecord, code_hash
+from evolve.archive.batch import NewProgram, add_evaluated_programs
 from evolve.archive.models import Run
 from evolve.archive.store import code_hashes
 from evolve.fitness import scalar_view
@@ -32,6 +33,7 @@ from sandboxes.runner import failed
 
 STORED_OUTPUT = 8 * 1024
 MAX_BARREN_GROUPS = 50
+COMMIT_BATCH = 64  # results written in one transaction at most
 
 
 @dataclass
@@ -266,37 +268,51 @@ class SearchLoop:
             self.children.task_done()
 
     async def commit(self) -> None:
+        """The single writer: whatever results have landed are committed together, one transaction a batch."""
         while True:
-            child, outcome = await self.results.get()
+            batch = [await self.results.get()]
+            while len(batch) < COMMIT_BATCH and not self.results.empty():
+                batch.append(self.results.get_nowait())
             try:
-                await asyncio.to_thread(self._commit_one, child, outcome)
+                await asyncio.to_thread(self._commit_batch, batch)
             except Exception as exc:  # the archive is gone or broken: stop, keeping what was committed
                 self.fatal = exc
                 self.stop.set()
             finally:
-                self.results.task_done()
+                for _ in batch:
+                    self.results.task_done()
 
     def _commit_one(self, child: Child, outcome: EvalOutcome) -> None:
-        scalar = scalar_view(self.problem.components, outcome.scores)
-        pid, created = self.archive.add_evaluated_program(
-            self.run.id,
-            child.code,
-            parent_id=child.parent_id,
-            island=child.island,
-            generation=child.generation,
-            variant_id=child.variant_id,
-            evaluation=dict(
-                scores=outcome.scores,
-                scalar=scalar,
-                error_kind=outcome.error_kind,
-                error=outcome.error,
-                duration_s=outcome.duration_s,
-                feedback=outcome.feedback,
-                stdout=outcome.stdout[:STORED_OUTPUT],
-                stderr=outcome.stderr[:STORED_OUTPUT],
-                sandbox=outcome.sandbox,
-            ),
-        )
+        self._commit_batch([(child, outcome)])
+
+    def _commit_batch(self, batch: list[tuple[Child, EvalOutcome]]) -> None:
+        scalars = [scalar_view(self.problem.components, outcome.scores) for _, outcome in batch]
+        rows = [
+            NewProgram(
+                child.code,
+                child.parent_id,
+                child.island,
+                child.generation,
+                child.variant_id,
+                dict(
+                    scores=outcome.scores,
+                    scalar=scalar,
+                    error_kind=outcome.error_kind,
+                    error=outcome.error,
+                    duration_s=outcome.duration_s,
+                    feedback=outcome.feedback,
+                    stdout=outcome.stdout[:STORED_OUTPUT],
+                    stderr=outcome.stderr[:STORED_OUTPUT],
+                    sandbox=outcome.sandbox,
+                ),
+            )
+            for (child, outcome), scalar in zip(batch, scalars, strict=True)
+        ]
+        written = add_evaluated_programs(self.archive, self.run.id, rows)
+        for (child, outcome), scalar, (pid, created) in zip(batch, scalars, written, strict=True):
+            self._record(child, outcome, scalar, pid, created)
+
+    def _record(self, child: Child, outcome: EvalOutcome, scalar: float, pid: int, created: bool) -> None:
         self.hashes[code_hash(child.code)] = pid
         if not created:
             self.reserved -= 1

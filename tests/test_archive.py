@@ -157,3 +157,30 @@ def test_reads_work_while_another_process_writes(db_url):
     assert a.count_programs(run.id) == 300
     assert len(a.scored_programs(run.id)) == 300
     a.close()
+
+
+def test_a_batch_commits_together_and_dedups_against_archive_and_itself(archive):
+    from evolve.archive.batch import NewProgram, add_evaluated_programs
+
+    run = archive.create_run("p", "/p", "fp", {}, 0)
+    first, _ = archive.add_evaluated_program(
+        run.id, "x = 1\n", parent_id=None, island=0, generation=0, evaluation=_eval()
+    )
+    items = [
+        NewProgram("y = 2\n", first, 0, 1, None, _eval(2.0)),
+        NewProgram("x  =  1\n", first, 1, 1, None, _eval(3.0)),  # the seed again, respelled
+        NewProgram("y = 2  # again\n", first, 1, 1, None, _eval(4.0)),  # the first item again
+        NewProgram("z = 3\n", first, 0, 1, None, _eval(5.0)),
+    ]
+    results = add_evaluated_programs(archive, run.id, items)
+    assert [created for _, created in results] == [True, False, False, True]
+    assert results[1][0] == first and results[2][0] == results[0][0]
+    assert archive.count_programs(run.id) == 3
+    assert sorted(p.scalar for p in archive.scored_programs(run.id)) == [1.0, 2.0, 5.0]
+    with pytest.raises(Exception):  # noqa: B017 - one bad row: nothing of the batch lands
+        add_evaluated_programs(
+            archive,
+            run.id,
+            [NewProgram("w = 4\n", first, 0, 1, None, _eval()), NewProgram("v = 5\n", first, 0, 1, None, {"bogus": 1})],
+        )
+    assert archive.count_programs(run.id) == 3
