@@ -114,8 +114,8 @@ class RaySandbox:
         self._owns_ray = not ray.is_initialized()
         try:
             if self._owns_ray:
-                local = {} if address else {"include_dashboard": False}  # only a new cluster takes these
-                ray.init(address=address or None, namespace="vpo-evolve", log_to_driver=False, **local)
+                new_cluster = {} if address else {"include_dashboard": False}  # only a new cluster takes these
+                ray.init(address=address or None, namespace="vpo-evolve", log_to_driver=False, **new_cluster)
         except (ConnectionError, RuntimeError, ValueError) as exc:
             where = address or "a new local cluster"
             raise RayUnavailable(
