@@ -58,7 +58,9 @@ class Evaluator:
         self.lock = threading.Lock()
 
     def ready(self) -> str:
-        return f"{os.uname().nodename}:{os.getpid()} {self.sandbox.isolation()}"
+        import ray
+
+        return f"{ray.get_runtime_context().get_node_id()}:{os.getpid()} {self.sandbox.isolation()}"
 
     def _problem(self, fingerprint: str, root: str, bundle: list[Any]) -> Problem:
         with self.lock:
@@ -174,6 +176,8 @@ class RaySandbox:
                 return
             slot.live = False
             generation = slot.generation + 1
+        with contextlib.suppress(Exception):  # merely unreachable (not dead) actors must not linger
+            self._ray.kill(slot.handle)
         threading.Thread(target=self._replace, args=(index, generation), daemon=True).start()
 
     def _replace(self, index: int, generation: int) -> None:

@@ -8,6 +8,7 @@ rows at once (SQLite in WAL mode; any other SQLAlchemy URL works the same way).
 from __future__ import annotations
 
 import fcntl
+import os
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -83,17 +84,18 @@ def _file_lock(path: Path | None) -> Iterator[None]:
     """Serialise schema creation between processes opening one new SQLite file at once.
 
     pysqlite runs DDL outside any transaction, so two engines could both see an empty file and both create
-    tables. An flock on the database file itself is independent of SQLite's own byte-range locks on Linux.
+    tables. The flock is on the file's folder, never on the database file: closing any descriptor of the
+    database file would drop the POSIX locks SQLite holds on it through its own connections.
     """
     if path is None:
         yield
         return
-    with open(path, "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+    fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
 
 
 class Archive:
