@@ -287,6 +287,7 @@ class SearchLoop:
 
     def _commit_batch(self, batch: list[tuple[Child, EvalOutcome]]) -> None:
         scalars = [scalar_view(self.problem.components, outcome.scores) for _, outcome in batch]
+        digests = [code_hash(child.code) for child, _ in batch]
         rows = [
             NewProgram(
                 child.code,
@@ -305,15 +306,16 @@ class SearchLoop:
                     stderr=outcome.stderr[:STORED_OUTPUT],
                     sandbox=outcome.sandbox,
                 ),
+                digest,
             )
-            for (child, outcome), scalar in zip(batch, scalars, strict=True)
+            for (child, outcome), scalar, digest in zip(batch, scalars, digests, strict=True)
         ]
         written = add_evaluated_programs(self.archive, self.run.id, rows)
-        for (child, outcome), scalar, (pid, created) in zip(batch, scalars, written, strict=True):
+        for (child, outcome), scalar, digest, (pid, created) in zip(batch, scalars, digests, written, strict=True):
+            self.hashes[digest] = pid
             self._record(child, outcome, scalar, pid, created)
 
     def _record(self, child: Child, outcome: EvalOutcome, scalar: float, pid: int, created: bool) -> None:
-        self.hashes[code_hash(child.code)] = pid
         if not created:
             self.reserved -= 1
             return

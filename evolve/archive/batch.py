@@ -27,6 +27,7 @@ class NewProgram:
     generation: int
     variant_id: int | None
     evaluation: dict[str, Any]
+    digest: str | None = None  # the normalised-code hash when the caller has it already (it costs a parse)
 
 
 def add_evaluated_programs(archive: Archive, run_id: int, items: Sequence[NewProgram]) -> list[tuple[int, bool]]:
@@ -48,7 +49,7 @@ def add_evaluated_programs(archive: Archive, run_id: int, items: Sequence[NewPro
                 variant_id=item.variant_id,
             )
         ]
-    digests = [code_hash(item.code) for item in items]
+    digests = [item.digest or code_hash(item.code) for item in items]
     try:
         with archive.session() as s:
             known = dict(
