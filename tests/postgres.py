@@ -56,7 +56,7 @@ class PostgresCluster:
     def socket_dir(self) -> Path:
         return self.root
 
-    def _run(self, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    def _run(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
         extra = {} if self.owner is None else {"user": self.owner.pw_uid, "group": self.owner.pw_gid}
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LC_ALL": "C.UTF-8", "HOME": str(self.root)}
         return subprocess.run(
@@ -74,6 +74,15 @@ class PostgresCluster:
         if owner is not None:
             os.chown(root, owner.pw_uid, owner.pw_gid)
         cluster = cls(root, pg_ctl, owner)
+        try:
+            cluster._make_and_start(initdb)
+        except BaseException:
+            cluster.stop()
+            raise
+        return cluster
+
+    def _make_and_start(self, initdb: str) -> None:
+        cluster, root, pg_ctl = self, self.root, self.pg_ctl
         made = cluster._run(initdb, "-D", str(cluster.data), "-U", ADMIN, "--auth=trust", "-E", "UTF8", "--no-sync")
         if made.returncode != 0:
             raise RuntimeError(f"initdb failed: {made.stderr.strip()[-500:]}")
@@ -82,12 +91,11 @@ class PostgresCluster:
             "-c full_page_writes=off -c max_connections=200 -c shared_buffers=32MB"
         )
         started = cluster._run(
-            pg_ctl, "-D", str(cluster.data), "-o", options, "-l", str(root / "server.log"), "-w", "-t", "60", "start"
+            pg_ctl, "-D", str(cluster.data), "-o", options, "-l", str(root / "server.log"), "-w", "-t", "240", "start"
         )
         if started.returncode != 0:
             log = (root / "server.log").read_text()[-800:] if (root / "server.log").exists() else ""
             raise RuntimeError(f"pg_ctl start failed: {started.stderr.strip()[-400:]} {log}")
-        return cluster
 
     def url(self, database: str) -> str:
         return f"postgresql+psycopg://{ADMIN}@/{database}?host={self.socket_dir}&port={PORT}"
