@@ -136,6 +136,7 @@ def main() -> None:
                 if r > best[name][0]:
                     best[name] = (r, slots)
                 rows[slots].append(f"{r:.0f}")
+                print(f"  {name} {slots} slots: {r:.0f} evals/s", flush=True)
     finally:
         if cluster is not None:
             cluster.stop()
