@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from evolve.archive import Archive, CompletionRecord, code_hash
+from evolve.archive.batch import NewProgram, add_evaluated_programs
 from evolve.archive.models import Run
 from evolve.fitness import oriented_by_name, raw_scores, scalar_view, signs
 from evolve.problem import Problem
@@ -30,6 +31,7 @@ from sandboxes.base import ErrorKind, EvalOutcome, Sandbox
 
 STORED_OUTPUT = 8 * 1024
 MAX_BARREN_GROUPS = 50
+COMMIT_BATCH = 64  # results written in one transaction at most
 
 
 @dataclass
@@ -264,8 +266,12 @@ class SearchLoop:
                 self.children.task_done()
                 continue  # left pending in the archive; a resumed run with more budget evaluates it
             self.reserved += 1
+            aevaluate = getattr(self.sandbox, "aevaluate", None)  # cluster sandboxes: no thread per slot
             try:
-                outcome = await asyncio.to_thread(self.sandbox.evaluate, self.problem, child.code)
+                if aevaluate is not None:
+                    outcome = await aevaluate(self.problem, child.code)
+                else:
+                    outcome = await asyncio.to_thread(self.sandbox.evaluate, self.problem, child.code)
             except Exception as exc:  # a sandbox bug must cost one evaluation, not the run
                 error = f"sandbox failure: {exc!r}"
                 outcome = EvalOutcome.failure(self.problem, ErrorKind.CRASH, error, 0.0, self.sandbox.kind)
@@ -273,39 +279,55 @@ class SearchLoop:
             self.children.task_done()
 
     async def commit(self) -> None:
+        """The single writer: whatever results have landed are committed together, one transaction a batch."""
         while True:
-            child, outcome = await self.results.get()
+            batch = [await self.results.get()]
+            while len(batch) < COMMIT_BATCH and not self.results.empty():
+                batch.append(self.results.get_nowait())
             try:
-                await asyncio.to_thread(self._commit_one, child, outcome)
+                await asyncio.to_thread(self._commit_batch, batch)
             except Exception as exc:  # the archive is gone or broken: stop, keeping what was committed
                 self.fatal = exc
                 self.stop.set()
             finally:
-                self.results.task_done()
+                for _ in batch:
+                    self.results.task_done()
 
     def _commit_one(self, child: Child, outcome: EvalOutcome) -> None:
-        scalar = scalar_view(self.problem.components, outcome.scores)
-        pid, created = self.archive.add_evaluated_program(
-            self.run.id,
-            child.code,
-            parent_id=child.parent_id,
-            island=child.island,
-            generation=child.generation,
-            variant_id=child.variant_id,
-            evaluation=dict(
-                scores=outcome.scores,
-                scalar=scalar,
-                error_kind=outcome.error_kind,
-                error=outcome.error,
-                duration_s=outcome.duration_s,
-                feedback=outcome.feedback,
-                stages=outcome.stages,
-                stdout=outcome.stdout[:STORED_OUTPUT],
-                stderr=outcome.stderr[:STORED_OUTPUT],
-                sandbox=outcome.sandbox,
-            ),
-        )
-        self.hashes[code_hash(child.code)] = pid
+        self._commit_batch([(child, outcome)])
+
+    def _commit_batch(self, batch: list[tuple[Child, EvalOutcome]]) -> None:
+        scalars = [scalar_view(self.problem.components, outcome.scores) for _, outcome in batch]
+        digests = [code_hash(child.code) for child, _ in batch]
+        rows = [
+            NewProgram(
+                child.code,
+                child.parent_id,
+                child.island,
+                child.generation,
+                child.variant_id,
+                dict(
+                    scores=outcome.scores,
+                    scalar=scalar,
+                    error_kind=outcome.error_kind,
+                    error=outcome.error,
+                    duration_s=outcome.duration_s,
+                    feedback=outcome.feedback,
+                    stages=outcome.stages,
+                    stdout=outcome.stdout[:STORED_OUTPUT],
+                    stderr=outcome.stderr[:STORED_OUTPUT],
+                    sandbox=outcome.sandbox,
+                ),
+                digest,
+            )
+            for (child, outcome), scalar, digest in zip(batch, scalars, digests, strict=True)
+        ]
+        written = add_evaluated_programs(self.archive, self.run.id, rows)
+        for (child, outcome), scalar, digest, (pid, created) in zip(batch, scalars, digests, written, strict=True):
+            self.hashes[digest] = pid
+            self._record(child, outcome, scalar, pid, created)
+
+    def _record(self, child: Child, outcome: EvalOutcome, scalar: float, pid: int, created: bool) -> None:
         if not created:
             self.reserved -= 1
             return

@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from evolve.archive import Archive, ArchiveError
+from evolve.archive import Archive, ArchiveError, archive_url, sqlite_file
 from evolve.loop import SearchLoop, run_search
 from evolve.problem import Problem
 from evolve.runs import RunMismatch, RunOptions, check_resumable, open_run
@@ -72,16 +72,19 @@ def default_db(problem: Problem) -> Path:
 
 
 def adapters_next_to(db: str | Path, name: str) -> Path:
-    """`runs/NAME.db` keeps its adapters in `runs/NAME.adapters/`; a database URL in `runs/NAME.adapters/`."""
-    return Path(db).with_suffix(".adapters") if "://" not in str(db) else Path("runs") / f"{name}.adapters"
+    """`runs/NAME.db` (or its sqlite:/// URL) keeps its adapters in `runs/NAME.adapters/`; a server database's
+    run keeps them in `runs/NAME.adapters/` under the working directory."""
+    try:
+        file = sqlite_file(archive_url(db))
+    except ValueError:
+        file = None
+    return file.with_suffix(".adapters") if file is not None else Path("runs") / f"{name}.adapters"
 
 
 def _open_parts(
     problem: Problem, options: RunOptions, db: str | Path, policy: str, sandbox: str, allow_weak_sandbox: bool
 ) -> tuple[Archive, Sandbox, Policy]:
     """Quick checks first; the policy (slow for local models) after every quick check, before any write."""
-    if "://" not in str(db):
-        Path(db).parent.mkdir(parents=True, exist_ok=True)
     try:
         archive = Archive(db)
         check_resumable(archive, problem)

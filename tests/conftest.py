@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -50,3 +51,29 @@ def tiny_model_dir():
     cache = Path(os.environ.get("EVOLVE_TEST_CACHE", Path.home() / ".cache" / "vpo-evolve" / "test-models"))
     cache.mkdir(parents=True, exist_ok=True)
     return build_taught_model(cache, tiny_pairs(), steps=TEACH_STEPS)
+
+
+@pytest.fixture(scope="session")
+def postgres_cluster():
+    """One throw-away PostgreSQL cluster for the session; a skip (a failure in CI) when it cannot start."""
+    from tests.postgres import PostgresCluster
+    from tests.services import missing
+
+    try:
+        import psycopg  # noqa: F401
+    except ImportError:
+        missing("PostgreSQL", "the psycopg driver is not installed (pip install 'vpo-evolve[postgres]')")
+    try:
+        cluster = PostgresCluster.start()
+    except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
+        missing("PostgreSQL", str(exc))
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def db_url(request, tmp_path):
+    """An empty archive location on each database: a SQLite file path, or a fresh PostgreSQL database's URL."""
+    if request.param == "sqlite":
+        return str(tmp_path / "a.db")
+    return request.getfixturevalue("postgres_cluster").new_database()

@@ -66,7 +66,7 @@ def square_run(tmp_path: Path, **options: object) -> tuple:
     return problem, archive, run, run_options
 
 
-def evolve_run_cmd(folder: Path, db: Path, policy: str, max_evaluations: int, *extra: str) -> list[str]:
+def evolve_run_cmd(folder: Path, db: Path | str, policy: str, max_evaluations: int, *extra: str) -> list[str]:
     """The `evolve run` command line the subprocess tests start, on the process sandbox."""
     import sys
 

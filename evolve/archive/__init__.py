@@ -3,6 +3,7 @@
 from evolve.archive.codehash import code_hash, normalize
 from evolve.archive.queries import GroupRows, RunSummary
 from evolve.archive.store import Archive, ArchiveError, CompletionRecord, ScoredProgram
+from evolve.archive.urls import archive_url, sqlite_file
 
 __all__ = [
     "Archive",
@@ -11,6 +12,8 @@ __all__ = [
     "GroupRows",
     "RunSummary",
     "ScoredProgram",
+    "archive_url",
     "code_hash",
     "normalize",
+    "sqlite_file",
 ]

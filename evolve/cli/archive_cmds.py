@@ -13,7 +13,7 @@ from rich.table import Table
 
 from evolve.archive import Archive, ArchiveError
 from evolve.archive.models import Run
-from evolve.cli.common import console, fail, vector_table
+from evolve.cli.common import DbArg, console, fail, vector_table
 from evolve.report.cli import serve, write_html
 from evolve.report.export import write_evaluations_csv
 from evolve.report.queries import export_rows
@@ -21,7 +21,7 @@ from evolve.report.queries import export_rows
 RunOpt = Annotated[int | None, typer.Option("--run", help="run id (default: the latest)")]
 
 
-def open_archive(db: Path) -> Archive:
+def open_archive(db: str) -> Archive:
     try:
         return Archive(db, create=False)
     except ArchiveError as exc:
@@ -40,7 +40,7 @@ def pick_run(archive: Archive, run_id: int | None) -> Run:
     fail(f"{archive.url}: no run {run_id}; runs are {[r.id for r in runs]}")
 
 
-def inspect(db: Path, as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
+def inspect(db: DbArg, as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
     """Per run: counts, errors by kind, best per component and scalar, islands, policy versions."""
     archive = open_archive(db)
     summaries = [archive.summarize(run) for run in archive.runs()]
@@ -64,7 +64,7 @@ def inspect(db: Path, as_json: Annotated[bool, typer.Option("--json")] = False) 
 
 
 def best(
-    db: Path, component: Annotated[str | None, typer.Option(help="best on this component")] = None, run: RunOpt = None
+    db: DbArg, component: Annotated[str | None, typer.Option(help="best on this component")] = None, run: RunOpt = None
 ) -> None:
     """Print the code of the best program (by scalar view, or by one component)."""
     archive = open_archive(db)
@@ -74,7 +74,7 @@ def best(
     print(program.code, end="" if program.code.endswith("\n") else "\n")
 
 
-def show(db: Path, program_id: int) -> None:
+def show(db: DbArg, program_id: int) -> None:
     """A program's code, diff against its parent, score vector and lineage."""
     archive = open_archive(db)
     program = archive.program(program_id)
@@ -118,7 +118,7 @@ def show(db: Path, program_id: int) -> None:
 
 
 def export(
-    db: Path, out: Path, top: Annotated[int, typer.Option(help="how many best programs")] = 5, run: RunOpt = None
+    db: DbArg, out: Path, top: Annotated[int, typer.Option(help="how many best programs")] = 5, run: RunOpt = None
 ) -> None:
     """Write the best programs as files and a CSV of every evaluation: vector, times, policy version, parse status."""
     archive = open_archive(db)
@@ -133,7 +133,7 @@ def export(
 
 
 def report(
-    db: Path,
+    db: DbArg,
     out: Annotated[Path | None, typer.Option(help="write here instead of stdout")] = None,
     run: RunOpt = None,
     html: Annotated[Path | None, typer.Option("--html", help="write a self-contained HTML report here")] = None,

@@ -17,7 +17,7 @@ from evolve.problem.scaffold import scaffold
 from sandboxes.base import EvalOutcome
 from sandboxes.factory import SandboxUnavailable, make_sandbox
 
-SandboxOpt = Annotated[str, typer.Option("--sandbox", help="auto | docker | process")]
+SandboxOpt = Annotated[str, typer.Option("--sandbox", help="auto | docker | process | ray | ray:ADDRESS")]
 
 
 def load_or_fail(folder: Path, sandbox_kind: str = "auto") -> Problem:

@@ -21,7 +21,7 @@ from evolve.search import DEFAULT_POLICY, Search, SearchSetupError, build_search
 from policies.base import PolicyError, StatusReporting
 
 POLICY_HELP = (
-    "transformers:embedded | transformers:DIR_OR_HUB_ID | vllm:URL | vllm:URL@MODEL | openai:URL@MODEL | "
+    "transformers:embedded | transformers:DIR_OR_HUB_ID | vllm:URL[,URL2...][@MODEL] | openai:URL@MODEL | "
     "vllm-local:MODEL | replay:FILE"
 )
 TRAIN_METHODS = ("vpo", "grpo", "multi-rlvr")
@@ -91,7 +91,7 @@ def _report(search: Search, reason: str, problem: Problem) -> None:
 
 def run(
     problem_dir: Annotated[Path, typer.Argument(metavar="PROBLEM")],
-    db: Annotated[Path | None, typer.Option(help="archive path or SQLAlchemy URL [default: runs/NAME.db]")] = None,
+    db: Annotated[str | None, typer.Option(help="archive path or SQLAlchemy URL [default: runs/NAME.db]")] = None,
     policy: Annotated[str, typer.Option(help=POLICY_HELP)] = DEFAULT_POLICY,
     sandbox: SandboxOpt = "auto",
     workers: Annotated[int, typer.Option(min=1)] = 2,
