@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from evolve.archive import Archive, ArchiveError, archive_url, sqlite_file
 from evolve.cli import app
-from evolve.cli.run_cmd import adapters_next_to
+from evolve.search import adapters_next_to
 from tests.helpers import write_problem
 
 FULL = "<variant 1>\n```python\ndef solve(x):\n    return {a}\n```\n</variant 1>\n"
