@@ -85,7 +85,7 @@ def ray_overhead_ms(calls: int = 200) -> float:
 
     folder = Path(tempfile.mkdtemp())
     problem = load_problem(write_problem(folder / "p", seed=SEED))
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, _node_ip_address="127.0.0.1")
     try:
         sandbox = RaySandbox(None, slots=1, cpus_per_actor=0, make_local=InstantSandbox)
         sandbox.evaluate(problem, SEED)  # ships the problem once

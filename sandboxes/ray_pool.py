@@ -116,7 +116,8 @@ class RaySandbox:
         self._owns_ray = not ray.is_initialized()
         try:
             if self._owns_ray:
-                new_cluster = {} if address else {"include_dashboard": False}  # only a new cluster takes these
+                # only a new cluster takes these; a local one listens on loopback alone
+                new_cluster = {} if address else {"include_dashboard": False, "_node_ip_address": "127.0.0.1"}
                 ray.init(address=address or None, namespace="vpo-evolve", log_to_driver=False, **new_cluster)
         except (ConnectionError, RuntimeError, ValueError) as exc:
             where = address or "a new local cluster"
@@ -137,9 +138,12 @@ class RaySandbox:
         self._slots = [_Slot(self._actor_class.remote(factory), 0) for _ in range(count)]
         self.nodes: set[str] = set()
         try:
-            for where in ray.get([s.handle.ready.remote() for s in self._slots], timeout=120):
+            wheres = ray.get([s.handle.ready.remote() for s in self._slots], timeout=120)
+            for where in wheres:
                 self.nodes.add(where.split(":")[0])
                 self._isolation = where.split(" ", 1)[1]
+            # hidden only if every node's sandbox hides the host's files (a WEAK one says so in its isolation)
+            self.hides_files = all("WEAK" not in where for where in wheres)
         except Exception as exc:
             self.close()
             raise RayUnavailable(f"--sandbox ray: the evaluator actors did not start ({exc})") from None

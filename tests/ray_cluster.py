@@ -17,6 +17,28 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+NETNS = f"evray-{os.getpid()}"
+
+
+def in_netns(cmd: list[str]) -> list[str]:
+    """Run `cmd` in this test session's own network namespace, where loopback is the only interface.
+
+    Ray rewrites 127.0.0.1 in a cluster address into the machine's outward address; in a namespace that has
+    only `lo`, that address is 127.0.0.1 itself, so no Ray traffic ever targets anything but loopback.
+    """
+    return ["ip", "netns", "exec", NETNS, *cmd]
+
+
+def make_netns() -> None:
+    if os.geteuid() != 0:
+        raise RuntimeError("needs root to make a loopback-only network namespace (ip netns add)")
+    subprocess.run(["ip", "netns", "add", NETNS], check=True, capture_output=True)
+    subprocess.run(in_netns(["ip", "link", "set", "lo", "up"]), check=True, capture_output=True)
+
+
+def drop_netns() -> None:
+    subprocess.run(["ip", "netns", "delete", NETNS], capture_output=True)
+
 
 def ray_env() -> dict[str, str]:
     env = dict(os.environ)
@@ -69,8 +91,8 @@ class RayCluster:
             port = _free_port()
             before = _raylets()
             head = subprocess.run(
-                ["ray", "start", "--head", "--node-ip-address=127.0.0.1", f"--port={port}", f"--num-cpus={cpus}",
-                 "--include-dashboard=false", "--disable-usage-stats", f"--temp-dir={temp}"],
+                in_netns(["ray", "start", "--head", "--node-ip-address=127.0.0.1", f"--port={port}",
+                 f"--num-cpus={cpus}", "--include-dashboard=false", "--disable-usage-stats", f"--temp-dir={temp}"]),
                 env=ray_env(), capture_output=True, text=True, timeout=timeout,
             )  # fmt: skip
             new = _raylets() - before
@@ -86,8 +108,8 @@ class RayCluster:
         for _ in range(attempts):
             before = _raylets()
             node = subprocess.run(
-                ["ray", "start", f"--address={self.address}", "--node-ip-address=127.0.0.1", f"--num-cpus={cpus}",
-                 "--disable-usage-stats"],
+                in_netns(["ray", "start", f"--address={self.address}", "--node-ip-address=127.0.0.1",
+                 f"--num-cpus={cpus}", "--disable-usage-stats"]),
                 env=ray_env(), capture_output=True, text=True, timeout=timeout,
             )  # fmt: skip
             new = _raylets() - before

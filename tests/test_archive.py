@@ -36,10 +36,7 @@ def archive(db_url):
     a.close()
 
 
-def test_fresh_archive_is_at_head_and_in_wal_mode(tmp_path):
-    Archive(tmp_path / "a.db").close()
-    con = sqlite3.connect(tmp_path / "a.db")
-    assert con.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+def _script_head() -> str:
     from alembic.config import Config
     from alembic.script import ScriptDirectory
 
@@ -47,14 +44,20 @@ def test_fresh_archive_is_at_head_and_in_wal_mode(tmp_path):
 
     cfg = Config()
     cfg.set_main_option("script_location", str(MIGRATIONS))
-    head = ScriptDirectory.from_config(cfg).get_current_head()
-    assert con.execute("SELECT version_num FROM alembic_version").fetchone()[0] == head
+    return ScriptDirectory.from_config(cfg).get_current_head()
+
+
+def test_fresh_archive_is_at_head_and_in_wal_mode(tmp_path):
+    Archive(tmp_path / "a.db").close()
+    con = sqlite3.connect(tmp_path / "a.db")
+    assert con.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert con.execute("SELECT version_num FROM alembic_version").fetchone()[0] == _script_head()
 
 
 def test_fresh_archive_on_any_database_is_at_head(db_url):
     a = Archive(db_url)
     with a.session() as s:
-        assert s.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0001"
+        assert s.execute(text("SELECT version_num FROM alembic_version")).scalar() == _script_head()
     a.close()
 
 

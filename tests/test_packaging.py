@@ -25,6 +25,7 @@ from packaging.utils import canonicalize_name
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("evolve", "policies", "sandboxes")
+INSTALLED_EXTRAS = ("model", "report", "postgres", "ray")  # what scripts/setup.sh installs besides dev/embedded
 OTHER_EXTRAS = ("vllm",)  # the `vllm` extra: only policies/vllm_local.py, inside its functions
 
 
@@ -62,7 +63,8 @@ def _top_level(dist: md.Distribution) -> set[str]:
 
 def _link_dependencies(target: Path) -> None:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    declared = list(project["dependencies"]) + list(project["optional-dependencies"]["model"])
+    extras = project["optional-dependencies"]
+    declared = list(project["dependencies"]) + [r for e in INSTALLED_EXTRAS for r in extras[e]]
     target.mkdir()
     for dist in _closure(declared, set()).values():
         site = Path(str(dist.locate_file("")))

@@ -11,7 +11,7 @@ import time
 import pytest
 
 from tests.helpers import write_problem
-from tests.ray_cluster import RayCluster, ray_env
+from tests.ray_cluster import RayCluster, drop_netns, in_netns, make_netns, ray_env
 from tests.services import missing
 
 pytestmark = pytest.mark.slow
@@ -29,16 +29,23 @@ def ray_cluster():
     except ImportError:
         missing("Ray", "not installed (pip install 'vpo-evolve[ray]')")
     try:
+        make_netns()
+    except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
+        missing("Ray", f"no loopback-only network namespace for the cluster: {exc}")
+    try:
         cluster = RayCluster.start(cpus=2)
     except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
+        drop_netns()
         missing("Ray", f"cannot start a head node: {exc}")
     try:
         cluster.add_node(cpus=2)
     except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
         cluster.stop()
+        drop_netns()
         missing("Ray", f"cannot start a second node: {exc}")
     yield cluster
     cluster.stop()
+    drop_netns()
 
 
 def test_run_survives_losing_a_node_and_evaluates_each_child_once(tmp_path, ray_cluster):
@@ -52,7 +59,7 @@ def test_run_survives_losing_a_node_and_evaluates_each_child_once(tmp_path, ray_
         "--sandbox", f"ray:{ray_cluster.address}", "--workers", "4", "--group-size", "2", "--variants", "1",
         "--edit-format", "full", "--max-evaluations", str(budget),
     ]  # fmt: skip
-    proc = subprocess.Popen(cmd, env=ray_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(in_netns(cmd), env=ray_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 240
     seen = 0
     while time.monotonic() < deadline and proc.poll() is None and seen < 6:
