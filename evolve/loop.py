@@ -4,6 +4,11 @@ One generator task feeds a bounded queue of children; N evaluation workers drain
 a single committer writes each result as it lands (program and evaluation in one transaction) and updates
 the in-memory population. Every prompt, completion and parsed variant is committed before its children are
 evaluated, so a run killed at any moment resumes by re-parsing the variants whose evaluations never landed.
+
+Nothing a model, a candidate or an evaluator produces ends a run: an unexpected exception while building a
+prompt, sampling, parsing, storing, evaluating or committing costs that group or that child, is recorded as an
+incident in the archive, and the run goes on; only the same failure `max_failures` times in a row stops it.
+When a run ends by a budget, a target, a stall or patience, the children already queued are evaluated first.
 """
 
 from __future__ import annotations
@@ -11,25 +16,37 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
+import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from evolve.archive import Archive, CompletionRecord, code_hash
-from evolve.archive.models import Run
+from evolve.archive import Archive, CompletionRecord, GroupTelemetry, code_hash
+from evolve.archive.models import Run, utcnow
 from evolve.fitness import oriented_by_name, raw_scores, scalar_view, signs
 from evolve.problem import Problem
 from evolve.prompts import PromptInputs, build_prompt, parse_completion
 from evolve.runs import RunOptions
 from evolve.selection import Member, Population, make_selector
 from evolve.stats import LoopStats
+from evolve.stopping import FailureStreaks, Patience, solved
 from policies.base import AsyncPolicy, Generated, Policy, SamplingParams
 from sandboxes.base import ErrorKind, EvalOutcome, Sandbox
 
 STORED_OUTPUT = 8 * 1024
 MAX_BARREN_GROUPS = 50
+RECENT_FAILURES = 3  # failed children of the parent listed in its prompt
+
+
+class StageFailure(Exception):
+    """An unexpected exception at one stage of one group or child; it costs that group or child only."""
+
+    def __init__(self, stage: str, exc: BaseException) -> None:
+        super().__init__(f"{stage}: {type(exc).__name__}: {exc}")
+        self.stage, self.exc = stage, exc
 
 
 @dataclass
@@ -75,12 +92,17 @@ class SearchLoop:
         )
         self.hashes: dict[str, int | None] = {}
         self.children: asyncio.Queue[Child] = asyncio.Queue(maxsize=max(2 * options.workers, 4))
-        self.results: asyncio.Queue[tuple[Child, EvalOutcome]] = asyncio.Queue()
+        self.results: asyncio.Queue[tuple[Child, EvalOutcome, Any, Any]] = asyncio.Queue()
         self.stop = asyncio.Event()
         self.reserved = 0  # evaluations committed plus those in flight
         self.finished_reason = ""
         self.fatal: Exception | None = None
-        self.barren_groups = 0  # consecutive groups that produced no new child
+        self.barren_groups = 0  # consecutive groups, sampled with nothing left to evaluate, that made no child
+        self.in_flight = 0  # children taken by a worker whose result is not committed yet
+        self.abandon = False  # leave queued children pending (Ctrl-C, systemic failure, evaluation budget)
+        self.patience = Patience(options.patience)
+        self.failures = FailureStreaks(options.max_failures)
+        self.systemic: str | None = None  # the one line that stopped the run, when a failure repeated
         self.train_step = train_step
         self.groups_since_train = 0
         self.groups_started = 0
@@ -104,6 +126,9 @@ class SearchLoop:
         self.stats.evaluations += 1
         if error_kind is None:
             self.stats.record_best(member.id, member.scalar, oriented_by_name(self.problem.components, member.oriented))
+            self.patience.observe(self.stats.evaluations, member.scalar)
+            if solved(self.problem.components, self._scores_of(member)):
+                self._finish("solved: every component reached its best declared bound")
         self.stats.island_sizes = [isl.size for isl in self.population.islands]
 
     def _ensure_version_row(self) -> int:
@@ -121,15 +146,44 @@ class SearchLoop:
 
     async def _requeue_pending(self) -> None:
         for variant_id, slot, parent_id, text, island in self.archive.pending_variants(self.run.id):
-            parent = self.archive.program(parent_id)
-            assert parent is not None
-            parsed = parse_completion(parent.code, text, self.options.variants)
-            code = parsed[slot].code if slot < len(parsed) else None
-            if code is None or code_hash(code) in self.hashes:
-                self.archive.set_variant(variant_id, status="duplicate" if code else "parse_error")
+            try:
+                parent = self.archive.program(parent_id)
+                if parent is None:
+                    raise LookupError(f"parent {parent_id} of variant {variant_id} is missing")
+                parsed = parse_completion(parent.code, text, self.options.variants)
+                code = parsed[slot].code if slot < len(parsed) else None
+                if code is None or code_hash(code) in self.hashes:
+                    status = "duplicate" if code else (parsed[slot].status if slot < len(parsed) else "parse_error")
+                    self.archive.set_variant(variant_id, status=status)
+                    continue
+            except Exception as exc:  # one unreadable pending variant must not stop the resume
+                self._incident(StageFailure("parse", exc))
                 continue
             self.hashes[code_hash(code)] = None
             await self.children.put(Child(code, parent_id, island, parent.generation + 1, variant_id))
+
+    # ---- failures and stops -----------------------------------------------------------------------------
+    def _finish(self, reason: str) -> None:
+        self.finished_reason = self.finished_reason or reason
+        self.stop.set()
+
+    def _incident(self, failure: StageFailure) -> None:
+        """Record one unexpected failure; the same kind at the same stage N times in a row stops the run."""
+        kind = type(failure.exc).__name__
+        self.stats.incidents += 1
+        with contextlib.suppress(Exception):  # the archive itself may be what failed
+            self.archive.add_incident(self.run.id, failure.stage, kind, str(failure.exc) or repr(failure.exc))
+        count = self.failures.failed(failure.stage, kind)
+        if self.failures.systemic(count) and self.systemic is None:
+            self.systemic = (
+                f"{count} {failure.stage} failures in a row ({kind}: {str(failure.exc)[:200]}); "
+                "fix the cause, then run the same command (or `evolve resume DB`) to continue"
+            )
+            self.abandon = True
+            self.stop.set()
+
+    def _pending_work(self) -> int:
+        return self.children.qsize() + self.in_flight + self.results.qsize()
 
     # ---- stages -----------------------------------------------------------------------------------------
     def _budget_left(self) -> bool:
@@ -160,17 +214,47 @@ class SearchLoop:
         """Sample groups until the budget is spoken for; each group is committed before its children queue."""
         while self._budget_left() and self.reserved + self.children.qsize() < self.options.max_evaluations:
             index, self.groups_started = self.groups_started, self.groups_started + 1
+            try:
+                children, parent, island = await self._one_group(index)
+            except StageFailure as failure:  # costs this group only
+                self._incident(failure)
+                continue
+            produced = bool(children)
+            for code, variant_id in children:
+                await self.children.put(Child(code, parent.id, island, parent.generation + 1, variant_id))
+            self._note_group(produced_children=produced)
+            if not produced and self._pending_work():
+                await self.children.join()  # repeating itself: let queued children land (new parents) first
+            self.groups_since_train += 1
+            if self.train_step is not None and self.groups_since_train >= self.options.train_every:
+                await self._train()
+
+    async def _one_group(self, index: int) -> tuple[list[tuple[str, int]], Member, int]:
+        """Prompt, sample, parse and store one group; returns ((code, variant id) of each child, parent, island)."""
+        stage, children = "prompt", []
+        try:
             rng = np.random.default_rng([self.options.seed, index])
             island = index % len(self.population.islands)
             parent, inspirations = self._pick(rng, island)
             codes = self.archive.codes([parent.id, *(i.id for i in inspirations)])
             prompt = self._prompt(parent, inspirations, codes)
+            self.failures.succeeded(stage)
+            stage = "sample"
             params = SamplingParams(
                 self.options.temperature, self.options.top_p, self.options.max_new_tokens, int(rng.integers(2**31))
             )
             version_id = self._ensure_version_row()
+            started, clock = utcnow(), time.monotonic()
             group = await self._sample(prompt, params)
+            generation_s = time.monotonic() - clock
+            self.failures.succeeded(stage)
+            stage = "parse"
             records, statuses, children = self._parse_group(group, codes[parent.id], version_id)
+            counts = Counter(st for row in statuses for st, _d, _p in row)
+            known = [len(g.token_ids) for g in group if g.token_ids is not None]
+            telemetry = GroupTelemetry(sum(known) if known else None, generation_s, started, dict(counts))
+            self.failures.succeeded(stage)
+            stage = "store"
             variant_ids = await asyncio.to_thread(
                 self.archive.add_group,
                 self.run.id,
@@ -181,24 +265,32 @@ class SearchLoop:
                 sampling=params.as_dict(),
                 completions=records,
                 variants=statuses,
+                telemetry=telemetry,
             )
-            self._note_group(produced_children=bool(children))
-            for i, slot, code in children:
-                await self.children.put(Child(code, parent.id, island, parent.generation + 1, variant_ids[i][slot]))
-            self.groups_since_train += 1
-            if self.train_step is not None and self.groups_since_train >= self.options.train_every:
-                await self._train()
+            self.failures.succeeded(stage)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            if stage in ("parse", "store"):  # these children were never stored: forget their hashes
+                for _i, _slot, code in children:
+                    self.hashes.pop(code_hash(code), None)
+            raise StageFailure(stage, exc) from exc
+        return [(code, variant_ids[i][slot]) for i, slot, code in children], parent, island
 
     def _prompt(self, parent: Member, inspirations: list[Member], codes: dict[int, str]) -> str:
+        context = self.archive.parent_context(parent.id)
         return build_prompt(
             PromptInputs(
                 self.problem.config.description,
                 codes[parent.id],
                 self._scores_of(parent),
-                self.archive.feedback(parent.id),
+                context.feedback,
                 [(codes[i.id], self._scores_of(i)) for i in inspirations],
                 self.options.variants,
                 self.options.edit_format,
+                parent_stderr=context.stderr,
+                parent_case_errors=context.case_errors,
+                recent_failures=self.archive.recent_child_failures(parent.id, RECENT_FAILURES),
             )
         )
 
@@ -233,15 +325,19 @@ class SearchLoop:
         return records, statuses, children
 
     def _note_group(self, produced_children: bool) -> None:
-        """Count the group; stop the run after MAX_BARREN_GROUPS in a row produced nothing new."""
+        """Count the group; stop the run after MAX_BARREN_GROUPS in a row produced nothing new. A stall is
+        judged on evaluated children: a barren group counts only when no child waits or is under evaluation,
+        since the parents those children become may unblock the policy."""
         self.stats.groups += 1
-        self.barren_groups = 0 if produced_children else self.barren_groups + 1
+        if produced_children:
+            self.barren_groups = 0
+        elif not self._pending_work():
+            self.barren_groups += 1
         if self.barren_groups >= MAX_BARREN_GROUPS:
-            self.finished_reason = (
+            self._finish(
                 f"stalled: the last {MAX_BARREN_GROUPS} groups produced no new child "
                 "(see parse statuses in evolve inspect)"
             )
-            self.stop.set()
 
     async def _train(self) -> None:
         """Pause generation, let the recent groups' evaluations land, update and publish the policy."""
@@ -258,32 +354,40 @@ class SearchLoop:
         self._ensure_version_row()
 
     async def evaluate(self) -> None:
+        """Drain the queue: a stop by budget, target, stall or patience still evaluates what is queued; only
+        Ctrl-C, a systemic failure or the evaluation budget leave children pending for the next resume."""
         while True:
             child = await self.children.get()
-            if not self._budget_left():
+            if self.abandon or self.reserved >= self.options.max_evaluations:
                 self.children.task_done()
-                continue  # left pending in the archive; a resumed run with more budget evaluates it
+                continue  # left pending in the archive; a resumed run evaluates it
             self.reserved += 1
+            self.in_flight += 1
+            started = utcnow()
             try:
                 outcome = await asyncio.to_thread(self.sandbox.evaluate, self.problem, child.code)
+                self.failures.succeeded("evaluate")
             except Exception as exc:  # a sandbox bug must cost one evaluation, not the run
+                self._incident(StageFailure("evaluate", exc))
                 error = f"sandbox failure: {exc!r}"
                 outcome = EvalOutcome.failure(self.problem, ErrorKind.CRASH, error, 0.0, self.sandbox.kind)
-            await self.results.put((child, outcome))
+            await self.results.put((child, outcome, started, utcnow()))
             self.children.task_done()
 
     async def commit(self) -> None:
         while True:
-            child, outcome = await self.results.get()
+            child, outcome, started, finished = await self.results.get()
             try:
-                await asyncio.to_thread(self._commit_one, child, outcome)
-            except Exception as exc:  # the archive is gone or broken: stop, keeping what was committed
-                self.fatal = exc
-                self.stop.set()
+                await asyncio.to_thread(self._commit_one, child, outcome, started, finished)
+                self.failures.succeeded("commit")
+            except Exception as exc:  # costs this child (left pending); a broken archive repeats and stops
+                self.reserved -= 1
+                self._incident(StageFailure("commit", exc))
             finally:
+                self.in_flight -= 1
                 self.results.task_done()
 
-    def _commit_one(self, child: Child, outcome: EvalOutcome) -> None:
+    def _commit_one(self, child: Child, outcome: EvalOutcome, started: Any = None, finished: Any = None) -> None:
         scalar = scalar_view(self.problem.components, outcome.scores)
         pid, created = self.archive.add_evaluated_program(
             self.run.id,
@@ -300,8 +404,11 @@ class SearchLoop:
                 duration_s=outcome.duration_s,
                 feedback=outcome.feedback,
                 stdout=outcome.stdout[:STORED_OUTPUT],
-                stderr=outcome.stderr[:STORED_OUTPUT],
+                stderr=outcome.stderr[-STORED_OUTPUT:],  # the tail holds the traceback
                 sandbox=outcome.sandbox,
+                case_errors=dict(outcome.case_errors) or None,
+                started_at=started,
+                finished_at=finished,
             ),
         )
         self.hashes[code_hash(child.code)] = pid
@@ -316,19 +423,39 @@ class SearchLoop:
             self.stats.errors[outcome.error_kind] += 1
         target = self.options.target
         if target is not None and self.stats.best_scalar is not None and self.stats.best_scalar >= target:
-            self.finished_reason = f"target {target} reached"
-            self.stop.set()
+            self._finish(f"target {target} reached")
+        if self.patience.exhausted(self.stats.evaluations):
+            self._finish(f"patience: no new best scalar in {self.options.patience} evaluations")
         if self.stats.evaluations >= self.options.max_evaluations:
             self.finished_reason = self.finished_reason or "evaluation budget reached"
 
     # ---- the whole run ----------------------------------------------------------------------------------
     async def run_async(self) -> str:
+        """Run to a stop; the run row is never left `running` unless the process is killed outright."""
+        status = "failed"
+        try:
+            reason = await self._run_session()
+            status = "stopped" if reason == "interrupted" or self.systemic else "finished"
+            return reason
+        except KeyboardInterrupt:
+            status = "stopped"
+            raise
+        finally:
+            with contextlib.suppress(Exception):
+                state = {**self.run.state, "elapsed_s": self.stats.elapsed_s}
+                state["stop_reason"] = self.systemic or self.finished_reason or f"{status} by an error"
+                self.archive.update_run(self.run.id, status=status, state=state)
+                self.run.state = state
+
+    async def _run_session(self) -> str:
         self._rebuild()
         if self.stats.evaluations == 0:
             self.hashes[code_hash(self.problem.seed_code)] = None
             self.reserved += 1
+            started = utcnow()
             outcome = await asyncio.to_thread(self.sandbox.evaluate, self.problem, self.problem.seed_code)
-            await asyncio.to_thread(self._commit_one, Child(self.problem.seed_code, None, 0, 0, None), outcome)
+            seed = Child(self.problem.seed_code, None, 0, 0, None)
+            await asyncio.to_thread(self._commit_one, seed, outcome, started, utcnow())
         loop = asyncio.get_running_loop()
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(signal.SIGINT, self._interrupt)
@@ -350,18 +477,18 @@ class SearchLoop:
                 loop.remove_signal_handler(signal.SIGINT)
             self._save_state()
         if self.fatal is not None:
-            self.archive.update_run(self.run.id, status="failed")
             raise self.fatal
+        if self.systemic:
+            return f"stopped: {self.systemic}"
         if not self.finished_reason:
             self.finished_reason = "evaluation budget reached"
-        status = "stopped" if self.finished_reason == "interrupted" else "finished"
-        self.archive.update_run(self.run.id, status=status)
         return self.finished_reason
 
     def _interrupt(self) -> None:
         if self.stop.is_set():
             raise KeyboardInterrupt
         self.finished_reason = "interrupted"
+        self.abandon = True  # queued children stay pending for the next resume
         self.stop.set()
 
     async def _save_elapsed(self) -> None:

@@ -37,7 +37,34 @@ def test_fresh_archive_is_at_head_and_in_wal_mode(tmp_path):
     Archive(tmp_path / "a.db").close()
     con = sqlite3.connect(tmp_path / "a.db")
     assert con.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-    assert con.execute("SELECT version_num FROM alembic_version").fetchone()[0] == "0001"
+    assert con.execute("SELECT version_num FROM alembic_version").fetchone()[0] == _head()
+
+
+def _head() -> str:
+    from alembic.config import Config
+    from alembic.script import ScriptDirectory
+
+    from evolve.archive.store import MIGRATIONS
+
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS))
+    heads = ScriptDirectory.from_config(cfg).get_heads()
+    assert len(heads) == 1, f"migrations must form one line, heads: {heads}"
+    return heads[0]
+
+
+def test_migrations_build_exactly_the_models(tmp_path):
+    """The tables Alembic builds are the ones the ORM declares: a column added without a migration fails."""
+    from alembic.autogenerate import compare_metadata
+    from alembic.runtime.migration import MigrationContext
+
+    from evolve.archive.models import Base
+
+    archive = Archive(tmp_path / "a.db")
+    with archive.engine.connect() as conn:
+        diff = compare_metadata(MigrationContext.configure(conn), Base.metadata)
+    archive.close()
+    assert diff == []
 
 
 def test_newer_schema_is_refused(tmp_path):

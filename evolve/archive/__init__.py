@@ -2,13 +2,22 @@
 
 from evolve.archive.codehash import code_hash, normalize
 from evolve.archive.queries import GroupRows, RunSummary
-from evolve.archive.store import Archive, ArchiveError, CompletionRecord, ScoredProgram
+from evolve.archive.store import (
+    Archive,
+    ArchiveError,
+    CompletionRecord,
+    GroupTelemetry,
+    ParentContext,
+    ScoredProgram,
+)
 
 __all__ = [
     "Archive",
     "ArchiveError",
     "CompletionRecord",
     "GroupRows",
+    "GroupTelemetry",
+    "ParentContext",
     "RunSummary",
     "ScoredProgram",
     "code_hash",
