@@ -197,7 +197,8 @@ class SearchLoop:
     def _pick(self, rng: np.random.Generator, island_index: int) -> tuple[Member, list[Member]]:
         island = self.population.islands[island_index]
         if not island.pool():
-            assert self.population.first is not None
+            if self.population.first is None:
+                raise LookupError("no program has scored yet: the seed failed its evaluation (see `evolve show`)")
             return self.population.first, []
         parent = self.selector.pick(island, rng)
         others = [m for m in island.pool() if m.id != parent.id]
