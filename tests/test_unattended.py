@@ -11,11 +11,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from evolve.archive import Archive
 from evolve.problem import find_blocks, load_problem
 from evolve.prompts import PromptInputs, build_prompt
 from sandboxes.process import ProcessSandbox
 from tests.helpers import SPLIT_EVAL, SPLIT_TOML, write_problem
+
+pytestmark = pytest.mark.slow
 
 EVOLVE = [sys.executable, "-m", "evolve.cli"]
 
@@ -164,3 +168,101 @@ def test_failures_and_case_errors_reach_the_next_prompt(tmp_path):
     assert "crash: every case failed; first: RuntimeError: negative input" in prompt
     shown = evolve("show", str(db), str(seed_id))
     assert "case c1 failed: case exceeded 0.5s" in shown.stdout, shown.stdout
+
+
+def unique_children(n: int) -> list[str]:
+    """n completions of three new, valid children each."""
+    return [
+        "".join(
+            f"<variant {i}>\n```python\ndef solve(x):\n    return x * {3 * k + i} - {k}\n```\n</variant {i}>\n"
+            for i in (1, 2, 3)
+        )
+        for k in range(n)
+    ]
+
+
+def run_replay(tmp_path: Path, texts: list[str], *extra: str) -> tuple[subprocess.CompletedProcess[str], Path]:
+    folder, replay = init_with_replay(tmp_path, texts)
+    db = tmp_path / "d.db"
+    out = evolve(
+        "run", str(folder), "--db", str(db), "--policy", f"replay:{replay}", "--sandbox", "process",
+        "--workers", "1", *extra,
+    )  # fmt: skip
+    return out, db
+
+
+def pending_children(db: Path) -> int:
+    con = sqlite3.connect(db)
+    return con.execute("SELECT COUNT(*) FROM variants WHERE status = 'ok' AND program_id IS NULL").fetchone()[0]
+
+
+def test_stall_is_judged_on_evaluated_children_and_strands_nothing(tmp_path):
+    """A fast policy repeating 6 completions (18 children) to one worker: every child is evaluated before the
+    run calls itself stalled (issue 9 saw 20 of 24 left pending)."""
+    out, db = run_replay(tmp_path, unique_children(6), "--max-evaluations", "200")
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "stalled" in out.stdout
+    assert pending_children(db) == 0
+    assert sqlite3.connect(db).execute("SELECT COUNT(*) FROM evaluations").fetchone()[0] == 1 + 18
+
+
+def test_patience_stops_and_drains_the_queue(tmp_path):
+    out, db = run_replay(tmp_path, unique_children(30), "--max-evaluations", "200", "--patience", "4")
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "patience: no new best scalar in 4 evaluations" in out.stdout
+    assert pending_children(db) == 0
+    assert sqlite3.connect(db).execute("SELECT COUNT(*) FROM evaluations").fetchone()[0] < 1 + 90
+
+
+def test_a_solved_problem_stops_by_itself(tmp_path):
+    """Bounds [0, 1] on every case: a child scoring 1.0 everywhere solves it; the queue is still drained."""
+    probe = tmp_path / "probe"
+    assert evolve("init", str(probe)).returncode == 0
+    hidden = (probe / "evaluate.py").read_text()
+    exact = "<variant 1>\n```python\ndef solve(x):\n    return x\n```\n</variant 1>"
+    texts = [*unique_children(3), exact.replace("return x", f"return {_hidden_expr(hidden)}")]
+    out, db = run_replay(tmp_path, texts, "--max-evaluations", "200")
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "solved: every component reached its best declared bound" in out.stdout, out.stdout
+    assert pending_children(db) == 0
+
+
+def _hidden_expr(evaluator: str) -> str:
+    import re
+
+    found = re.search(r'"expected": (.+?)}', evaluator)  # the hidden f(x) of `evolve init`
+    assert found, evaluator
+    return found.group(1).strip()
+
+
+def test_one_failure_costs_one_group_and_a_repeated_one_stops_the_run_with_one_line(tmp_path):
+    """A policy whose server answers twice, then fails once, answers again, then goes away for good."""
+    from evolve.loop import SearchLoop, run_search
+    from policies.replay import ReplayPolicy
+    from tests.helpers import square_run
+
+    class FlakyServer(ReplayPolicy):
+        max_concurrency = 1
+        calls = 0
+
+        def generate(self, prompt, params, n):
+            self.calls += 1
+            if self.calls == 3 or self.calls > 4:
+                raise ConnectionError("connection refused by 127.0.0.1:8000")
+            return super().generate(prompt, params, n)
+
+    problem, archive, run, options = square_run(tmp_path, max_evaluations=50, max_failures=3, workers=1)
+    policy = FlakyServer(unique_children(3))
+    sandbox = ProcessSandbox(slots=1)
+    try:
+        reason = run_search(SearchLoop(problem, archive, policy, sandbox, run, options))
+    finally:
+        sandbox.close()
+    assert reason.startswith("stopped: 3 sample failures in a row (ConnectionError: connection refused")
+    assert "evolve resume DB" in reason
+    summary = archive.summarize(archive.runs()[0])
+    assert summary.status == "stopped" and summary.stop_reason == reason.removeprefix("stopped: ")
+    assert summary.incidents == {"sample: ConnectionError": 4}  # the lone one, then three in a row
+    assert summary.groups == 3 and pending_children(tmp_path / "a.db") == 0
+    shown = evolve("inspect", str(tmp_path / "a.db"))
+    assert "incidents (cost one group or child each): {'sample: ConnectionError': 4}" in shown.stdout
