@@ -16,37 +16,25 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
-import time
-from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
-from evolve.archive import Archive, CompletionRecord, GroupTelemetry, code_hash
+from evolve.archive import Archive, code_hash
 from evolve.archive.models import Run, utcnow
-from evolve.fitness import oriented_by_name, raw_scores, scalar_view, signs
+from evolve.fitness import oriented_by_name, scalar_view, signs
+from evolve.groups import GroupMaker, StageFailure
 from evolve.problem import Problem
-from evolve.prompts import PromptInputs, build_prompt, parse_completion
+from evolve.prompts import parse_completion
 from evolve.runs import RunOptions
 from evolve.selection import Member, Population, make_selector
 from evolve.stats import LoopStats
 from evolve.stopping import FailureStreaks, Patience, solved
-from policies.base import AsyncPolicy, Generated, Policy, SamplingParams
+from policies.base import Policy
 from sandboxes.base import ErrorKind, EvalOutcome, Sandbox
 
 STORED_OUTPUT = 8 * 1024
 MAX_BARREN_GROUPS = 50
-RECENT_FAILURES = 3  # failed children of the parent listed in its prompt
-
-
-class StageFailure(Exception):
-    """An unexpected exception at one stage of one group or child; it costs that group or child only."""
-
-    def __init__(self, stage: str, exc: BaseException) -> None:
-        super().__init__(f"{stage}: {type(exc).__name__}: {exc}")
-        self.stage, self.exc = stage, exc
 
 
 @dataclass
@@ -60,7 +48,7 @@ class Child:
     variant_id: int | None
 
 
-class SearchLoop:
+class SearchLoop(GroupMaker):
     def __init__(
         self,
         problem: Problem,
@@ -182,6 +170,9 @@ class SearchLoop:
             self.abandon = True
             self.stop.set()
 
+    def _failed_ok(self, stage: str) -> None:
+        self.failures.succeeded(stage)
+
     def _pending_work(self) -> int:
         return self.children.qsize() + self.in_flight + self.results.qsize()
 
@@ -193,23 +184,6 @@ class SearchLoop:
             self.finished_reason = self.finished_reason or "time budget reached"
             return False
         return self.reserved < self.options.max_evaluations
-
-    def _pick(self, rng: np.random.Generator, island_index: int) -> tuple[Member, list[Member]]:
-        island = self.population.islands[island_index]
-        if not island.pool():
-            if self.population.first is None:
-                raise LookupError("no program has scored yet: the seed failed its evaluation (see `evolve show`)")
-            return self.population.first, []
-        parent = self.selector.pick(island, rng)
-        others = [m for m in island.pool() if m.id != parent.id]
-        k = min(self.problem.config.search.inspirations, len(others))
-        elite = [m for m in island.best(1) if m.id != parent.id][:k]
-        rest = [m for m in others if m not in elite]
-        extra = [rest[int(i)] for i in rng.choice(len(rest), size=min(k - len(elite), len(rest)), replace=False)]
-        return parent, elite + extra
-
-    def _scores_of(self, m: Member) -> dict[str, float]:
-        return raw_scores(self.problem.components, m.oriented)
 
     async def generate(self) -> None:
         """Sample groups until the budget is spoken for; each group is committed before its children queue."""
@@ -229,101 +203,6 @@ class SearchLoop:
             self.groups_since_train += 1
             if self.train_step is not None and self.groups_since_train >= self.options.train_every:
                 await self._train()
-
-    async def _one_group(self, index: int) -> tuple[list[tuple[str, int]], Member, int]:
-        """Prompt, sample, parse and store one group; returns ((code, variant id) of each child, parent, island)."""
-        stage, children = "prompt", []
-        try:
-            rng = np.random.default_rng([self.options.seed, index])
-            island = index % len(self.population.islands)
-            parent, inspirations = self._pick(rng, island)
-            codes = self.archive.codes([parent.id, *(i.id for i in inspirations)])
-            prompt = self._prompt(parent, inspirations, codes)
-            self.failures.succeeded(stage)
-            stage = "sample"
-            params = SamplingParams(
-                self.options.temperature, self.options.top_p, self.options.max_new_tokens, int(rng.integers(2**31))
-            )
-            version_id = self._ensure_version_row()
-            started, clock = utcnow(), time.monotonic()
-            group = await self._sample(prompt, params)
-            generation_s = time.monotonic() - clock
-            self.failures.succeeded(stage)
-            stage = "parse"
-            records, statuses, children = self._parse_group(group, codes[parent.id], version_id)
-            counts = Counter(st for row in statuses for st, _d, _p in row)
-            known = [len(g.token_ids) for g in group if g.token_ids is not None]
-            telemetry = GroupTelemetry(sum(known) if known else None, generation_s, started, dict(counts))
-            self.failures.succeeded(stage)
-            stage = "store"
-            variant_ids = await asyncio.to_thread(
-                self.archive.add_group,
-                self.run.id,
-                parent_id=parent.id,
-                inspiration_ids=[i.id for i in inspirations],
-                island=island,
-                prompt=prompt,
-                sampling=params.as_dict(),
-                completions=records,
-                variants=statuses,
-                telemetry=telemetry,
-            )
-            self.failures.succeeded(stage)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            if stage in ("parse", "store"):  # these children were never stored: forget their hashes
-                for _i, _slot, code in children:
-                    self.hashes.pop(code_hash(code), None)
-            raise StageFailure(stage, exc) from exc
-        return [(code, variant_ids[i][slot]) for i, slot, code in children], parent, island
-
-    def _prompt(self, parent: Member, inspirations: list[Member], codes: dict[int, str]) -> str:
-        context = self.archive.parent_context(parent.id)
-        return build_prompt(
-            PromptInputs(
-                self.problem.config.description,
-                codes[parent.id],
-                self._scores_of(parent),
-                context.feedback,
-                [(codes[i.id], self._scores_of(i)) for i in inspirations],
-                self.options.variants,
-                self.options.edit_format,
-                parent_stderr=context.stderr,
-                parent_case_errors=context.case_errors,
-                recent_failures=self.archive.recent_child_failures(parent.id, RECENT_FAILURES),
-            )
-        )
-
-    async def _sample(self, prompt: str, params: SamplingParams) -> list[Generated]:
-        if isinstance(self.policy, AsyncPolicy):  # HTTP policies: many groups in flight at once
-            return await self.policy.agenerate(prompt, params, self.options.group_size)
-        return await asyncio.to_thread(self.policy.generate, prompt, params, self.options.group_size)
-
-    def _parse_group(
-        self, group: list[Generated], parent_code: str, version_id: int
-    ) -> tuple[list[CompletionRecord], list[list[tuple[str, str | None, int | None]]], list[tuple[int, int, str]]]:
-        """Each completion's record, its variants' (status, detail, program id) by slot, and the new children
-        as (completion index, slot, code). A variant whose code is already known is a duplicate."""
-        records, statuses, children = [], [], []
-        for gen in group:
-            self.stats.tokens += len(gen.token_ids or ())
-            row_id = self._version_rows.get(gen.version, version_id)
-            records.append(CompletionRecord(gen.text, gen.token_ids, gen.logprobs, gen.finish_reason, row_id))
-            row = []
-            for v in parse_completion(parent_code, gen.text, self.options.variants):
-                status, pid = v.status, None
-                if v.code is not None:
-                    digest = code_hash(v.code)
-                    if digest in self.hashes:
-                        status, pid = "duplicate", self.hashes[digest]
-                    else:
-                        self.hashes[digest] = None
-                        children.append((len(records) - 1, v.slot, v.code))
-                self.stats.parse[status] += 1
-                row.append((status, v.detail, pid))
-            statuses.append(row)
-        return records, statuses, children
 
     def _note_group(self, produced_children: bool) -> None:
         """Count the group; stop the run after MAX_BARREN_GROUPS in a row produced nothing new. A stall is
