@@ -317,7 +317,7 @@ class SearchLoop(GroupMaker):
             reason = await self._run_session()
             status = "stopped" if reason == "interrupted" or self.systemic else "finished"
             return reason
-        except KeyboardInterrupt:
+        except (KeyboardInterrupt, asyncio.CancelledError):  # a second Ctrl-C / SIGTERM
             status = "stopped"
             raise
         finally:
@@ -339,6 +339,7 @@ class SearchLoop(GroupMaker):
         loop = asyncio.get_running_loop()
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(signal.SIGINT, self._interrupt)
+            loop.add_signal_handler(signal.SIGTERM, self._interrupt)  # a polite kill stops cleanly too
         workers = [asyncio.create_task(self.evaluate()) for _ in range(self.options.workers)]
         committer = asyncio.create_task(self.commit())
         ticker = asyncio.create_task(self._save_elapsed())
@@ -355,6 +356,7 @@ class SearchLoop(GroupMaker):
                 task.cancel()
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.remove_signal_handler(signal.SIGINT)
+                loop.remove_signal_handler(signal.SIGTERM)
             self._save_state()
         if self.fatal is not None:
             raise self.fatal

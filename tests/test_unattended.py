@@ -266,3 +266,36 @@ def test_one_failure_costs_one_group_and_a_repeated_one_stops_the_run_with_one_l
     assert summary.groups == 3 and pending_children(tmp_path / "a.db") == 0
     shown = evolve("inspect", str(tmp_path / "a.db"))
     assert "incidents (cost one group or child each): {'sample: ConnectionError': 4}" in shown.stdout
+
+
+def test_sigterm_stops_cleanly_and_a_killed_run_is_recognised(tmp_path):
+    """SIGTERM leaves the run `stopped` (never `running`); a run found `running` is resumed as interrupted."""
+    import os
+    import signal
+    import time
+
+    folder, replay = init_with_replay(tmp_path, unique_children(40))
+    db = tmp_path / "d.db"
+    cmd = [*EVOLVE, "run", str(folder), "--db", str(db), "--policy", f"replay:{replay}", "--sandbox", "process"]
+    proc = subprocess.Popen([*cmd, "--max-evaluations", "100", "--workers", "1"], stdout=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        time.sleep(0.2)
+        try:
+            if sqlite3.connect(db).execute("SELECT COUNT(*) FROM evaluations").fetchone()[0] >= 3:
+                break
+        except sqlite3.Error:
+            continue
+    os.kill(proc.pid, signal.SIGTERM)
+    out, _ = proc.communicate(timeout=60)
+    assert "interrupted" in out and "Traceback" not in out
+    assert sqlite3.connect(db).execute("SELECT status FROM runs").fetchone()[0] == "stopped"
+    con = sqlite3.connect(db)
+    con.execute("UPDATE runs SET status = 'running', updated_at = '2000-01-01 00:00:00'")  # as a SIGKILL leaves it
+    con.commit()
+    shown = json.loads(evolve("inspect", str(db), "--json").stdout)[0]
+    assert shown["status"] == "interrupted"
+    again = evolve(*cmd[3:], "--max-evaluations", "12")
+    assert "was interrupted (its process was killed)" in again.stdout, again.stdout + again.stderr
+    shown = json.loads(evolve("inspect", str(db), "--json").stdout)[0]
+    assert shown["status"] == "finished" and shown["interruptions"] == 1 and shown["evaluations"] == 12
