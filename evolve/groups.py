@@ -46,10 +46,11 @@ class GroupMaker:
     selector: Selector
     stats: LoopStats
     hashes: dict[str, int | None]
+    _version_rows: dict[int, int]
 
     def _ensure_version_row(self) -> int: ...  # provided by SearchLoop
 
-    def _failed_ok(self, stage: str) -> None: ...  # provided by SearchLoop
+    def _stage_ok(self, stage: str) -> None: ...  # provided by SearchLoop
 
     def _scores_of(self, m: Member) -> dict[str, float]:
         return raw_scores(self.problem.components, m.oriented)
@@ -77,7 +78,7 @@ class GroupMaker:
             parent, inspirations = self._pick(rng, island)
             codes = self.archive.codes([parent.id, *(i.id for i in inspirations)])
             prompt = self._prompt(parent, inspirations, codes)
-            self._failed_ok(stage)
+            self._stage_ok(stage)
             stage = "sample"
             params = SamplingParams(
                 self.options.temperature, self.options.top_p, self.options.max_new_tokens, int(rng.integers(2**31))
@@ -86,13 +87,13 @@ class GroupMaker:
             started, clock = utcnow(), time.monotonic()
             group = await self._sample(prompt, params)
             generation_s = time.monotonic() - clock
-            self._failed_ok(stage)
+            self._stage_ok(stage)
             stage = "parse"
             records, statuses, children = self._parse_group(group, codes[parent.id], version_id)
             counts = Counter(st for row in statuses for st, _d, _p in row)
             known = [len(g.token_ids) for g in group if g.token_ids is not None]
             telemetry = GroupTelemetry(sum(known) if known else None, generation_s, started, dict(counts))
-            self._failed_ok(stage)
+            self._stage_ok(stage)
             stage = "store"
             variant_ids = await asyncio.to_thread(
                 self.archive.add_group,
@@ -106,11 +107,11 @@ class GroupMaker:
                 variants=statuses,
                 telemetry=telemetry,
             )
-            self._failed_ok(stage)
+            self._stage_ok(stage)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            if stage in ("parse", "store"):  # these children were never stored: forget their hashes
+            if stage == "store":  # these children were never stored: forget their hashes
                 for _i, _slot, code in children:
                     self.hashes.pop(code_hash(code), None)
             raise StageFailure(stage, exc) from exc
@@ -142,8 +143,10 @@ class GroupMaker:
         self, group: list[Generated], parent_code: str, version_id: int
     ) -> tuple[list[CompletionRecord], list[list[tuple[str, str | None, int | None]]], list[tuple[int, int, str]]]:
         """Each completion's record, its variants' (status, detail, program id) by slot, and the new children
-        as (completion index, slot, code). A variant whose code is already known is a duplicate."""
+        as (completion index, slot, code). A variant whose code is already known is a duplicate. The new
+        children's hashes join the index only when the whole group parsed."""
         records, statuses, children = [], [], []
+        fresh: dict[str, None] = {}
         for gen in group:
             self.stats.tokens += len(gen.token_ids or ())
             row_id = self._version_rows.get(gen.version, version_id)
@@ -153,13 +156,14 @@ class GroupMaker:
                 status, pid = v.status, None
                 if v.code is not None:
                     digest = code_hash(v.code)
-                    if digest in self.hashes:
-                        status, pid = "duplicate", self.hashes[digest]
+                    if digest in self.hashes or digest in fresh:
+                        status, pid = "duplicate", self.hashes.get(digest)
                     else:
-                        self.hashes[digest] = None
+                        fresh[digest] = None
                         children.append((len(records) - 1, v.slot, v.code))
                 self.stats.parse[status] += 1
                 row.append((status, v.detail, pid))
             statuses.append(row)
+        self.hashes.update(fresh)
         return records, statuses, children
 

@@ -170,7 +170,7 @@ class SearchLoop(GroupMaker):
             self.abandon = True
             self.stop.set()
 
-    def _failed_ok(self, stage: str) -> None:
+    def _stage_ok(self, stage: str) -> None:
         self.failures.succeeded(stage)
 
     def _pending_work(self) -> int:
