@@ -115,7 +115,7 @@ class SearchLoop(GroupMaker):
         if error_kind is None:
             self.stats.record_best(member.id, member.scalar, oriented_by_name(self.problem.components, member.oriented))
             self.patience.observe(self.stats.evaluations, member.scalar)
-            if solved(self.problem.components, self._scores_of(member)):
+            if self.options.stop_when_solved and solved(self.problem.components, self._scores_of(member)):
                 self._finish("solved: every component reached its best declared bound")
         self.stats.island_sizes = [isl.size for isl in self.population.islands]
 

@@ -48,6 +48,7 @@ class RunOptions:
     adapters_dir: str | None = None  # where adapters go (None: next to the archive)
     trainer_model: str | None = None  # local dir or hub id of the served base model (vllm:/openai: policies)
     patience: int | None = None  # stop after this many evaluations without a new best scalar
+    stop_when_solved: bool = True  # stop once one program scores every component at its best declared bound
     max_failures: int = 5  # the same unexpected failure this many times in a row stops the run
 
     @classmethod

@@ -108,6 +108,13 @@ def run(
     max_time: Annotated[float | None, typer.Option(help="seconds, summed over resumes")] = None,
     target: Annotated[float | None, typer.Option(help="stop when the scalar view reaches this")] = None,
     patience: Annotated[int | None, typer.Option(min=1, help="stop after N evaluations without a new best")] = None,
+    stop_when_solved: Annotated[
+        bool | None,
+        typer.Option(
+            "--stop-when-solved/--no-stop-when-solved",
+            help="stop once every component is at its best declared bound [default: stop]",
+        ),
+    ] = None,
     seed: Annotated[int | None, typer.Option(help="[default: 0]")] = None,
     edit_format: Annotated[str | None, typer.Option(help="diff | full")] = None,
     temperature: Annotated[float | None, typer.Option(min=0.0)] = None,
@@ -136,6 +143,7 @@ def run(
         max_time_s=max_time,
         target=target,
         patience=patience,
+        stop_when_solved=stop_when_solved,
         seed=seed,
         edit_format=edit_format,
         temperature=temperature,
