@@ -1,11 +1,16 @@
 """Evaluations per second and latency of the sandboxes on a trivial candidate, beside bare process spawning.
 
-Usage: python -m benchmarks.sandbox_throughput [--n 60] [--workers 2]
+Every Docker row (warm pools and the cold baseline, which starts a fresh container per evaluation) uses the
+same runner, limits and worker count. With `--load N`, N CPU-bound processes stay busy while the key rows are
+measured again, as when a policy generates on the same machine.
+
+Usage: python -m benchmarks.sandbox_throughput [--n 60] [--workers 2] [--load N]
 """
 
 from __future__ import annotations
 
 import argparse
+import multiprocessing
 import statistics
 import subprocess
 import sys
@@ -20,6 +25,7 @@ from rich.table import Table
 
 from evolve.problem import load_problem
 from evolve.problem.samples import write_problem
+from sandboxes.base import Sandbox
 from sandboxes.docker_pool import DockerSandbox, docker_available
 from sandboxes.process import ProcessSandbox
 
@@ -44,62 +50,91 @@ def measure(fn: Callable[[], object], n: int, workers: int) -> tuple[float, floa
     return n / wall, statistics.median(latencies), q[8]
 
 
-def cold_run(problem: object) -> None:
-    """What a naive Docker backend does: a fresh container per evaluation."""
-    import docker
+def _spin() -> None:
+    while True:
+        pass
 
-    from sandboxes.docker_images import image_for
 
-    client = docker.from_env()
-    spec = image_for(client, problem)  # type: ignore[arg-type]
-    volumes = {h: {"bind": c, "mode": "ro"} for h, c in spec.binds.items()}
-    client.containers.run(
-        spec.tag, [spec.python, "-I", "-c", "print(4)"], network_mode="none", remove=True, volumes=volumes
-    )
+def busy(n: int) -> list[multiprocessing.Process]:
+    """N processes that keep a core each busy until terminated."""
+    procs = [multiprocessing.Process(target=_spin, daemon=True) for _ in range(n)]
+    for proc in procs:
+        proc.start()
+    return procs
+
+
+BARE = "bare subprocess.run(python -c pass)"
+JAIL = "process sandbox (bubblewrap, files hidden), trivial candidate"
+WEAK = "process sandbox (WEAK, no jail), trivial candidate"
+WARM = "docker warm pool (fork), trivial candidate"
+COLD = "docker cold: fresh container per evaluation, same runner"
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", type=int, default=60)
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--load", type=int, default=0, help="CPU-bound processes kept busy for the loaded rows")
     args = ap.parse_args()
     problem = load_problem(write_problem(Path(tempfile.mkdtemp()) / "bench"))
-    process = ProcessSandbox(slots=args.workers)
     example = load_problem(Path(__file__).resolve().parents[1] / "problems" / "bin_packing")
-    rows: dict[str, tuple[float, float, float]] = {
-        "bare subprocess.run(python -c pass)": measure(
-            lambda: subprocess.run([sys.executable, "-c", "pass"], check=True), args.n, args.workers
-        ),
-        "process sandbox, trivial candidate": measure(lambda: process.evaluate(problem, TRIVIAL), args.n, args.workers),
-        "process sandbox, bin_packing seed": measure(
-            lambda: process.evaluate(example, example.seed_code), args.n // 2, args.workers
-        ),
-    }
+    process = ProcessSandbox(slots=args.workers)
+    weak = ProcessSandbox(slots=args.workers, jail=False)
+    bare: Callable[[], object] = lambda: subprocess.run([sys.executable, "-c", "pass"], check=True)  # noqa: E731
+    trivial: dict[str, Callable[[], object]] = {BARE: bare}
+    if process.hides_files:
+        trivial[JAIL] = lambda: process.evaluate(problem, TRIVIAL)
+    trivial[WEAK] = lambda: weak.evaluate(problem, TRIVIAL)
+    rows = {name: measure(fn, args.n, args.workers) for name, fn in trivial.items()}
+    rows["process sandbox, bin_packing seed"] = measure(
+        lambda: process.evaluate(example, example.seed_code), args.n // 2, args.workers
+    )
+    pools: list[Sandbox] = []
     if docker_available() is None:
         for mode, spawn in (("fork", False), ("spawn", True)):
             pool = DockerSandbox(workers=args.workers, spawn=spawn)
+            pools.append(pool)
             rows[f"docker warm pool ({mode}), trivial candidate"] = measure(
                 lambda pool=pool: pool.evaluate(problem, TRIVIAL), args.n, args.workers
             )
             rows[f"docker warm pool ({mode}), bin_packing seed"] = measure(
                 lambda pool=pool: pool.evaluate(example, example.seed_code), args.n // 2, args.workers
             )
-            pool.close()
-        rows["docker cold run per evaluation"] = measure(lambda: cold_run(problem), max(args.n // 4, 10), 1)
-    table = Table(title=f"sandbox throughput ({args.n} evaluations, {args.workers} workers)")
+            if not spawn:
+                trivial[WARM] = lambda pool=pool: pool.evaluate(problem, TRIVIAL)
+        cold = DockerSandbox(workers=args.workers, recycle_every=1)
+        pools.append(cold)
+        rows[COLD] = measure(lambda: cold.evaluate(problem, TRIVIAL), max(args.n // 4, 10), args.workers)
+    if args.load:
+        spinners = busy(args.load)
+        try:
+            for name, fn in trivial.items():
+                rows[f"{name} (load {args.load})"] = measure(fn, args.n, args.workers)
+        finally:
+            for proc in spinners:
+                proc.terminate()
+    for box in (process, weak, *pools):
+        box.close()
+    table = Table(title=f"sandbox throughput ({args.n} evaluations, {args.workers} workers, python {sys.prefix})")
     for col in ("backend", "evals/s", "median ms", "p90 ms"):
         table.add_column(col, justify="right" if col != "backend" else "left")
     for name, (eps, med, p90) in rows.items():
         table.add_row(name, f"{eps:.1f}", f"{med:.1f}", f"{p90:.1f}")
     Console().print(table)
-    base = rows["bare subprocess.run(python -c pass)"]
-    proc = rows["process sandbox, trivial candidate"]
+    base = rows[BARE]
+    proc = rows.get(JAIL, rows[WEAK])
     print(f"sandbox=process evals_per_s={proc[0]:.1f} median_ms={proc[1]:.1f} baseline_evals_per_s={base[0]:.1f}")
-    if "docker cold run per evaluation" in rows:
-        warm, cold = rows["docker warm pool (fork), trivial candidate"], rows["docker cold run per evaluation"]
+    if COLD in rows:
+        warm, cold_row = rows[WARM], rows[COLD]
         print(
             f"sandbox=docker evals_per_s={warm[0]:.1f} median_ms={warm[1]:.1f} process_evals_per_s={proc[0]:.1f} "
-            f"cold_evals_per_s={cold[0]:.1f}"
+            f"cold_evals_per_s={cold_row[0]:.1f} warm_over_bare={warm[0] / base[0]:.1f}x"
+        )
+    if args.load and COLD in rows:
+        loaded = {name: rows[f"{name} (load {args.load})"][0] for name in (WARM, JAIL if JAIL in rows else WEAK, BARE)}
+        print(
+            f"load={args.load} docker_evals_per_s={loaded[WARM]:.1f} "
+            f"process_evals_per_s={loaded[JAIL if JAIL in rows else WEAK]:.1f} baseline_evals_per_s={loaded[BARE]:.1f}"
         )
 
 

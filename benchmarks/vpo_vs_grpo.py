@@ -10,7 +10,12 @@ Dirichlet(1) draws; best@k is the mean over them of the best w·r among the firs
 Every method starts from the same briefly fine-tuned tiny model (random compositions, right format), then
 runs the same number of updates on the same number of completions with this project's own LoRA trainer:
 VPO with m=3 answers per completion, GRPO with m=1 (the mean reward), Multi-RLVR with m=3 (the best answer
-under one fixed, uniform scalarisation). Usage: python -m benchmarks.vpo_vs_grpo [--seeds 3] [--steps 150]
+under one fixed, uniform scalarisation). A VPO completion holds three answers, so it trains on about three
+times the tokens of a GRPO completion per update; the arm `grpo-eqtok` gives GRPO three times the groups per
+update, so that both train on the same number of tokens, and the table reports tokens per update for every arm.
+Diversity is the mean pairwise distance between the *valid* answers of a pool (malformed or repeated answers
+are zero rows, and counting them as points at the origin would reward the method that wastes more answers).
+Usage: python -m benchmarks.vpo_vs_grpo [--seeds 3] [--steps 150] [--no-equal-tokens]
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from policies.transformers_policy import TransformersPolicy
 
 ALPHABET, LENGTH, DIM = "abcx", 8, 3
 METHODS = {"vpo": 3, "grpo": 1, "multi-rlvr": 3}  # method -> answers per completion (m)
+EQUAL_TOKENS_ARM = "grpo-eqtok"  # GRPO with max(m) / m times the groups per update
 KS = (1, 3, 9, 27)
 
 
@@ -77,22 +83,29 @@ def best_at_k(pools: list[np.ndarray], weights: np.ndarray) -> dict[int, float]:
 
 
 def diversity(pools: list[np.ndarray]) -> float:
+    """Mean pairwise distance between the valid (non-zero) answers of each pool, averaged over pools."""
     values = []
     for pool in pools:
-        d = np.sqrt(((pool[:, None] - pool[None]) ** 2).sum(-1))
-        values.append(d.sum() / (len(pool) * (len(pool) - 1)))
-    return float(np.mean(values))
+        valid = pool[pool.sum(axis=1) > 0]
+        if len(valid) >= 2:
+            d = np.sqrt(((valid[:, None] - valid[None]) ** 2).sum(-1))
+            values.append(d.sum() / (len(valid) * (len(valid) - 1)))
+    return float(np.mean(values)) if values else 0.0
 
 
-def run_one(method: str, seed: int, steps: int, groups: int, group_size: int, start: dict) -> dict:
+def run_one(arm: str, seed: int, steps: int, groups: int, group_size: int, start: dict) -> dict:
     torch.manual_seed(seed)
     tok, model = initial_model(seed) if start.get(seed) is None else start[seed]()
+    method = "grpo" if arm == EQUAL_TOKENS_ARM else arm
     m = METHODS[method]
+    if arm == EQUAL_TOKENS_ARM:
+        groups *= max(METHODS.values()) // m
     policy = TransformersPolicy(model, tok, "tiny")
     trainer = PolicyTrainer(
         model, tok, policy.render, TrainConfig(method=method, learning_rate=2e-3, lora_rank=8, lora_alpha=16, seed=seed)
     )
     policy.model = trainer.model
+    tokens = []
     for step in range(steps):
         batch = []
         for g in range(groups):
@@ -109,11 +122,11 @@ def run_one(method: str, seed: int, steps: int, groups: int, group_size: int, st
                     ],
                 )
             )
-        trainer.update(batch)
+        tokens.append(trainer.update(batch).tokens)
     held_out = np.random.default_rng(10_000 + seed).dirichlet(np.ones(DIM), size=500)
     pools = [sample_answers(policy, m, 27, 777 + seed * 100 + p) for p in range(12)]
     valid = float(np.mean([(pool.sum(axis=1) > 0).mean() for pool in pools]))
-    return {"best": best_at_k(pools, held_out), "div": diversity(pools), "valid": valid}
+    return {"best": best_at_k(pools, held_out), "div": diversity(pools), "valid": valid, "tokens": np.mean(tokens)}
 
 
 def main() -> None:
@@ -122,10 +135,12 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=150)
     ap.add_argument("--groups", type=int, default=4, help="prompts (groups) per update")
     ap.add_argument("--group-size", type=int, default=8, help="completions per group (G)")
+    ap.add_argument("--no-equal-tokens", action="store_true", help=f"leave out the {EQUAL_TOKENS_ARM} arm")
     args = ap.parse_args()
+    arms = [*METHODS] + ([] if args.no_equal_tokens else [EQUAL_TOKENS_ARM])
     torch.set_num_threads(2)
     started = time.time()
-    results: dict[str, list[dict]] = {m: [] for m in METHODS}
+    results: dict[str, list[dict]] = {"start (m=3)": [], **{a: [] for a in arms}}
     for seed in range(args.seeds):
         snapshot = initial_model(seed)
         state = {k: v.clone() for k, v in snapshot[1].state_dict().items()}
@@ -144,16 +159,17 @@ def main() -> None:
                 "best": best_at_k(base_pools, np.random.default_rng(10_000 + seed).dirichlet(np.ones(DIM), size=500)),
                 "div": diversity(base_pools),
                 "valid": float(np.mean([(p.sum(1) > 0).mean() for p in base_pools])),
+                "tokens": 0.0,
             }
         )
-        for method in METHODS:
-            results[method].append(run_one(method, seed, args.steps, args.groups, args.group_size, {seed: fresh}))
-            print(f"seed {seed} {method}: {results[method][-1]} ({time.time() - started:.0f}s)", flush=True)
+        for arm in arms:
+            results[arm].append(run_one(arm, seed, args.steps, args.groups, args.group_size, {seed: fresh}))
+            print(f"seed {seed} {arm}: {results[arm][-1]} ({time.time() - started:.0f}s)", flush=True)
     table = Table(
         title=f"best@k under held-out random scalarisations ({args.seeds} seeds, {args.steps} updates of "
         f"{args.groups}x{args.group_size} completions)"
     )
-    for col in ("method", *(f"best@{k}" for k in KS), "diversity", "valid answers"):
+    for col in ("method", *(f"best@{k}" for k in KS), "diversity (valid)", "valid answers", "tokens/update"):
         table.add_column(col, justify="right" if col != "method" else "left")
 
     def cell(rows: list[dict], key) -> str:
@@ -161,16 +177,19 @@ def main() -> None:
         return f"{np.mean(vals):.3f}±{np.std(vals):.3f}"
 
     for name, rows in results.items():
-        table.add_row(name, *(cell(rows, k) for k in KS), cell(rows, "div"), cell(rows, "valid"))
+        table.add_row(name, *(cell(rows, k) for k in KS), cell(rows, "div"), cell(rows, "valid"), cell(rows, "tokens"))
     Console(width=160).print(table)
-    mean = {n: {k: np.mean([r["best"][k] for r in rows]) for k in KS} for n, rows in results.items()}
-    div = {n: np.mean([r["div"] for r in rows]) for n, rows in results.items()}
     print(f"elapsed {time.time() - started:.0f}s")
-    print(
-        f"vpo_vs_grpo k1 vpo={mean['vpo'][1]:.3f} grpo={mean['grpo'][1]:.3f} mrlvr={mean['multi-rlvr'][1]:.3f} "
-        f"k27 vpo={mean['vpo'][27]:.3f} grpo={mean['grpo'][27]:.3f} mrlvr={mean['multi-rlvr'][27]:.3f} "
-        f"div vpo={div['vpo']:.3f} grpo={div['grpo']:.3f}"
-    )
+    short = {"vpo": "vpo", "grpo": "grpo", "multi-rlvr": "mrlvr", EQUAL_TOKENS_ARM: "grpo_eqtok"}
+
+    def figures(key) -> str:
+        parts = []
+        for arm in arms:
+            vals = [r["best"][key] if isinstance(key, int) else r[key] for r in results[arm]]
+            parts.append(f"{short[arm]}={np.mean(vals):.3f}±{np.std(vals):.3f}")
+        return " ".join(parts)
+
+    print(f"vpo_vs_grpo k1 {figures(1)} k27 {figures(27)} div {figures('div')}")
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from evolve.archive import Archive, code_hash
+from evolve.archive.batch import NewProgram, add_evaluated_programs
 from evolve.archive.models import Run, utcnow
 from evolve.fitness import oriented_by_name, scalar_view, signs
 from evolve.groups import GroupMaker, StageFailure
@@ -35,6 +36,7 @@ from sandboxes.base import ErrorKind, EvalOutcome, Sandbox
 
 STORED_OUTPUT = 8 * 1024
 MAX_BARREN_GROUPS = 50
+COMMIT_BATCH = 64  # results written in one transaction at most
 
 
 @dataclass
@@ -244,8 +246,12 @@ class SearchLoop(GroupMaker):
             self.reserved += 1
             self.in_flight += 1
             started = utcnow()
+            aevaluate = getattr(self.sandbox, "aevaluate", None)  # cluster sandboxes: no thread per slot
             try:
-                outcome = await asyncio.to_thread(self.sandbox.evaluate, self.problem, child.code)
+                if aevaluate is not None:
+                    outcome = await aevaluate(self.problem, child.code)
+                else:
+                    outcome = await asyncio.to_thread(self.sandbox.evaluate, self.problem, child.code)
                 self.failures.succeeded("evaluate")
             except Exception as exc:  # a sandbox bug must cost one evaluation, not the run
                 self._incident(StageFailure("evaluate", exc))
@@ -255,43 +261,62 @@ class SearchLoop(GroupMaker):
             self.children.task_done()
 
     async def commit(self) -> None:
+        """The single writer: whatever results have landed are committed together, one transaction a batch."""
         while True:
-            child, outcome, started, finished = await self.results.get()
+            batch = [await self.results.get()]
+            while len(batch) < COMMIT_BATCH and not self.results.empty():
+                batch.append(self.results.get_nowait())
             try:
-                await asyncio.to_thread(self._commit_one, child, outcome, started, finished)
+                await asyncio.to_thread(self._commit_batch, batch)
                 self.failures.succeeded("commit")
-            except Exception as exc:  # costs this child (left pending); a broken archive repeats and stops
-                self.reserved -= 1
+            except Exception as exc:  # costs these children (left pending); a broken archive repeats and stops
+                self.reserved -= len(batch)
                 self._incident(StageFailure("commit", exc))
             finally:
-                self.in_flight -= 1
-                self.results.task_done()
+                self.in_flight -= len(batch)
+                for _ in batch:
+                    self.results.task_done()
 
     def _commit_one(self, child: Child, outcome: EvalOutcome, started: Any = None, finished: Any = None) -> None:
-        scalar = scalar_view(self.problem.components, outcome.scores)
-        pid, created = self.archive.add_evaluated_program(
-            self.run.id,
-            child.code,
-            parent_id=child.parent_id,
-            island=child.island,
-            generation=child.generation,
-            variant_id=child.variant_id,
-            evaluation=dict(
-                scores=outcome.scores,
-                scalar=scalar,
-                error_kind=outcome.error_kind,
-                error=outcome.error,
-                duration_s=outcome.duration_s,
-                feedback=outcome.feedback,
-                stdout=outcome.stdout[:STORED_OUTPUT],
-                stderr=outcome.stderr[-STORED_OUTPUT:],  # the tail holds the traceback
-                sandbox=outcome.sandbox,
-                case_errors=dict(outcome.case_errors) or None,
-                started_at=started,
-                finished_at=finished,
-            ),
-        )
-        self.hashes[code_hash(child.code)] = pid
+        self._commit_batch([(child, outcome, started, finished)])
+
+    def _commit_batch(self, batch: list[tuple[Child, EvalOutcome, Any, Any]]) -> None:
+        scalars = [scalar_view(self.problem.components, outcome.scores) for _, outcome, _s, _f in batch]
+        digests = [code_hash(child.code) for child, *_ in batch]
+        rows = [
+            NewProgram(
+                child.code,
+                child.parent_id,
+                child.island,
+                child.generation,
+                child.variant_id,
+                dict(
+                    scores=outcome.scores,
+                    scalar=scalar,
+                    error_kind=outcome.error_kind,
+                    error=outcome.error,
+                    duration_s=outcome.duration_s,
+                    feedback=outcome.feedback,
+                    stages=outcome.stages,
+                    stdout=outcome.stdout[:STORED_OUTPUT],
+                    stderr=outcome.stderr[-STORED_OUTPUT:],  # the tail holds the traceback
+                    sandbox=outcome.sandbox,
+                    case_errors=dict(outcome.case_errors) or None,
+                    started_at=started,
+                    finished_at=finished,
+                ),
+                digest,
+            )
+            for (child, outcome, started, finished), scalar, digest in zip(batch, scalars, digests, strict=True)
+        ]
+        written = add_evaluated_programs(self.archive, self.run.id, rows)
+        for (child, outcome, _s, _f), scalar, digest, (pid, created) in zip(
+            batch, scalars, digests, written, strict=True
+        ):
+            self.hashes[digest] = pid
+            self._record(child, outcome, scalar, pid, created)
+
+    def _record(self, child: Child, outcome: EvalOutcome, scalar: float, pid: int, created: bool) -> None:
         if not created:
             self.reserved -= 1
             return

@@ -43,7 +43,8 @@ class RunOptions:
     train_every: int = 0  # groups between policy updates; 0 = never
     train_method: str = "vpo"  # vpo | grpo | multi-rlvr
     top_p: float = _SEARCH.top_p
-    sandbox: str = "auto"  # auto | docker | process
+    sandbox: str = "auto"  # auto | docker | process | ray[:ADDRESS]
+    allow_weak_sandbox: bool = False  # run a split-form problem on a sandbox that cannot hide its answers
     learning_rate: float = 2e-5  # of the LoRA updates
     adapters_dir: str | None = None  # where adapters go (None: next to the archive)
     trainer_model: str | None = None  # local dir or hub id of the served base model (vllm:/openai: policies)

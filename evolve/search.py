@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from evolve.archive import Archive, ArchiveError
+from evolve.archive import Archive, ArchiveError, archive_url, sqlite_file
 from evolve.loop import SearchLoop, run_search
 from evolve.problem import Problem
 from evolve.runs import RunMismatch, RunOptions, check_resumable, open_run, resolve_options
@@ -34,7 +34,7 @@ from evolve.training import ArchiveTrainer, TrainingUnsupported, restore_latest_
 from policies.base import Policy, PolicyError
 from policies.factory import make_policy
 from policies.trainer import TrainConfig
-from sandboxes.base import Sandbox
+from sandboxes.base import Sandbox, SandboxRefused
 from sandboxes.factory import SandboxUnavailable, make_sandbox
 
 DEFAULT_POLICY = "transformers:embedded"
@@ -80,8 +80,13 @@ def default_db(problem: Problem) -> Path:
 
 
 def adapters_next_to(db: str | Path, name: str) -> Path:
-    """`runs/NAME.db` keeps its adapters in `runs/NAME.adapters/`; a database URL in `runs/NAME.adapters/`."""
-    return Path(db).with_suffix(".adapters") if "://" not in str(db) else Path("runs") / f"{name}.adapters"
+    """`runs/NAME.db` (or its sqlite:/// URL) keeps its adapters in `runs/NAME.adapters/`; a server database's
+    run keeps them in `runs/NAME.adapters/` under the working directory."""
+    try:
+        file = sqlite_file(archive_url(db))
+    except ValueError:
+        file = None
+    return file.with_suffix(".adapters") if file is not None else Path("runs") / f"{name}.adapters"
 
 
 def build_search(
@@ -94,6 +99,7 @@ def build_search(
     learning_rate: float | None = None,
     adapters_dir: Path | None = None,
     trainer_model: str | None = None,
+    allow_weak_sandbox: bool = False,
 ) -> Search:
     """Open (or create) the archive, start or resume the problem's run (the latest, or `run_id`), load the
     policy and the sandbox, and set up training when `train_every` > 0. The policy is a spec such as
@@ -103,11 +109,11 @@ def build_search(
         given[name] = value if value is not None else given.get(name)
     if adapters_dir is not None:
         given["adapters_dir"] = str(adapters_dir)
+    if allow_weak_sandbox:
+        given["allow_weak_sandbox"] = True
     if given.get("policy") == "":
         given["policy"] = None
     target_db = db if db is not None else default_db(problem)
-    if "://" not in str(target_db):
-        Path(target_db).parent.mkdir(parents=True, exist_ok=True)
     try:  # quick checks first; the policy (slow for local models) after them, before any write
         archive = Archive(target_db)
         existing = check_resumable(archive, problem, run_id)
@@ -115,8 +121,14 @@ def build_search(
         if not resolved.policy:
             resolved = replace(resolved, policy=DEFAULT_POLICY)
         sandbox_impl = make_sandbox(resolved.sandbox, workers=resolved.workers)
+        if problem.form == "split" and not sandbox_impl.hides_files and not resolved.allow_weak_sandbox:
+            sandbox_impl.close()
+            raise SearchSetupError(
+                f"{sandbox_impl.isolation()}; candidates could read {problem.name}'s expected answers. "
+                "Install bubblewrap or start Docker, or pass --allow-weak-sandbox to accept this"
+            )
         policy_impl = make_policy(resolved.policy)
-    except (ArchiveError, RunMismatch, SandboxUnavailable, PolicyError) as exc:
+    except (ArchiveError, RunMismatch, SandboxUnavailable, SandboxRefused, PolicyError) as exc:
         raise SearchSetupError(str(exc)) from exc
     previous = existing.status if existing is not None else None
     run_row, resumed = open_run(archive, problem, resolved, run=existing, overrides=overrides)

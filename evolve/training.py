@@ -1,12 +1,17 @@
-"""One training step of a run's policy on its own archive: load recent groups, update, save, record, publish.
+"""One training step of a run's policy on its own archive: load recent groups, update, save, publish, record.
 
-Shared by `evolve train` (offline) and `evolve run --train-every N` (online). A failed step restores the
-adapter weights it started from, so the policy keeps serving the version it had. The training data is read
-here, in the engine, so that `policies/` knows nothing of the archive.
+Shared by `evolve train` (offline) and `evolve run --train-every N` (online). A step is a transaction: the
+version row, its adapter directory, the served weights and the optimizer state change together or not at all.
+The adapter is written under a staging name and renamed into place, published, and only then recorded; a failure
+anywhere restores the adapter weights and optimizer state it started from, removes the directory, and serves the
+previous version again, so the only trace is the failure the loop counts. The training data is read here,
+in the engine, so that `policies/` knows nothing of the archive.
 """
 
 from __future__ import annotations
 
+import copy
+import shutil
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import asdict
@@ -15,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from evolve.archive import Archive
-from evolve.archive.models import Completion, unpack
+from evolve.archive.models import Completion, PolicyVersion, unpack
 from evolve.fitness import oriented_array, oriented_bounds
 from evolve.problem.config import ComponentSpec
 from policies.base import InProcessPolicy, Policy, PublishingPolicy
@@ -110,36 +115,63 @@ class ArchiveTrainer:
         self.trainer = PolicyTrainer(local.model, local.tokenizer, local.render, config)
         local.model = self.trainer.model  # an in-process policy samples from the adapter-wrapped model
 
-    def _serving_version_row(self) -> int | None:
-        rows = [v for v in self.archive.policy_versions(self.run_id) if v.number == self.policy.version]
-        return rows[-1].id if rows else None
+    def _versions(self) -> list[PolicyVersion]:
+        return sorted(self.archive.policy_versions(self.run_id), key=lambda v: v.number)
 
     def step(self) -> UpdateStats:
         from peft import get_peft_model_state_dict, set_peft_model_state_dict
 
         versions = recent_version_ids(self.archive, self.run_id, self.config.versions_back)
         batch = load_batch(self.archive, self.run_id, self.components, self.variants, versions, self.max_groups)
-        before = {k: v.detach().clone() for k, v in get_peft_model_state_dict(self.trainer.model).items()}
+        weights = {k: v.detach().clone() for k, v in get_peft_model_state_dict(self.trainer.model).items()}
+        optimizer = copy.deepcopy(self.trainer.optimizer.state_dict())
+        serving = self.policy.version
+        rows = self._versions()
+        current = next((v for v in reversed(rows) if v.number == serving), None)
+        number = max([serving, *(v.number for v in rows)]) + 1  # never reuses a number, even one left by a crash
+        directory, published = self.adapters_dir / f"v{number}", False
         try:
             stats = self.trainer.update(batch.groups, dict(batch.skipped))
             if stats.samples == 0:
                 return stats
-            number = self.policy.version + 1
-            directory = self.trainer.save(self.adapters_dir / f"v{number}")
+            self._save_into(directory)
+            self.policy.publish(directory, number)
+            published = True
             self.archive.add_policy_version(
                 run_id=self.run_id,
                 base_model=self.policy.name,
                 adapter_path=str(directory),
-                parent_id=self._serving_version_row(),
+                parent_id=None if current is None else current.id,
                 number=number,
                 train_config=self.config.as_dict(),
                 stats=asdict(stats),
             )
-            self.policy.publish(directory, number)
             return stats
-        except Exception:
-            set_peft_model_state_dict(self.trainer.model, before)
+        except BaseException:
+            set_peft_model_state_dict(self.trainer.model, weights)
+            self.trainer.optimizer.load_state_dict(optimizer)
+            if published:
+                self._serve_again(serving, None if current is None else current.adapter_path)
+            shutil.rmtree(directory, ignore_errors=True)
             raise
+
+    def _save_into(self, directory: Path) -> None:
+        """Write under a staging name, then rename: `vN/` is either absent or a complete adapter."""
+        staging = directory.with_name(directory.name + ".partial")
+        shutil.rmtree(staging, ignore_errors=True)
+        self.trainer.save(staging)
+        shutil.rmtree(directory, ignore_errors=True)  # a crash's leftover: no version row refers to it
+        staging.rename(directory)
+
+    def _serve_again(self, number: int, adapter_path: str | None) -> None:
+        """Undo a publish whose version could not be recorded."""
+        if adapter_path:
+            self.policy.publish(adapter_path, number)
+            return
+        # back to the base model: in-process weights were restored above; a server's requests name the base again
+        if hasattr(self.policy, "served"):
+            self.policy.served = None
+        self.policy.version = number
 
 
 def restore_latest_adapter(archive: Archive, run_id: int, policy: Policy) -> int | None:

@@ -21,6 +21,7 @@ class SamplingParams:
     top_p: float
     max_new_tokens: int
     seed: int | None = None  # None: unseeded
+    top_k: int = 0  # 0: no top-k cut
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -28,7 +29,8 @@ class SamplingParams:
 
 @dataclass(frozen=True)
 class Generated:
-    """One completion as sampled. `logprobs` are the sampler's own (after temperature and top-p)."""
+    """One completion as sampled. `logprobs` are those of the distribution each token was drawn from (after
+    temperature, top-k and top-p): the behaviour policy the trainer's importance weight divides by."""
 
     text: str
     token_ids: list[int] | None

@@ -11,6 +11,10 @@ def make_policy(spec: str) -> Policy:
         from policies.transformers_policy import TransformersPolicy
 
         return TransformersPolicy.load(arg or "embedded")
+    if backend in ("vllm", "openai") and "," in arg:
+        from policies.multi_server import parse_servers
+
+        return parse_servers(backend, arg)
     if backend in ("vllm", "openai"):
         from policies.http_policy import parse_spec
 
@@ -25,5 +29,5 @@ def make_policy(spec: str) -> Policy:
         return ReplayPolicy.from_file(arg)
     raise PolicyError(
         f"unknown policy {spec!r}; use transformers:embedded, transformers:DIR_OR_HUB_ID, vllm:URL[@MODEL], "
-        "openai:URL@MODEL, vllm-local:MODEL or replay:FILE"
+        "vllm:URL1,URL2,...[@MODEL], openai:URL@MODEL, vllm-local:MODEL or replay:FILE"
     )

@@ -3,8 +3,11 @@
 vLLM: the prompt is rendered and tokenised by the server's own chat template (`POST /tokenize`), then sampled
 through `/v1/completions` from those token ids, with the sampled token ids and their logprobs returned, so
 what the trainer reads lines up token for token. Start the server with `--logprobs-mode processed_logprobs`
-so the logprobs are those after temperature and top-p (the behaviour policy). New LoRA adapters are loaded
-with `/v1/load_lora_adapter` under a name per version; requests then name that adapter.
+(vLLM >= 0.10.2; it is a server flag, not a request field): without it vLLM returns the raw model's logprobs,
+before temperature, top-k and top-p, not those of the behaviour policy the trainer's importance weight needs.
+Every request names temperature, top-p and top-k explicitly, so the model's `generation_config` defaults
+(vLLM applies them to whatever a request leaves out) never change the distribution sampled from. New LoRA
+adapters are loaded with `/v1/load_lora_adapter` under a name per version; requests then name that adapter.
 
 OpenAI-compatible (SGLang, llama.cpp, hosted APIs): chat completions; logprobs are kept where the server
 gives them; token ids usually are not, so such completions are searched with but never trained on.
@@ -144,6 +147,7 @@ class HttpPolicy:
                 "prompt": tokens["tokens"],
                 "logprobs": 0,
                 "return_tokens_as_token_ids": True,
+                "top_k": params.top_k if params.top_k > 0 else -1,  # explicit, or vLLM applies the model's default
                 **sampling,
             },
         )

@@ -8,6 +8,8 @@ what it samples afterwards parses; that takes a few seconds on a CPU.
 from __future__ import annotations
 
 import hashlib
+import os
+import shutil
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -73,15 +75,28 @@ def teach(model: Any, tokenizer: Any, pairs: Sequence[tuple[str, str]], steps: i
     model.eval()
 
 
-def build_taught_model(directory: Path, pairs: Sequence[tuple[str, str]], steps: int = 120, seed: int = 0) -> Path:
-    """Make (or reuse, keyed by the pairs) a taught tiny model saved in `directory`."""
-    key = hashlib.sha256(repr((list(pairs), steps, seed)).encode()).hexdigest()[:12]
+def build_taught_model(
+    directory: Path, pairs: Sequence[tuple[str, str]], steps: int = 120, seed: int = 0
+) -> Path:
+    """Make (or reuse) a taught tiny model saved in `directory`. The key covers the pairs, the teaching settings,
+    this module's code and the library versions, so a shared cache never serves a stale model; the model is
+    written under a private name and renamed into place, so concurrent builders never see half a model."""
+    import torch
+    import transformers
+
+    recipe = (list(pairs), steps, seed, Path(__file__).read_text(), torch.__version__, transformers.__version__)
+    key = hashlib.sha256(repr(recipe).encode()).hexdigest()[:12]
     target = directory / f"tiny-{key}"
     if (target / "config.json").exists():
         return target
     tokenizer = tiny_tokenizer()
     model = tiny_model(tokenizer, seed=seed)
     teach(model, tokenizer, pairs, steps=steps)
-    model.save_pretrained(target)
-    tokenizer.save_pretrained(target)
+    staging = directory / f".tiny-{key}.{os.getpid()}"
+    model.save_pretrained(staging)
+    tokenizer.save_pretrained(staging)
+    try:
+        staging.rename(target)
+    except OSError:  # another process finished first: keep its copy
+        shutil.rmtree(staging, ignore_errors=True)
     return target

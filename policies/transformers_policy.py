@@ -1,8 +1,10 @@
 """A local causal LM through transformers: the whole group is sampled in one batched `generate` call.
 
-The per-token logprobs stored with each completion are those of the distribution actually sampled from
-(after temperature and top-p), recorded by a logits processor placed last in the chain, because the trainer
-treats them as the behaviour policy.
+The per-token logprobs stored with each completion are those of the distribution actually sampled from (after
+temperature, top-k and top-p), because the trainer treats them as the behaviour policy. transformers appends its
+own temperature/top-k/top-p warpers *after* any `logits_processor` a caller passes, so a recorder passed there
+would see unwarped scores. We therefore switch generate's warpers off and pass our own chain, with the recorder
+last: what it sees is exactly what `torch.multinomial` draws from.
 """
 
 from __future__ import annotations
@@ -14,8 +16,35 @@ from policies.base import SYSTEM, Generated, PolicyError, SamplingParams
 from policies.embedded import EMBEDDED_NAME, INSTALL_HINT, embedded_model_dir
 
 
+def warper_chain(params: SamplingParams) -> list[Any]:
+    """Temperature, then top-k, then top-p: the order vLLM applies them too."""
+    from transformers import TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
+
+    chain: list[Any] = []
+    if params.temperature != 1.0:
+        chain.append(TemperatureLogitsWarper(params.temperature))
+    if params.top_k > 0:
+        chain.append(TopKLogitsWarper(params.top_k))
+    if params.top_p < 1.0:
+        chain.append(TopPLogitsWarper(params.top_p))
+    return chain
+
+
+# generate() arguments that switch off every warper transformers would append after the caller's processors
+# (a model's generation_config may set some of them, e.g. top_k=20 for Qwen).
+_NO_BUILTIN_WARPERS = {
+    "temperature": 1.0,
+    "top_k": 0,
+    "top_p": 1.0,
+    "min_p": 0.0,
+    "typical_p": 1.0,
+    "epsilon_cutoff": 0.0,
+    "eta_cutoff": 0.0,
+}
+
+
 class _LogprobRecorder:
-    """Sees the processed scores of each step; the next call reveals which token was sampled from them."""
+    """Sees the fully processed scores of each step; the next call reveals which token was sampled from them."""
 
     def __init__(self) -> None:
         import torch
@@ -66,7 +95,10 @@ class TransformersPolicy:
         device = "cuda" if torch.cuda.is_available() else "cpu"
         try:
             tokenizer = AutoTokenizer.from_pretrained(path)
-            model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.bfloat16).to(device)
+            # bfloat16 on a GPU; on a CPU the checkpoint's own dtype: the embedded cache is bfloat16 (~17 tok/s here
+            # against ~10 in float32), while a float32 checkpoint keeps sampler and trainer logprobs equal to 1e-4
+            dtype = torch.bfloat16 if device == "cuda" else "auto"
+            model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device)
         except (OSError, ValueError) as exc:
             hint = f"delete {path} to rebuild the cache" if spec == "embedded" else "pass a model dir or hub id"
             raise PolicyError(f"cannot load model {spec!r}: {str(exc).splitlines()[0]}; {hint}") from None
@@ -97,13 +129,11 @@ class TransformersPolicy:
                 input_ids,
                 attention_mask=torch.ones_like(input_ids),
                 do_sample=True,
-                temperature=params.temperature,
-                top_p=params.top_p,
-                top_k=0,
+                **_NO_BUILTIN_WARPERS,
                 max_new_tokens=params.max_new_tokens,
                 eos_token_id=self.eos_ids,
                 pad_token_id=self.pad_id,
-                logits_processor=LogitsProcessorList([recorder]),
+                logits_processor=LogitsProcessorList([*warper_chain(params), recorder]),
             )
         new = out[:, input_ids.shape[1] :]
         logprobs = recorder.finish(new[:, -1]) if new.shape[1] else None

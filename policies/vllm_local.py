@@ -37,6 +37,7 @@ class VLLMLocalPolicy:
             n=n,
             temperature=params.temperature,
             top_p=params.top_p,
+            top_k=params.top_k if params.top_k > 0 else -1,
             max_tokens=params.max_new_tokens,
             seed=params.seed,
             logprobs=0,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from evolve.fitness import failure_scores
 
@@ -23,6 +23,10 @@ class ErrorKind(StrEnum):
 OUTPUT_CAP = 64 * 1024
 
 
+class SandboxRefused(RuntimeError):
+    """A namespace, limit or mount the sandbox promised could not be set up: nothing was run weaker instead."""
+
+
 @dataclass
 class EvalOutcome:
     """A scored program. `scores` always has every component (failures hold the component's fail value)."""
@@ -36,6 +40,8 @@ class EvalOutcome:
     stderr: str = ""
     feedback: str | None = None
     case_errors: dict[str, str] = field(default_factory=dict)
+    metrics: dict[str, float] = field(default_factory=dict)  # simple form: every number evaluate() returned
+    stages: list[dict[str, Any]] | None = None  # cascade: each stage's metrics, in order
 
     @property
     def ok(self) -> bool:
@@ -50,9 +56,12 @@ class EvalOutcome:
 @runtime_checkable
 class Sandbox(Protocol):
     kind: str
+    # False when candidates can read the host's files (the problem's evaluator, the archive, the home
+    # directory): split-form problems then promise more than the sandbox keeps, and `evolve run` refuses them.
+    hides_files: bool
 
     def isolation(self) -> str:
-        """A short, honest sentence on what isolation is in force."""
+        """A short, honest sentence on what isolation is in force; says "WEAK" where files are not hidden."""
         ...
 
     def evaluate(self, problem: Problem, code: str) -> EvalOutcome: ...

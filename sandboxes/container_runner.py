@@ -22,6 +22,7 @@ UID = int(os.environ.get("EVOLVE_SANDBOX_UID", "1000"))
 SCRATCH = ("/work", "/tmp", "/dev/shm")
 OUTPUT_CAP = 64 * 1024
 REPLY_CAP = 32 * 1024 * 1024
+REPLY_FD = 3
 
 
 def wipe():
@@ -68,23 +69,29 @@ def child(job, reply_w, out_w, err_w, job_r):
     except OSError:
         pass
     limits = job["limits"]
+    resource.setrlimit(resource.RLIMIT_NOFILE, (256, 256))
     cpu = int(limits["timeout_s"]) + 2
     resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
     resource.setrlimit(resource.RLIMIT_FSIZE, (limits["max_file_mb"] << 20,) * 2)
-    resource.setrlimit(resource.RLIMIT_NOFILE, (256, 256))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     mem = limits["memory_mb"] << 20
     resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
     os.dup2(job_r, 0)
     os.dup2(out_w, 1)
     os.dup2(err_w, 2)
+    # The candidate keeps stdin/stdout/stderr and its reply pipe (as fd 3), nothing else: above all not the
+    # runner's channel to the engine, on which a forged line would be taken for a later job's answer.
+    if reply_w != REPLY_FD:
+        os.dup2(reply_w, REPLY_FD)
+    os.closerange(REPLY_FD + 1, 1 << 20)
+    reply_w = REPLY_FD
     os.setgroups([])
     os.setgid(UID)
     os.setuid(UID)
     os.chdir("/work")
     if job.get("spawn"):
         os.execv(sys.executable, [sys.executable, "-I", "-B", harness.__file__, str(reply_w)])
-    sys.stdin = open(os.devnull)  # noqa: SIM115 - lives as long as the child
+    harness.empty_stdin()
     reply = harness.run_job(job)
     os.write(reply_w, (json.dumps(reply, allow_nan=True, default=str) + "\n").encode())
     os._exit(0)
@@ -175,15 +182,21 @@ def run(job):
 
 
 def main():
+    """Answer each job with one line carrying the job's nonce: the engine takes no other line as an answer."""
     channel = os.fdopen(os.dup(1), "w")
+    os.set_inheritable(channel.fileno(), False)
     os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
     channel.write(json.dumps({"ready": True}) + "\n")
     channel.flush()
     for line in sys.stdin:
+        nonce = None
         try:
-            answer = run(json.loads(line))
+            job = json.loads(line)
+            nonce = job.pop("nonce", None)
+            answer = run(job)
         except Exception as exc:  # the runner must outlive anything a job does
             answer = {"reply": None, "status": f"runner error: {exc!r}", "stdout": "", "stderr": ""}
+        answer["nonce"] = nonce
         channel.write(json.dumps(answer, allow_nan=True) + "\n")
         channel.flush()
 

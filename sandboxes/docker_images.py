@@ -18,7 +18,7 @@ from typing import Any
 from evolve.problem import Problem
 
 SLIM = "python:3.12-slim"
-HOST_BASE = "vpo-evolve/base:host-python"
+HOST_BASE = "vpo-evolve/base:host-python-v2"  # v2: Python bound at /opt/python
 LABEL_PYTHON = "vpo-evolve.python"
 LABEL_BINDS = "vpo-evolve.binds"
 
@@ -30,9 +30,24 @@ class ImageSpec:
     binds: dict[str, str] = field(default_factory=dict)  # host path -> container path, read-only
 
 
-def _host_python_paths() -> list[str]:
-    paths = {str(Path(sys.base_prefix).resolve()), str(Path(sys.prefix).resolve())}
-    return sorted(p for p in paths if not p.startswith("/usr"))
+PYTHON_INSIDE = "/opt/python"  # never under a scratch folder the runner wipes after each job (/work, /tmp, /dev/shm)
+
+
+def _host_python() -> tuple[str, dict[str, str]]:
+    """(interpreter path inside the container, {host path: container path}) for the host's Python.
+
+    The installation is bound at PYTHON_INSIDE whatever its host path: were it bound at its own path under
+    /tmp or /work, the runner's wipe would walk the whole tree after every job (and a writable bind would be
+    deleted). A Python under /usr comes in with /usr itself. The container runs the base interpreter, which
+    finds its standard library relative to itself.
+    """
+    executable = Path(sys.executable).resolve()
+    base = Path(sys.base_prefix).resolve()
+    if executable.is_relative_to("/usr"):
+        return str(executable), {}
+    if not executable.is_relative_to(base):
+        base = executable.parent.parent
+    return f"{PYTHON_INSIDE}/{executable.relative_to(base)}", {str(base): PYTHON_INSIDE}
 
 
 def build_base(client: Any) -> ImageSpec:
@@ -40,7 +55,7 @@ def build_base(client: Any) -> ImageSpec:
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tar:
         # /sbin stays a real directory: Docker mounts its init at /sbin/docker-init.
-        for d in ("work", "tmp", "dev", "proc", "sys", "etc", "usr", "sbin", "data", "opt/evolve"):
+        for d in ("work", "tmp", "dev", "proc", "sys", "etc", "usr", "sbin", "data", "opt/evolve", "opt/python"):
             info = tarfile.TarInfo(d)
             info.type, info.mode = tarfile.DIRTYPE, 0o1777 if d == "tmp" else 0o755
             tar.addfile(info)
@@ -52,8 +67,8 @@ def build_base(client: Any) -> ImageSpec:
         info = tarfile.TarInfo("etc/passwd")
         info.size = len(passwd)
         tar.addfile(info, io.BytesIO(passwd))
-    python = str(Path(sys.executable).resolve())
-    binds = ",".join(["/usr", *_host_python_paths()])
+    python, python_binds = _host_python()
+    binds = ",".join(f"{host}={inside}" for host, inside in {"/usr": "/usr", **python_binds}.items())
     changes = [f'LABEL {LABEL_PYTHON}="{python}" {LABEL_BINDS}="{binds}"']
     client.api.import_image_from_data(
         buf.getvalue(), repository=HOST_BASE.split(":")[0], tag=HOST_BASE.split(":")[1], changes=changes
@@ -63,8 +78,8 @@ def build_base(client: Any) -> ImageSpec:
 
 def spec_of(client: Any, tag: str) -> ImageSpec:
     labels = client.images.get(tag).labels or {}
-    binds = [b for b in labels.get(LABEL_BINDS, "").split(",") if b]
-    return ImageSpec(tag, labels.get(LABEL_PYTHON, "python3"), {b: b for b in binds})
+    pairs = [b.partition("=") for b in labels.get(LABEL_BINDS, "").split(",") if b]
+    return ImageSpec(tag, labels.get(LABEL_PYTHON, "python3"), {host: inside or host for host, _, inside in pairs})
 
 
 def _has(client: Any, tag: str) -> bool:

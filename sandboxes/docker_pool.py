@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import queue
+import secrets
 import socket
 import struct
 import time
@@ -24,6 +25,7 @@ from sandboxes.scoring import make_job, outcome_from, program_filename
 SANDBOX_DIR = Path(__file__).resolve().parent
 GRACE_S = 5.0
 OWNER = f"{socket.gethostname()}:{os.getpid()}"
+UNEXPECTED = object()  # a line on the channel that is not the answer to the job just sent
 
 
 def docker_available() -> str | None:
@@ -78,7 +80,8 @@ class WarmContainer:
             raise RuntimeError("the sandbox container did not start its runner")
 
     def _read_line(self, deadline: float) -> Any:
-        """The next JSON line on the container's stdout (stderr frames are dropped); None on EOF/deadline."""
+        """The next JSON line on the container's stdout (stderr frames are dropped); None on EOF/deadline,
+        UNEXPECTED for a line that is not JSON."""
         while b"\n" not in self._buf:
             header = self._recv(8, deadline)
             if header is None:
@@ -93,7 +96,7 @@ class WarmContainer:
         try:
             return json.loads(line)
         except ValueError:
-            return None
+            return UNEXPECTED
 
     def _recv(self, n: int, deadline: float) -> bytes | None:
         data = b""
@@ -112,12 +115,20 @@ class WarmContainer:
         return data
 
     def request(self, job: dict[str, Any], timeout_s: float) -> Any:
+        """This job's answer; None when the container is silent or gone; UNEXPECTED when any other line came,
+        or more than the answer did (the channel then cannot be trusted for later jobs either)."""
         self.uses += 1
+        nonce = secrets.token_hex(16)
         try:
-            self._sock.sendall((json.dumps({**job, "spawn": self.spawn}) + "\n").encode())
+            self._sock.sendall((json.dumps({**job, "spawn": self.spawn, "nonce": nonce}) + "\n").encode())
         except OSError:
             return None
-        return self._read_line(time.monotonic() + timeout_s)
+        answer = self._read_line(time.monotonic() + timeout_s)
+        if answer is None:
+            return None
+        if not isinstance(answer, dict) or answer.get("nonce") != nonce or self._buf:
+            return UNEXPECTED
+        return answer
 
     def destroy(self) -> None:
         try:
@@ -129,6 +140,7 @@ class WarmContainer:
 
 class DockerSandbox:
     kind = "docker"
+    hides_files = True
 
     def __init__(
         self, workers: int = 2, *, spawn: bool = False, recycle_every: int = 500, base_image: str | None = None
@@ -154,7 +166,8 @@ class DockerSandbox:
         mode = "spawn" if self.spawn else "fork"
         return (
             f"docker sandbox ({mode} mode): no network, read-only root, tmpfs scratch, unprivileged uid, "
-            "memory/pids/CPU limits, capabilities dropped, no-new-privileges, no logs kept"
+            "memory/pids/CPU limits, capabilities dropped, no-new-privileges, no logs kept, "
+            "answers bound to a per-job nonce"
         )
 
     def _take(self, problem: Problem) -> WarmContainer:
@@ -186,6 +199,20 @@ class DockerSandbox:
             "max_file_mb": limits.max_file_mb,
         }
         answer = box.request(job, limits.timeout_s + GRACE_S)
+        if answer is UNEXPECTED:
+            # Someone other than the runner wrote on the channel: run the job once more in a fresh container.
+            box.destroy()
+            try:
+                assert self._spec is not None
+                box = WarmContainer(self.client, self._spec, problem, self.spawn)
+            except Exception as exc:
+                error = f"could not start a sandbox container: {exc}"
+                return EvalOutcome.failure(problem, ErrorKind.CRASH, error, 0.0, self.kind)
+            answer = box.request(job, limits.timeout_s + GRACE_S)
+            if answer is UNEXPECTED:
+                box.destroy()
+                error = "the sandbox's channel carried lines that were not this job's answer, twice"
+                return EvalOutcome.failure(problem, ErrorKind.BAD_OUTPUT, error, time.monotonic() - start, self.kind)
         duration = time.monotonic() - start
         if not isinstance(answer, dict) or "status" not in answer:
             box.destroy()

@@ -1,4 +1,5 @@
-"""Pick a sandbox backend by name: `process`, `docker`, or `auto` (Docker when a daemon answers)."""
+"""Pick a sandbox backend by name: `process`, `docker`, `auto` (Docker when a daemon answers), or `ray` /
+`ray:ADDRESS` (evaluations on Ray actors, each with its node's own `auto` sandbox)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,15 @@ class SandboxUnavailable(Exception):
 
 
 def make_sandbox(kind: str, *, workers: int = 4) -> Sandbox:
+    if kind == "ray" or kind.startswith("ray:"):
+        from sandboxes.ray_pool import RaySandbox, RayUnavailable
+
+        try:
+            return RaySandbox(kind.partition(":")[2] or None, slots=workers)
+        except RayUnavailable as exc:
+            raise SandboxUnavailable(str(exc)) from None
     if kind not in ("auto", "process", "docker"):
-        raise SandboxUnavailable(f"unknown sandbox {kind!r}; use auto, docker or process")
+        raise SandboxUnavailable(f"unknown sandbox {kind!r}; use auto, docker, process, ray or ray:ADDRESS")
     if kind in ("auto", "docker"):
         from sandboxes.docker_pool import DockerSandbox, docker_available
 

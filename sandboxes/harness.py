@@ -12,6 +12,7 @@ import os
 import signal
 import sys
 import traceback
+import types
 
 
 class CaseTimeout(BaseException):
@@ -73,28 +74,30 @@ def run_split(job):
     return {"outputs": outputs}
 
 
+def install_modules(sources):
+    """Make modules the engine ships with the job importable (the `openevolve.evaluation_result` stand-in)."""
+    for name, source in (sources or {}).items():
+        parent, _, leaf = name.rpartition(".")
+        if parent and not hasattr(sys.modules.get(parent), "__path__"):
+            package = types.ModuleType(parent)
+            package.__path__ = []
+            sys.modules[parent] = package
+        module = types.ModuleType(name)
+        sys.modules[name] = module
+        exec(compile(source, f"<{name}>", "exec"), module.__dict__)
+        if parent:
+            setattr(sys.modules[parent], leaf, module)
+
+
 def run_simple(job):
+    """Simple form: the evaluator runs here, beside the candidate; `_evolve_simple` (shipped with the job)
+    turns what it returns, or its cascade of stages, into the reply."""
     try:
+        install_modules(job.get("modules"))
         evaluator = _load(job["evaluator"], "evaluator")
-        result = evaluator.evaluate(job["program"])
+        return sys.modules["_evolve_simple"].evaluate(evaluator, job)
     except BaseException as exc:
         return _failure(exc)
-    feedback = None
-    if isinstance(result, tuple) and len(result) == 2:
-        result, feedback = result
-    metrics = getattr(result, "metrics", result)
-    feedback = getattr(result, "artifacts", feedback)
-    if not isinstance(metrics, dict):
-        return {"kind": "bad_output", "error": f"evaluate() returned {type(metrics).__name__}, not a dict"}
-    scores = {}
-    for key, value in metrics.items():
-        try:
-            scores[str(key)] = float(value)
-        except (TypeError, ValueError):
-            return {"kind": "bad_output", "error": f"evaluate()[{key!r}] is {type(value).__name__}"}
-    if feedback is not None and not isinstance(feedback, str):
-        feedback = json.dumps(feedback, default=str)
-    return {"scores": scores, "feedback": feedback}
 
 
 def run_job(job):
@@ -103,12 +106,35 @@ def run_job(job):
     return run_split(job) if job["mode"] == "split" else run_simple(job)
 
 
+def empty_stdin():
+    """The candidate's stdin is /dev/null, on fd 0 itself: no extra descriptor is left open for it."""
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
+    sys.stdin = open(0, closefd=False)  # noqa: SIM115 - fd 0 lives as long as the process
+
+
 def main():
-    """Read one job from stdin, write the reply as one JSON line to the fd named in argv[1]."""
+    """Read one job from stdin, write the reply as one JSON line to the fd named in argv[1].
+
+    argv[2], when given and not "-", is the uid to run as (the process sandbox's jail starts us as root with
+    no other rights); argv[3], when given, caps the processes the candidate may have.
+    """
     reply_fd = int(sys.argv[1])
     os.set_inheritable(reply_fd, False)
+    if len(sys.argv) > 2 and sys.argv[2] != "-":  # started as root in a jail: become the slot's uid first
+        uid = int(sys.argv[2])
+        os.setgroups([])
+        os.setgid(uid)
+        os.setuid(uid)
+        if os.getuid() != uid or os.geteuid() != uid:
+            raise SystemExit("harness: could not drop to the slot uid")
+    if len(sys.argv) > 3:  # in a jail's own user namespace the kernel counts processes per namespace
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_NPROC, (int(sys.argv[3]),) * 2)
     job = json.loads(sys.stdin.readline())
-    sys.stdin = open(os.devnull)  # noqa: SIM115 - the candidate gets no stdin
+    empty_stdin()
     reply = run_job(job)
     data = (json.dumps(reply, allow_nan=True, default=str) + "\n").encode()
     with os.fdopen(reply_fd, "wb") as out:

@@ -1,9 +1,10 @@
 """The process sandbox: a fresh, limited process per evaluation, for machines without Docker.
 
-Containment, strongest first: as root, each concurrent evaluation runs as its own unprivileged uid (so
-RLIMIT_NPROC stops fork bombs and every process of that uid, `setsid` escapees included, is killed
-afterwards) inside an empty network namespace. Without root, the process group and every process that
-inherited the evaluation's token are killed, and a user+network namespace is used where the kernel allows.
+Containment, strongest first. With bubblewrap (sandboxes/jail.py) the candidate sees a minimal filesystem in
+its own pid/network/IPC namespaces, and as root runs as its slot's own unprivileged uid (so RLIMIT_NPROC stops
+fork bombs and every process of that uid is killed afterwards). Without bubblewrap the host's files stay
+readable: the sandbox says WEAK, and only the uid, an empty network namespace and rlimits remain; without root
+the process group and every process that inherited the evaluation's token are killed.
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from evolve.problem import Problem
-from sandboxes.base import OUTPUT_CAP, EvalOutcome
+from sandboxes.base import OUTPUT_CAP, EvalOutcome, SandboxRefused
+from sandboxes.jail import DATA, WORK, find_jail
 from sandboxes.scoring import HARNESS_PATH, make_job, outcome_from, program_filename
 
 CLONE_NEWUSER, CLONE_NEWNET = 0x10000000, 0x40000000
@@ -41,6 +43,22 @@ BASE_UID = 61000
 UID_RANGE = 1024
 LOCK_DIR = Path(tempfile.gettempdir()) / "vpo-evolve-slots"
 _libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _errno() -> str:
+    return os.strerror(ctypes.get_errno())
+
+
+def _checked_unshare(flags: int) -> None:
+    if _libc.unshare(flags) != 0:
+        raise OSError(ctypes.get_errno(), f"unshare({flags:#x}) failed: {_errno()}")
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return str(number)
 
 
 def _reachable_by_others(path: Path) -> bool:
@@ -116,12 +134,17 @@ def kill_all(pgid: int, uid: int | None, token: bytes | None, rounds: int = 50) 
 def _claim_slots(count: int) -> dict[int, int]:
     """Own `count` slot numbers for this process with an flock each (held until close or exit), so that two
     engines on one machine never share a slot uid and never kill each other's candidates."""
-    LOCK_DIR.mkdir(mode=0o700, exist_ok=True)
+    # One folder per user: only root's engines hand out slot uids, and no user can block another's slots.
+    lock_dir = LOCK_DIR if os.geteuid() == 0 else LOCK_DIR.with_name(f"{LOCK_DIR.name}-{os.geteuid()}")
+    lock_dir.mkdir(mode=0o700, exist_ok=True)
+    info = os.lstat(lock_dir)
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid() or info.st_mode & 0o077:
+        raise SandboxRefused(f"process sandbox: {lock_dir} is not a private folder of ours; remove it")
     claimed: dict[int, int] = {}
     for slot in range(UID_RANGE):
         if len(claimed) == count:
             break
-        fd = os.open(LOCK_DIR / f"slot-{slot}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+        fd = os.open(lock_dir / f"slot-{slot}.lock", os.O_RDWR | os.O_CREAT, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -140,47 +163,62 @@ class ProcessSandbox:
 
     kind = "process"
 
-    def __init__(self, slots: int = 4, base_uid: int = BASE_UID) -> None:
+    def __init__(self, slots: int = 4, base_uid: int = BASE_UID, *, jail: bool = True) -> None:
         self._root = os.geteuid() == 0
-        # Orphans of a candidate are re-parented to us rather than to PID 1, so we can reap them at once
-        # and they never count against the slot's process limit as zombies.
-        _libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
         self._base_uid = base_uid
+        self._jail, self._why_no_jail = find_jail() if jail else (None, "bubblewrap was turned off")
+        self.hides_files = self._jail is not None
+        # Outside the jail, orphans of a candidate are re-parented to us rather than to PID 1, so we can reap
+        # them at once and they never count against the slot's process limit as zombies. (In the jail the pid
+        # namespace's first process is their reaper.)
+        if self._jail is None and _libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+            raise SandboxRefused(f"process sandbox: prctl(PR_SET_CHILD_SUBREAPER) failed: {_errno()}")
         self._slot_locks = _claim_slots(slots)
         self._slots: queue.Queue[int] = queue.Queue()
         for i in self._slot_locks:
             self._slots.put(i)
-        interpreter_ok = _reachable_by_others(Path(sys.executable)) and _reachable_by_others(
-            Path(sys.base_prefix) / "lib"
+        # In the jail the interpreter is bound in wherever it lives; outside, other uids must reach it.
+        interpreter_ok = self._jail is not None or (
+            _reachable_by_others(Path(sys.executable)) and _reachable_by_others(Path(sys.base_prefix) / "lib")
         )
         self.drop_uid = self._root and interpreter_ok
         self._why_no_drop = (
             ""
             if self.drop_uid or not self._root
-            else (f"{sys.executable} is not reachable by other uids (chmod o+x on its parent directories)")
+            else f"{sys.executable} is not reachable by other uids; install bubblewrap"
         )
-        self.network_isolated = self._probe_netns()
+        self.network_isolated = self._jail is not None or self._probe_netns()
 
     def _unshare_flags(self) -> int:
         return CLONE_NEWNET if self._root else CLONE_NEWUSER | CLONE_NEWNET
 
     def _probe_netns(self) -> bool:
         flags = self._unshare_flags()
-        out = subprocess.run(
-            [sys.executable, "-I", "-c", "import os; print(os.readlink('/proc/self/ns/net'))"],
-            preexec_fn=lambda: _libc.unshare(flags),
-            capture_output=True,
-            text=True,
-            timeout=30,
-        )
+        try:
+            out = subprocess.run(
+                [sys.executable, "-I", "-c", "import os; print(os.readlink('/proc/self/ns/net'))"],
+                preexec_fn=lambda: _checked_unshare(flags),
+                capture_output=True,
+                text=True,
+                timeout=30,
+            )
+        except subprocess.SubprocessError:
+            return False
         return out.returncode == 0 and out.stdout.strip() != os.readlink("/proc/self/ns/net")
 
     def isolation(self) -> str:
-        parts = ["process sandbox:"]
+        if self._jail is not None:
+            who = f"per-slot uid {self._base_uid}+" if self.drop_uid else "your uid in a user namespace"
+            return (
+                f"process sandbox (bubblewrap): {who}; sees only read-only /usr and Python, its own /work, "
+                "data/ read-only, private /tmp and /proc; own pid/network/IPC namespaces; "
+                "rlimits on memory/CPU/files/processes, scrubbed env"
+            )
+        parts = [f"process sandbox: WEAK: candidates can read the host's files ({self._why_no_jail});"]
         if self.drop_uid:
             parts.append(f"per-slot uid {self._base_uid}+,")
         elif self._root:
-            parts.append(f"WEAK: runs as root ({self._why_no_drop}),")
+            parts.append(f"runs as root ({self._why_no_drop}),")
         else:
             parts.append("runs as your user (no uid separation),")
         parts.append("no network namespace," if not self.network_isolated else "empty network namespace,")
@@ -193,11 +231,13 @@ class ProcessSandbox:
         self._slot_locks = {}
 
     def _preexec(self, problem: Problem, uid: int | None) -> Any:
+        """Limits set in the child before exec; any refusal raises, so Popen fails instead of running weaker."""
         limits = problem.config.limits
-        flags = self._unshare_flags() if self.network_isolated else 0
+        flags = self._unshare_flags() if self.network_isolated and self._jail is None else 0
         mem = max(limits.memory_mb, 256) * 1024 * 1024
         cpu = int(limits.timeout_s) + 2
         engine = os.getpid()
+        jailed = self._jail is not None
 
         def setup() -> None:
             # An engine killed with SIGKILL takes its candidates along: none runs on, unaccounted for.
@@ -205,17 +245,18 @@ class ProcessSandbox:
             if os.getppid() != engine:
                 os._exit(1)
             if flags:
-                _libc.unshare(flags)
+                _checked_unshare(flags)
             resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
             resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
             resource.setrlimit(resource.RLIMIT_FSIZE, (limits.max_file_mb << 20,) * 2)
             resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
             if uid is not None:
                 resource.setrlimit(resource.RLIMIT_NPROC, (limits.max_processes,) * 2)
-                os.setgroups([])
-                os.setgid(uid)
-                os.setuid(uid)
-                _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # a change of credentials clears it
+                if not jailed:  # in the jail the harness drops to `uid` itself, once the mounts are made
+                    os.setgroups([])
+                    os.setgid(uid)
+                    os.setuid(uid)
+                    _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # a change of credentials clears it
 
         return setup
 
@@ -234,7 +275,9 @@ class ProcessSandbox:
             if keep in os.environ:
                 env[keep] = os.environ[keep]
         if problem.data_dir is not None:
-            env["EVOLVE_DATA_DIR"] = str(problem.data_dir)
+            env["EVOLVE_DATA_DIR"] = DATA if self._jail is not None else str(problem.data_dir)
+        if self._jail is not None:
+            env["HOME"], env["TMPDIR"] = WORK, "/tmp"
         return env
 
     def evaluate(self, problem: Problem, code: str) -> EvalOutcome:
@@ -260,7 +303,12 @@ class ProcessSandbox:
                     os.chown(p, uid, uid)
                 os.chown(workdir, uid, uid)
             os.chmod(workdir, 0o700)
-            job = make_job(problem, str(program), evaluator, workdir)
+            if self._jail is not None:  # the paths the candidate sees: its work dir is bound at /work
+                inside = WORK
+                program, evaluator = Path(inside, program.name), evaluator and f"{inside}/_evolve_evaluator.py"
+            else:
+                inside = workdir
+            job = make_job(problem, str(program), evaluator, inside)
             reply, stdout, stderr, status = self._run(problem, job, workdir, uid, token)
         finally:
             shutil.rmtree(workdir, ignore_errors=True)
@@ -271,18 +319,27 @@ class ProcessSandbox:
         self, problem: Problem, job: dict[str, Any], workdir: str, uid: int | None, token: str
     ) -> tuple[Any, bytes, bytes, str]:
         reply_r, reply_w = os.pipe()
-        proc = subprocess.Popen(
-            [sys.executable, "-I", "-B", str(Path(workdir, "_evolve_harness.py")), str(reply_w)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            pass_fds=(reply_w,),
-            cwd=workdir,
-            env=self._env(problem, workdir, token),
-            start_new_session=True,
-            preexec_fn=self._preexec(problem, uid),
-        )
-        os.close(reply_w)
+        command = [sys.executable, "-I", "-B", "_evolve_harness.py", str(reply_w)]
+        if self._jail is not None:
+            run_as, nproc = str(uid) if uid is not None else "-", str(problem.config.limits.max_processes)
+            command = self._jail.argv(workdir, problem.data_dir, [*command, run_as, nproc])
+        try:
+            proc = subprocess.Popen(
+                command,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                pass_fds=(reply_w,),
+                cwd=workdir,
+                env=self._env(problem, WORK if self._jail is not None else workdir, token),
+                start_new_session=True,
+                preexec_fn=self._preexec(problem, uid),
+            )
+        except (OSError, subprocess.SubprocessError) as exc:
+            os.close(reply_r)
+            raise SandboxRefused(f"process sandbox: could not set up the candidate's process: {exc}") from exc
+        finally:
+            os.close(reply_w)
         sinks: dict[str, list[bytes]] = {"out": [], "err": [], "reply": []}
         threads = [
             threading.Thread(target=_read_capped, args=(s, cap, sinks[k]), daemon=True)
@@ -308,7 +365,9 @@ class ProcessSandbox:
             os.close(pidfd)
         if ready:
             code = proc.wait()
-            status = f"exit {code}" if code >= 0 else f"signal {signal.Signals(-code).name}"
+            if self._jail is not None and code > 128:  # bubblewrap reports a child killed by signal N as 128+N
+                code = 128 - code
+            status = f"exit {code}" if code >= 0 else f"signal {_signal_name(-code)}"
         else:
             status = "timeout"
         kill_all(proc.pid, uid, None if uid is not None else token.encode())

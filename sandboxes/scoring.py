@@ -6,12 +6,12 @@ Docker sandboxes score identically.
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Any
 
 from evolve.problem import Problem
 from sandboxes.base import ErrorKind, EvalOutcome
+from sandboxes.simple_form import check_simple, simple_job_extras
 
 HARNESS_PATH = Path(__file__).with_name("harness.py")
 
@@ -30,6 +30,7 @@ def make_job(problem: Problem, program_path: str, evaluator_path: str | None, wo
             job["case_timeout_s"] = problem.config.limits.case_timeout_s
     else:
         job["evaluator"] = evaluator_path
+        job.update(simple_job_extras(problem))
     return job
 
 
@@ -44,7 +45,7 @@ def interpret(problem: Problem, reply: Any, duration_s: float, sandbox: str) -> 
         return EvalOutcome.failure(problem, ErrorKind(kind), str(reply.get("error", "")), duration_s, sandbox)
     if problem.form == "split":
         return _score_split(problem, reply.get("outputs"), duration_s, sandbox)
-    return _check_simple(problem, reply, duration_s, sandbox)
+    return check_simple(problem, reply, duration_s, sandbox)
 
 
 def _score_split(problem: Problem, outputs: Any, duration_s: float, sandbox: str) -> EvalOutcome:
@@ -77,30 +78,6 @@ def _score_split(problem: Problem, outputs: Any, duration_s: float, sandbox: str
             case_errors=case_errors,
         )
     return EvalOutcome(scores, None, None, duration_s, sandbox, feedback=feedback, case_errors=case_errors)
-
-
-def _check_simple(problem: Problem, reply: dict[str, Any], duration_s: float, sandbox: str) -> EvalOutcome:
-    raw = reply.get("scores")
-    if not isinstance(raw, dict):
-        return EvalOutcome.failure(problem, ErrorKind.BAD_OUTPUT, "evaluate() returned no scores", duration_s, sandbox)
-    want, got = problem.component_names, list(raw)
-    if set(got) != set(want):
-        missing, extra = sorted(set(want) - set(got))[:3], sorted(set(got) - set(want))[:3]
-        return EvalOutcome.failure(
-            problem,
-            ErrorKind.BAD_OUTPUT,
-            f"evaluate() returned the wrong names (missing {missing}, unexpected {extra})",
-            duration_s,
-            sandbox,
-        )
-    bad = [k for k, v in raw.items() if not isinstance(v, int | float) or not math.isfinite(v)]
-    if bad:
-        return EvalOutcome.failure(
-            problem, ErrorKind.BAD_OUTPUT, f"evaluate() returned non-finite {bad[:3]}", duration_s, sandbox
-        )
-    feedback = reply.get("feedback")
-    scores = {name: float(raw[name]) for name in want}
-    return EvalOutcome(scores, None, None, duration_s, sandbox, feedback=feedback if feedback else None)
 
 
 def outcome_from(

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+from pathlib import Path
+
 import pytest
 
 from evolve.prompts import PromptInputs, build_prompt
@@ -40,7 +44,36 @@ def tiny_pairs() -> list[tuple[str, str]]:
 
 
 @pytest.fixture(scope="session")
-def tiny_model_dir(tmp_path_factory):
+def tiny_model_dir():
     from policies.tiny import build_taught_model
 
-    return build_taught_model(tmp_path_factory.mktemp("tiny"), tiny_pairs(), steps=TEACH_STEPS)
+    # Kept between sessions (keyed by everything that shapes it), since teaching it is the suite's largest cost.
+    cache = Path(os.environ.get("EVOLVE_TEST_CACHE", Path.home() / ".cache" / "vpo-evolve" / "test-models"))
+    cache.mkdir(parents=True, exist_ok=True)
+    return build_taught_model(cache, tiny_pairs(), steps=TEACH_STEPS)
+
+
+@pytest.fixture(scope="session")
+def postgres_cluster():
+    """One throw-away PostgreSQL cluster for the session; a skip (a failure in CI) when it cannot start."""
+    from tests.postgres import PostgresCluster
+    from tests.services import missing
+
+    try:
+        import psycopg  # noqa: F401
+    except ImportError:
+        missing("PostgreSQL", "the psycopg driver is not installed (pip install 'vpo-evolve[postgres]')")
+    try:
+        cluster = PostgresCluster.start()
+    except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
+        missing("PostgreSQL", str(exc))
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def db_url(request, tmp_path):
+    """An empty archive location on each database: a SQLite file path, or a fresh PostgreSQL database's URL."""
+    if request.param == "sqlite":
+        return str(tmp_path / "a.db")
+    return request.getfixturevalue("postgres_cluster").new_database()

@@ -1,14 +1,19 @@
 """A real OpenAI-compatible HTTP server on 127.0.0.1 over a tiny transformers model, for the HTTP policy tests.
 
 It implements what vpo-evolve uses of vLLM: `/v1/models`, `/tokenize` (chat template), `/v1/completions`
-(n, token-id prompts, sampled token ids and processed logprobs), `/v1/chat/completions`, and runtime LoRA
-`/v1/load_lora_adapter` / `/v1/unload_lora_adapter`. Faults are injected on demand (5xx, malformed JSON).
+(n, token-id prompts, top-k/top-p, sampled token ids and their logprobs), `/v1/chat/completions`, and runtime
+LoRA `/v1/load_lora_adapter` / `/v1/unload_lora_adapter`. Faults are injected on demand (5xx, malformed JSON).
+
+Like vLLM, it returns raw logprobs (the model's distribution at temperature 1, before any warping) unless started
+with `logprobs_mode="processed_logprobs"` (vLLM: `--logprobs-mode processed_logprobs`), when it returns those
+of the distribution each token was actually drawn from.
 """
 
 from __future__ import annotations
 
 import json
 import threading
+from dataclasses import replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -18,7 +23,10 @@ from policies.transformers_policy import TransformersPolicy
 
 
 class LoopbackServer:
-    def __init__(self, model_dir: Path, port: int = 0) -> None:
+    def __init__(self, model_dir: Path, port: int = 0, logprobs_mode: str = "raw_logprobs") -> None:
+        if logprobs_mode not in ("raw_logprobs", "processed_logprobs"):
+            raise ValueError(f"logprobs_mode {logprobs_mode!r}: use raw_logprobs or processed_logprobs")
+        self.logprobs_mode = logprobs_mode
         self.policy = TransformersPolicy.load(str(model_dir))
         self.model_name = str(model_dir)
         self.adapters: dict[str, str] = {}
@@ -65,13 +73,27 @@ class LoopbackServer:
             float(body.get("top_p", 1.0)),
             int(body.get("max_tokens", 16)),
             body.get("seed"),
+            max(0, int(body.get("top_k", 0))),  # vLLM: -1 or 0 means no top-k cut
         )
         with self._lock:
             ctx = self._select(model)
             if ctx is None:
                 return None
             with ctx:
-                return self.policy.generate_ids(prompt_ids, params, int(body.get("n", 1)))
+                out = self.policy.generate_ids(prompt_ids, params, int(body.get("n", 1)))
+                if self.logprobs_mode == "raw_logprobs":
+                    out = [replace(g, logprobs=self._raw_logprobs(prompt_ids, g.token_ids)) for g in out]
+                return out
+
+    def _raw_logprobs(self, prompt_ids: list[int], completion_ids: list[int]) -> list[float]:
+        """The model's own logprobs of the sampled tokens, before temperature, top-k and top-p."""
+        import torch
+
+        ids = torch.tensor([prompt_ids + completion_ids], device=self.policy.device)
+        with torch.no_grad():
+            logits = self.policy.model(input_ids=ids).logits[0, len(prompt_ids) - 1 : -1].float()
+        picked = torch.log_softmax(logits, dim=-1).gather(1, ids[0, len(prompt_ids) :, None]).squeeze(1)
+        return picked.tolist()
 
     def load_adapter(self, name: str, path: str) -> str | None:
         from peft import PeftModel

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 
@@ -9,7 +10,7 @@ import pytest
 
 from evolve.problem import load_problem
 from sandboxes.base import ErrorKind
-from sandboxes.docker_pool import OWNER, DockerSandbox
+from sandboxes.docker_pool import OWNER
 from tests.helpers import docker_sandbox_or_skip, write_problem
 
 pytestmark = pytest.mark.docker
@@ -102,7 +103,7 @@ def test_containers_keep_no_logs_and_are_locked_down(sandbox, problem):
 
 
 def test_spawn_mode_scores_like_fork_mode(problem):
-    box = DockerSandbox(workers=1, spawn=True)
+    box = docker_sandbox_or_skip(workers=1, spawn=True)
     try:
         _ok(box, problem)
         outcome = box.evaluate(problem, "def solve(x):\n    return len(bytearray(10 * 1024**3))\n")
@@ -112,7 +113,7 @@ def test_spawn_mode_scores_like_fork_mode(problem):
         box.close()
 
 
-def test_auto_picks_docker_and_says_so(tmp_path, problem):
+def test_auto_picks_docker_and_says_so(sandbox, tmp_path, problem):
     import json
     import subprocess
     import sys
@@ -128,3 +129,56 @@ def test_auto_picks_docker_and_says_so(tmp_path, problem):
     data = json.loads(out.stdout)
     assert data["sandbox"] == "docker" and data["scores"] == {"c0": 1.0, "c1": 1.0}
     assert "docker sandbox" in data["isolation"]
+
+
+FORGE = (
+    "import os\nfor pid in os.listdir('/proc'):\n    try:\n"
+    "        if b'container_runner' not in open(f'/proc/{pid}/cmdline', 'rb').read():\n            continue\n"
+    "        for fd in os.listdir(f'/proc/{pid}/fd'):\n            if fd != '0':\n                try:\n"
+    "                    with open(f'/proc/{pid}/fd/{fd}', 'w') as f:\n"
+    '                        f.write(\'{"reply": null, "status": "exit 0", "nonce": "guess"}\\n\')\n'
+    "                except OSError:\n                    pass\n    except OSError:\n        pass\n"
+)
+
+
+def _forge_on_every_channel(sandbox, stop: threading.Event, once: bool) -> None:
+    """Write a line on the runner's channel from outside the candidate, as a leaked descriptor would."""
+    while not stop.is_set():
+        for box in _ours(sandbox):
+            with contextlib.suppress(Exception):  # the container may be being replaced
+                box.exec_run([sandbox._spec.python, "-I", "-c", FORGE])
+        if once:
+            return
+        time.sleep(0.1)
+
+
+def test_a_stray_line_on_the_channel_reruns_the_job_in_a_fresh_container(sandbox, problem):
+    """The engine takes only the line carrying its job's nonce; anything else costs the container, not the score."""
+    _ok(sandbox, problem)
+    (victim,) = _ours(sandbox)
+    stop = threading.Event()
+    threading.Timer(0.4, _forge_on_every_channel, args=(sandbox, stop, True)).start()
+    outcome = sandbox.evaluate(problem, "import time\ndef solve(x):\n    time.sleep(0.6)\n    return x * x\n")
+    assert outcome.scores == {"c0": 1.0, "c1": 1.0}, outcome.error
+    assert victim.id not in [c.id for c in _ours(sandbox)]
+    for code, want in (("def solve(x):\n    return 4\n", {"c0": 1.0, "c1": 0.0}), (GOOD, {"c0": 1.0, "c1": 1.0})):
+        assert sandbox.evaluate(problem, code).scores == want
+
+
+def test_stray_lines_twice_make_the_answer_bad_output(sandbox, problem):
+    _ok(sandbox, problem)
+    stop = threading.Event()
+    forger = threading.Thread(target=_forge_on_every_channel, args=(sandbox, stop, False))
+    forger.start()
+    try:
+        outcome = sandbox.evaluate(problem, "import time\ndef solve(x):\n    time.sleep(1.5)\n    return x * x\n")
+    finally:
+        stop.set()
+        forger.join()
+    assert outcome.error_kind == ErrorKind.BAD_OUTPUT and "twice" in outcome.error
+    assert outcome.scores == {"c0": 0.0, "c1": 0.0}
+    for code, want in (("def solve(x):\n    return 9\n", {"c0": 0.0, "c1": 1.0}), (GOOD, {"c0": 1.0, "c1": 1.0})):
+        assert sandbox.evaluate(problem, code).scores == want
+
+
+GOOD = "def solve(x):\n    return x * x\n"

@@ -144,6 +144,9 @@ def test_publish_routes_requests_to_the_new_adapter_and_a_failed_one_keeps_the_o
     with pytest.raises(PolicyError, match="HTTP 500"):
         trainer.step()  # trained and saved, but the server refused the adapter
     assert policy.version == 0 and policy.served == server.model_name
+    assert not (tmp_path / "adapters" / "v1").exists()  # no trace but the failure
+    assert sqlite3.connect(tmp_path / "a.db").execute("SELECT COUNT(*) FROM policy_versions").fetchone()[0] == 1
+    assert trainer.trainer.optimizer.state_dict()["state"] == {}  # the optimizer step was undone too
     restored = get_peft_model_state_dict(trainer.trainer.model)
     assert all(torch.equal(weights[k], restored[k]) for k in weights)
 

@@ -11,7 +11,10 @@ import sys
 import time
 
 import pytest
+from sqlalchemy import create_engine, text
+from sqlalchemy.exc import OperationalError, ProgrammingError
 
+from evolve.archive import archive_url
 from evolve.loop import SearchLoop, run_search
 from policies.transformers_policy import TransformersPolicy
 from sandboxes.process import ProcessSandbox
@@ -55,49 +58,62 @@ def test_search_runs_to_budget_and_archives_everything(tmp_path, tiny_model_dir)
     assert con.execute("SELECT status FROM runs").fetchone()[0] == "finished"
 
 
-def test_kill_9_mid_run_then_resume_finishes_without_duplicates(tmp_path, tiny_model_dir):
+def test_kill_9_mid_run_then_resume_finishes_without_duplicates(tmp_path, tiny_model_dir, db_url):
+    """On SQLite and on PostgreSQL: a run killed with SIGKILL resumes with the same command and ends exact."""
     folder = write_square_problem(tmp_path / "sq")
-    db = tmp_path / "run.db"
+    db = db_url
+    engine = create_engine(archive_url(db))
+
+    def scalar(sql: str, **params: object) -> object:
+        with engine.connect() as con:
+            return con.execute(text(sql), params).scalar()
+
+    def evaluations() -> int:
+        try:
+            return int(scalar("SELECT COUNT(*) FROM evaluations"))  # type: ignore[arg-type]
+        except OperationalError:  # not created yet, or SQLite busy
+            return 0
+        except ProgrammingError:  # PostgreSQL: the table does not exist yet
+            return 0
+
     cmd = evolve_run_cmd(folder, db, f"transformers:{tiny_model_dir}", 11, "--workers", "2")
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     deadline = time.monotonic() + 120
-    seen = 0
     while time.monotonic() < deadline and proc.poll() is None:
         time.sleep(0.2)
-        if db.exists():
-            try:
-                seen = sqlite3.connect(db).execute("SELECT COUNT(*) FROM evaluations").fetchone()[0]
-            except sqlite3.OperationalError:
-                continue
-            if seen >= 3:
-                break
+        if evaluations() >= 3:
+            break
     assert proc.poll() is None, "the run ended before it could be killed"
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
-    con = sqlite3.connect(db)
-    before = con.execute("SELECT COUNT(*) FROM evaluations").fetchone()[0]
+    before = evaluations()
     assert 3 <= before < 11
-    assert con.execute("SELECT status FROM runs").fetchone()[0] == "running"
-    pending = {v for (v,) in con.execute("SELECT id FROM variants WHERE status = 'ok' AND program_id IS NULL")}
+    assert scalar("SELECT status FROM runs") == "running"
+    with engine.connect() as con:
+        pending = {
+            v for (v,) in con.execute(text("SELECT id FROM variants WHERE status = 'ok' AND program_id IS NULL"))
+        }
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "resuming run 1" in out.stdout and "evaluation budget reached" in out.stdout, out.stdout
-    con = sqlite3.connect(db)
-    assert con.execute("SELECT COUNT(*) FROM runs").fetchone()[0] == 1
-    assert con.execute("SELECT COUNT(*) FROM programs WHERE parent_id IS NULL").fetchone()[0] == 1  # seed once
-    assert con.execute("SELECT COUNT(*) FROM evaluations").fetchone()[0] == 11
-    hashes = [h for (h,) in con.execute("SELECT code_hash FROM programs")]
-    assert len(hashes) == len(set(hashes))
+    assert scalar("SELECT COUNT(*) FROM runs") == 1
+    assert scalar("SELECT COUNT(*) FROM programs WHERE parent_id IS NULL") == 1  # seed once
+    assert scalar("SELECT COUNT(*) FROM evaluations") == 11
+    assert scalar("SELECT COUNT(*) - COUNT(DISTINCT code_hash) FROM programs") == 0
     # every child pending at the kill is evaluated first on resume (or found to be a duplicate)
-    for vid in pending:
-        status, program = con.execute("SELECT status, program_id FROM variants WHERE id = ?", (vid,)).fetchone()
-        assert program is not None or status != "ok", (vid, status)
+    with engine.connect() as con:
+        for vid in pending:
+            status, program = con.execute(
+                text("SELECT status, program_id FROM variants WHERE id = :v"), {"v": vid}
+            ).one()
+            assert program is not None or status != "ok", (vid, status)
     # generations follow parents
-    bad = con.execute(
+    bad = scalar(
         "SELECT COUNT(*) FROM programs c JOIN programs p ON c.parent_id = p.id WHERE c.generation != p.generation + 1"
-    ).fetchone()[0]
+    )
     assert bad == 0
-    assert con.execute("SELECT status FROM runs").fetchone()[0] == "finished"
+    assert scalar("SELECT status FROM runs") == "finished"
+    engine.dispose()
 
 
 def test_cli_readers_work_on_the_archive(tmp_path, tiny_model_dir):

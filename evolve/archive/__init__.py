@@ -10,6 +10,7 @@ from evolve.archive.store import (
     ParentContext,
     ScoredProgram,
 )
+from evolve.archive.urls import archive_url, sqlite_file
 
 __all__ = [
     "Archive",
@@ -20,6 +21,8 @@ __all__ = [
     "ParentContext",
     "RunSummary",
     "ScoredProgram",
+    "archive_url",
     "code_hash",
     "normalize",
+    "sqlite_file",
 ]

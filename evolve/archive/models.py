@@ -89,6 +89,7 @@ class Evaluation(Base):
     error: Mapped[str | None] = mapped_column(Text)
     duration_s: Mapped[float] = mapped_column(Float)
     feedback: Mapped[str | None] = mapped_column(Text)
+    stages: Mapped[list[Any] | None] = mapped_column(JSON)  # cascade evaluators: each stage's metrics
     stdout: Mapped[str | None] = mapped_column(Text)
     stderr: Mapped[str | None] = mapped_column(Text)
     sandbox: Mapped[str] = mapped_column(String(20))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import csv
 import difflib
 import json
 from dataclasses import asdict
@@ -14,12 +13,15 @@ from rich.table import Table
 
 from evolve.archive import Archive, ArchiveError
 from evolve.archive.models import Run
-from evolve.cli.common import console, fail, vector_table
+from evolve.cli.common import DbArg, console, fail, vector_table
+from evolve.report.cli import serve, write_html
+from evolve.report.export import write_evaluations_csv
+from evolve.report.queries import export_rows
 
 RunOpt = Annotated[int | None, typer.Option("--run", help="run id (default: the latest)")]
 
 
-def open_archive(db: Path | str) -> Archive:
+def open_archive(db: str) -> Archive:
     try:
         return Archive(db, create=False)
     except ArchiveError as exc:
@@ -38,7 +40,7 @@ def pick_run(archive: Archive, run_id: int | None) -> Run:
     fail(f"{archive.url}: no run {run_id}; runs are {[r.id for r in runs]}")
 
 
-def inspect(db: Path, as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
+def inspect(db: DbArg, as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
     """Per run: counts, errors by kind, best per component and scalar, islands, policy versions."""
     archive = open_archive(db)
     summaries = [archive.summarize(run) for run in archive.runs()]
@@ -79,7 +81,7 @@ def inspect(db: Path, as_json: Annotated[bool, typer.Option("--json")] = False) 
 
 
 def best(
-    db: Path, component: Annotated[str | None, typer.Option(help="best on this component")] = None, run: RunOpt = None
+    db: DbArg, component: Annotated[str | None, typer.Option(help="best on this component")] = None, run: RunOpt = None
 ) -> None:
     """Print the code of the best program (by scalar view, or by one component)."""
     archive = open_archive(db)
@@ -89,7 +91,7 @@ def best(
     print(program.code, end="" if program.code.endswith("\n") else "\n")
 
 
-def show(db: Path, program_id: int) -> None:
+def show(db: DbArg, program_id: int) -> None:
     """A program's code, diff against its parent, score vector and lineage."""
     archive = open_archive(db)
     program = archive.program(program_id)
@@ -123,6 +125,9 @@ def show(db: Path, program_id: int) -> None:
             console.print(f"case {case} failed: {error[:300]}", highlight=False, markup=False)
         if ev.stderr and ev.stderr.strip():
             console.print(f"stderr (tail): {ev.stderr.strip()[-1500:]}", highlight=False, markup=False)
+        for stage in ev.stages or []:
+            metrics = ", ".join(f"{k} {v:.6g}" for k, v in stage.get("metrics", {}).items())
+            console.print(f"stage {stage.get('stage')}: {metrics}", highlight=False, markup=False)
     chain = archive.lineage(program.id)
     console.print(
         "lineage: "
@@ -134,29 +139,14 @@ def show(db: Path, program_id: int) -> None:
 
 
 def export(
-    db: Path, out: Path, top: Annotated[int, typer.Option(help="how many best programs")] = 5, run: RunOpt = None
+    db: DbArg, out: Path, top: Annotated[int, typer.Option(help="how many best programs")] = 5, run: RunOpt = None
 ) -> None:
-    """Write the best programs as files and a CSV of every evaluation's vector."""
+    """Write the best programs as files and a CSV of every evaluation: vector, times, policy version, parse status."""
     archive = open_archive(db)
     chosen = pick_run(archive, run)
     rows = archive.evaluation_rows(chosen)
     out.mkdir(parents=True, exist_ok=True)
-    names = list(rows[0][1].scores) if rows else []
-    with open(out / "evaluations.csv", "w", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(["program_id", "parent_id", "island", "generation", "error_kind", "scalar", *names])
-        for program, ev in rows:
-            writer.writerow(
-                [
-                    program.id,
-                    program.parent_id,
-                    program.island,
-                    program.generation,
-                    ev.error_kind or "",
-                    ev.scalar,
-                    *(ev.scores.get(n) for n in names),
-                ]
-            )
+    write_evaluations_csv(out / "evaluations.csv", export_rows(archive, chosen.id))
     ok = sorted((r for r in rows if r[1].error_kind is None), key=lambda r: -(r[1].scalar or 0))
     for rank, (program, _ev) in enumerate(ok[:top], 1):
         (out / f"best_{rank:02d}_program_{program.id}.py").write_text(program.code)
@@ -164,9 +154,15 @@ def export(
 
 
 def report(
-    db: Path, out: Annotated[Path | None, typer.Option(help="write here instead of stdout")] = None, run: RunOpt = None
+    db: DbArg,
+    out: Annotated[Path | None, typer.Option(help="write here instead of stdout")] = None,
+    run: RunOpt = None,
+    html: Annotated[Path | None, typer.Option("--html", help="write a self-contained HTML report here")] = None,
 ) -> None:
-    """A Markdown report of a run: counts, errors, best per component, policy versions, the best program."""
+    """A Markdown report of a run (or, with --html, the interactive HTML report)."""
+    if html is not None:
+        write_html(db, run, html)
+        return
     archive = open_archive(db)
     chosen = pick_run(archive, run)
     s = archive.summarize(chosen)
@@ -214,3 +210,4 @@ def register(app: typer.Typer) -> None:
     app.command()(show)
     app.command()(export)
     app.command()(report)
+    app.command()(serve)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import NoReturn
+from typing import Annotated, NoReturn
 
 import typer
 from rich.console import Console
@@ -12,6 +12,9 @@ from rich.table import Table
 
 console = Console(soft_wrap=True)
 err_console = Console(stderr=True)
+
+# Plain text, never a Path: a Path collapses the `//` of `sqlite:////abs.db` or `postgresql+psycopg://host/db`.
+DbArg = Annotated[str, typer.Argument(metavar="DB", help="archive file path or SQLAlchemy URL")]
 
 
 def fail(message: str, code: int = 2) -> NoReturn:

@@ -3,26 +3,34 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from evolve.cli.common import console, fail, vector_table
+from evolve.cli.common import console, err_console, fail, vector_table
 from evolve.fitness import scalar_view
 from evolve.problem import Problem, ProblemError, load_problem
+from evolve.problem.openevolve import is_openevolve_folder, load_openevolve, problem_toml
 from evolve.problem.scaffold import scaffold
 from sandboxes.base import EvalOutcome
 from sandboxes.factory import SandboxUnavailable, make_sandbox
 
-SandboxOpt = Annotated[str, typer.Option("--sandbox", help="auto | docker | process")]
+SandboxOpt = Annotated[str, typer.Option("--sandbox", help="auto | docker | process | ray | ray:ADDRESS")]
 
 
-def load_or_fail(folder: Path) -> Problem:
+def load_or_fail(folder: Path, sandbox_kind: str = "auto") -> Problem:
+    """The problem in `folder`; an OpenEvolve folder has its seed scored once in the sandbox to name its metrics."""
     try:
-        return load_problem(folder)
+        if not is_openevolve_folder(folder):
+            return load_problem(folder)
+        problem, notes = load_openevolve(folder, lambda p: score_once(p, p.seed_code, sandbox_kind)[0])
     except ProblemError as exc:
         fail(str(exc))
+    for note in notes:
+        err_console.print(f"note: {note}", markup=False, highlight=False, soft_wrap=True)
+    return problem
 
 
 def score_once(problem: Problem, code: str, sandbox_kind: str) -> tuple[EvalOutcome, str]:
@@ -36,8 +44,20 @@ def score_once(problem: Problem, code: str, sandbox_kind: str) -> tuple[EvalOutc
         sandbox.close()
 
 
-def init(folder: Annotated[Path, typer.Argument(help="new problem folder")]) -> None:
-    """Scaffold a working split-form problem folder."""
+def init(
+    folder: Annotated[Path | None, typer.Argument(help="new problem folder")] = None,
+    from_dir: Annotated[
+        Path | None, typer.Option("--from", help="an OpenEvolve folder: write its inferred problem.toml")
+    ] = None,
+    sandbox: SandboxOpt = "auto",
+) -> None:
+    """Scaffold a working split-form problem folder, or write problem.toml for an OpenEvolve folder."""
+    if from_dir is not None:
+        target = init_from_openevolve(from_dir, folder, sandbox)
+        console.print(f"wrote {target}; edit it, then: evolve check {target.parent}", highlight=False)
+        return
+    if folder is None:
+        fail("evolve init: give a new folder (evolve init DIR) or an OpenEvolve folder (evolve init --from DIR)")
     try:
         files = scaffold(folder)
     except FileExistsError as exc:
@@ -45,9 +65,25 @@ def init(folder: Annotated[Path, typer.Argument(help="new problem folder")]) -> 
     console.print(f"created {', '.join(str(f) for f in files)}; next: evolve check {folder}")
 
 
+def init_from_openevolve(source: Path, folder: Path | None, sandbox_kind: str) -> Path:
+    """Infer the problem of an OpenEvolve folder and write it as problem.toml there (or in a copy at `folder`)."""
+    if not is_openevolve_folder(source):
+        fail(f"{source}: not an OpenEvolve folder (initial_program.py and evaluator.py, no problem.toml)")
+    if folder is not None and folder.resolve() != source.resolve() and folder.exists() and any(folder.iterdir()):
+        fail(f"{folder}: not empty; pick a new folder, or leave it out to write problem.toml into {source}")
+    problem = load_or_fail(source, sandbox_kind)
+    text = problem_toml(problem)
+    if folder is not None and folder.resolve() != source.resolve():
+        shutil.copytree(source, folder, dirs_exist_ok=True)
+        source = folder
+    target = source / "problem.toml"
+    target.write_text(text)
+    return target
+
+
 def check(folder: Path, sandbox: SandboxOpt = "auto") -> None:
     """Validate a problem folder and score its seed program."""
-    problem = load_or_fail(folder)
+    problem = load_or_fail(folder, sandbox)
     outcome, isolation = score_once(problem, problem.seed_code, sandbox)
     if outcome.error_kind is not None:
         fail(
@@ -61,6 +97,13 @@ def check(folder: Path, sandbox: SandboxOpt = "auto") -> None:
     console.print(
         f"scalar view {scalar_view(problem.components, outcome.scores):.6g}, {outcome.duration_s * 1000:.0f} ms"
     )
+    if not (problem.root / "problem.toml").is_file():
+        console.print(
+            f"OpenEvolve folder: components inferred from the seed's metrics; `evolve init --from {folder}` "
+            "writes them to problem.toml for editing",
+            highlight=False,
+            markup=False,
+        )
 
 
 def eval_program(
@@ -70,7 +113,7 @@ def eval_program(
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
 ) -> None:
     """Score one program file for a problem."""
-    problem = load_or_fail(folder)
+    problem = load_or_fail(folder, sandbox)
     if not program.is_file():
         fail(f"{program}: no such program file; pass a path to a {problem.config.program.language} file")
     outcome, isolation = score_once(problem, program.read_text(), sandbox)
@@ -88,6 +131,7 @@ def eval_program(
                     "isolation": isolation,
                     "feedback": outcome.feedback,
                     "case_errors": outcome.case_errors,
+                    "stages": outcome.stages,
                 }
             )
         )

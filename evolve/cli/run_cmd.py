@@ -21,7 +21,7 @@ from evolve.search import DEFAULT_POLICY, Search, SearchSetupError, build_search
 from policies.base import PolicyError, StatusReporting
 
 POLICY_HELP = (
-    "transformers:embedded | transformers:DIR_OR_HUB_ID | vllm:URL | vllm:URL@MODEL | openai:URL@MODEL | "
+    "transformers:embedded | transformers:DIR_OR_HUB_ID | vllm:URL[,URL2...][@MODEL] | openai:URL@MODEL | "
     "vllm-local:MODEL | replay:FILE"
 )
 TRAIN_METHODS = ("vpo", "grpo", "multi-rlvr")
@@ -100,7 +100,7 @@ def run(
     problem_dir: Annotated[Path, typer.Argument(metavar="PROBLEM")],
     db: Annotated[str | None, typer.Option(help="archive path or SQLAlchemy URL [default: runs/NAME.db]")] = None,
     policy: Annotated[str | None, typer.Option(help=f"{POLICY_HELP} [default: {DEFAULT_POLICY}]")] = None,
-    sandbox: Annotated[str | None, typer.Option(help="auto | docker | process [default: auto]")] = None,
+    sandbox: Annotated[str | None, typer.Option(help="auto | docker | process | ray[:ADDRESS] [default: auto]")] = None,
     workers: Annotated[int | None, typer.Option(min=1, help="[default: 2]")] = None,
     group_size: Annotated[int | None, typer.Option(min=1, help="completions per prompt (G)")] = None,
     variants: Annotated[int | None, typer.Option(min=1, max=8, help="variants per completion (m)")] = None,
@@ -129,10 +129,17 @@ def run(
     max_failures: Annotated[
         int | None, typer.Option(min=1, help="stop when one failure repeats N times in a row [default: 5]")
     ] = None,
+    allow_weak_sandbox: Annotated[
+        bool | None,
+        typer.Option(
+            "--allow-weak-sandbox/--no-allow-weak-sandbox",
+            help="run a split-form problem although candidates could read its expected answers",
+        ),
+    ] = None,
 ) -> None:
     """Run (or resume) an evolutionary search. A resume reuses the options the run was started with; a flag
     given again overrides its stored value (recorded with the run). Ctrl-C stops cleanly."""
-    problem = load_or_fail(problem_dir)
+    problem = load_or_fail(problem_dir, sandbox or "auto")
     given = dict(
         policy=policy,
         sandbox=sandbox,
@@ -154,6 +161,7 @@ def run(
         adapters_dir=str(adapters_dir) if adapters_dir is not None else None,
         trainer_model=trainer_model,
         max_failures=max_failures,
+        allow_weak_sandbox=allow_weak_sandbox,
     )
     start_search(problem, given, db, None)
 
@@ -163,8 +171,6 @@ def check_given(given: dict[str, Any]) -> None:
         fail(f"--edit-format {given['edit_format']}: use diff or full")
     if given.get("train_method") not in (None, *TRAIN_METHODS):
         fail(f"--train-method {given['train_method']}: use vpo, grpo or multi-rlvr")
-    if given.get("sandbox") not in (None, "auto", "docker", "process"):
-        fail(f"--sandbox {given['sandbox']}: use auto, docker or process")
 
 
 def start_search(problem: Problem, given: dict[str, Any], db: str | None, run_id: int | None) -> None:
@@ -198,7 +204,7 @@ def resume(
     folder = Path(chosen.config.get("problem_path") or chosen.problem_dir)
     if not folder.is_dir():
         fail(f"run {chosen.id}: its problem folder {folder} is gone; run `evolve run FOLDER --db {db}` instead")
-    problem = load_or_fail(folder)
+    problem = load_or_fail(folder, str(chosen.config.get("options", {}).get("sandbox", "auto")))
     given = dict(
         max_evaluations=max_evaluations,
         max_time_s=max_time,

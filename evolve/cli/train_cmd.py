@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from evolve.cli.archive_cmds import RunOpt, open_archive, pick_run
-from evolve.cli.common import console, fail
+from evolve.cli.common import DbArg, console, fail
 from evolve.problem.config import FitnessSection
 from evolve.search import adapters_next_to
 from evolve.training import ArchiveTrainer, TrainingUnsupported, restore_latest_adapter
@@ -18,7 +18,7 @@ from policies.trainer import TrainConfig
 
 
 def train(
-    db: Path,
+    db: DbArg,
     method: Annotated[str, typer.Option(help="vpo | grpo | multi-rlvr")] = "vpo",
     steps: Annotated[int, typer.Option(min=1, help="updates; each writes a policy version")] = 1,
     policy: Annotated[str | None, typer.Option(help="[default: the run's policy]")] = None,
@@ -57,7 +57,11 @@ def train(
     except (TrainingUnsupported, PolicyError) as exc:
         fail(str(exc))
     for step in range(steps):
-        stats = trainer.step()
+        try:
+            stats = trainer.step()
+        except Exception as exc:  # the step undid itself: no version row, no adapter directory
+            kept = f"v{policy_impl.version} stays served"
+            fail(f"update {step + 1} failed ({type(exc).__name__}: {exc}); nothing was recorded, {kept}")
         if stats.samples == 0:
             fail(f"{db}: nothing to train on (skipped: {stats.skipped}); run a search with a transformers policy first")
         console.print(

@@ -21,6 +21,13 @@ class EvaluatorSection(_Strict):
     file: str = "evaluate.py"  # trusted: `evaluate(program_path)`, or `cases()` + `score(case, output)`
     # "auto": split when the evaluator defines both `cases` and `score`, simple otherwise.
     form: Literal["auto", "simple", "split"] = "auto"
+    # Simple form: "strict" wants exactly the components back (unless the evaluator reports an error);
+    # "lenient" (OpenEvolve folders) gives a missing component its fail value and makes extra numbers feedback.
+    names: Literal["strict", "lenient"] = "strict"
+    # OpenEvolve's cascade: with evaluate_stage1/2/3 defined, stage k+1 runs only while the merged metrics
+    # (combined_score, else their mean) reach thresholds[k]; a stage without a threshold never runs.
+    cascade: bool = True
+    cascade_thresholds: list[float] = Field(default_factory=lambda: [0.5, 0.75, 0.9])
 
 
 class ComponentSpec(_Strict):

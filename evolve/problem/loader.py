@@ -59,8 +59,10 @@ class Problem:
     def fingerprint(self) -> str:
         """Hash of what defines the problem; a resumed run refuses a changed problem."""
         h = hashlib.sha256()
-        for path in (self.root / "problem.toml", self.evaluator_path):
-            h.update(path.read_bytes())
+        toml = self.root / "problem.toml"
+        # A folder without problem.toml (OpenEvolve style) is defined by the config inferred for it.
+        h.update(toml.read_bytes() if toml.is_file() else self.config.model_dump_json().encode())
+        h.update(self.evaluator_path.read_bytes())
         return h.hexdigest()[:16]
 
     def score_case(self, case: Case, output: Any) -> tuple[float, str | None]:

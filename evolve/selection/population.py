@@ -61,6 +61,26 @@ class FeatureSpace:
                 out.append(min(int(SCORE_BINS * _unit(float(m.oriented[i]), *self._bounds[i])), SCORE_BINS - 1))
         return tuple(out)
 
+    def cells(self, code_length: np.ndarray, scalar: np.ndarray, oriented: np.ndarray) -> np.ndarray:
+        """`cell` for many members at once, (N, features): what the report's grids read at 100k programs."""
+
+        def unit(values: np.ndarray, lo: float | None, hi: float | None) -> np.ndarray:
+            if lo is not None and hi is not None and hi > lo:
+                return np.clip((values - lo) / (hi - lo), 0.0, 1.0)
+            return 0.5 + 0.5 * np.tanh(values)
+
+        out = []
+        for name in self.names:
+            if name == "code_length":
+                column = np.minimum((2 * np.log2(np.maximum(code_length, 1))).astype(int), 2 * LENGTH_BINS)
+            elif name == "score":
+                column = np.minimum((SCORE_BINS * unit(scalar, *self._scalar_bounds)).astype(int), SCORE_BINS - 1)
+            else:
+                i = self._index[name]
+                column = np.minimum((SCORE_BINS * unit(oriented[:, i], *self._bounds[i])).astype(int), SCORE_BINS - 1)
+            out.append(column)
+        return np.stack(out, axis=1) if out else np.zeros((len(scalar), 0), dtype=int)
+
 
 @dataclass
 class Island:

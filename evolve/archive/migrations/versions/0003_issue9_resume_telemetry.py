@@ -1,14 +1,14 @@
 """issue 9: incidents, per-case errors, evaluation and group telemetry, parent index
 
-Revision ID: 0002_issue9
-Revises: 0001
+Revision ID: 0003_issue9
+Revises: 0002_issue12
 """
 
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0002_issue9"
-down_revision = "0001"
+revision = "0003_issue9"
+down_revision = "0002_issue12"
 
 
 def upgrade() -> None:

@@ -1,0 +1,256 @@
+"""Does training the policy in the loop help the search? The real `evolve run` machinery, three arms.
+
+Same problem, same evaluation budget, same seeds; the arms differ only in what happens every `--train-every`
+groups: nothing, a GRPO update, or a VPO update (this project's ArchiveTrainer: the adapter is saved, published
+into the sampling policy and recorded as a policy version, exactly as `evolve run --train-every` does).
+
+The problem, fixed before any run: `solve(x)` should return x squared; each of five inputs (0, 2, 3, -2, 5) is
+one component, scored 1/(1 + |error|), so a program can be exactly right on some inputs and far off on others.
+The policy is a tiny model taught, on this problem's own prompt shapes, eight answers that pull apart: `x + x`
+is exact on 0 and 2, `x * 3` on 0 and 3, `abs(x) * 2` on 0, 2 and -2, `x + 6` on 3 and -2, `4` on 2 and -2, and
+so on. None of them is exact on 5, nor is the right answer `x * x` among them: the search only gets there by
+sampling something it was not taught.
+
+Reported per arm, mean ± std over seeds: the best scalar (mean component) in the archive at the budget; the
+number of components some program has at its best bound (1.0); the archive's reward-space diversity (mean
+pairwise distance between the score vectors of its valid programs); and the final policy's best@k on held-out
+prompts (parents and feedback the run never showed it; k = completions x variants answers each, scored in the
+same sandbox), averaged over those prompts. Settings (learning rate, rank, budget) are the same for every arm
+and were set before the first run. Usage: python -m benchmarks.search_with_training [--seeds 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sqlite3
+import tempfile
+import textwrap
+import time
+from itertools import combinations
+from pathlib import Path
+
+import numpy as np
+import torch
+from rich.console import Console
+from rich.table import Table
+
+from evolve.archive import Archive
+from evolve.fitness import scalar_view
+from evolve.loop import SearchLoop, run_search
+from evolve.problem import Problem, load_problem
+from evolve.prompts import PromptInputs, build_prompt, parse_completion
+from evolve.runs import RunOptions, open_run
+from evolve.training import ArchiveTrainer
+from policies.base import SamplingParams
+from policies.tiny import build_taught_model
+from policies.trainer import TrainConfig
+from policies.transformers_policy import TransformersPolicy
+from sandboxes.process import ProcessSandbox
+
+INPUTS = (0, 2, 3, -2, 5)
+DESCRIPTION = "Return the square of x. Each input is one fitness component."
+TOML = f"""
+name = "pull_apart"
+description = "{DESCRIPTION}"
+[program]
+file = "seed.py"
+entry_point = "solve"
+[fitness]
+components = [{", ".join(f'{{ name = "c{i}", bounds = [0.0, 1.0] }}' for i in range(len(INPUTS)))}]
+[limits]
+timeout_s = 5
+memory_mb = 512
+[search]
+islands = 2
+migration_interval = 4
+"""
+EVALUATE = f"""
+INPUTS = {INPUTS!r}
+
+def cases():
+    return [{{"name": f"c{{i}}", "input": x, "expected": x * x}} for i, x in enumerate(INPUTS)]
+
+def score(case, output):
+    if isinstance(output, bool) or not isinstance(output, (int, float)):
+        return 0.0, "not a number: " + repr(output)[:200]
+    return 1.0 / (1.0 + abs(output - case["expected"])), f"solve({{case['input']}}) = {{output!r}}"
+"""
+SEED = "# EVOLVE-BLOCK-START\ndef solve(x):\n    return x + 1\n# EVOLVE-BLOCK-END\n"
+TAUGHT = [
+    ("x + x", "x * 3"),
+    ("abs(x) * 2", "x + 6"),
+    ("4", "x"),
+    ("x - 1", "1"),
+    ("x * 3", "4"),
+    ("x + 6", "x + x"),
+]
+HELD_OUT_PARENTS = ["x - 3", "2 * x + 1", "x // 2"]
+ARMS = ("none", "grpo", "vpo")
+VARIANTS, GROUP_SIZE = 2, 4
+
+
+def program(expr: str) -> str:
+    return SEED.replace("x + 1", expr)
+
+
+def write_problem(root: Path) -> Problem:
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "problem.toml").write_text(TOML)
+    (root / "evaluate.py").write_text(textwrap.dedent(EVALUATE))
+    (root / "seed.py").write_text(SEED)
+    return load_problem(root)
+
+
+def prompt(parent: str, scores: dict[str, float], feedback: str | None, others: list[tuple[str, dict]]) -> str:
+    return build_prompt(PromptInputs(DESCRIPTION, program(parent), scores, feedback, others, VARIANTS, "full"))
+
+
+def teaching_pairs() -> list[tuple[str, str]]:
+    """Each taught completion after many prompt shapes the loop makes (parents, scores, feedback, inspirations)."""
+    parents = ["x + 1", "x + x", "x * 3", "4", "abs(x) * 2", "x - 1"]
+    prompts = []
+    for i, parent in enumerate(parents):
+        scores = {f"c{j}": round(((i + j) % 3) / 3, 3) for j in range(len(INPUTS))}
+        feedback = None if i == 0 else "\n".join(f"c{j}: solve({x}) = {i + x}" for j, x in enumerate(INPUTS))
+        others = [(program(parents[(i + k) % len(parents)]), {"c0": 1.0, "c1": 0.2}) for k in range(1, 1 + i % 3)]
+        prompts.append(prompt(parent, scores, feedback, others))
+    pairs = []
+    for i, answers in enumerate(TAUGHT):
+        completion = "".join(
+            f"<variant {k}>\n```python\ndef solve(x):\n    return {expr}\n```\n</variant {k}>\n"
+            for k, expr in enumerate(answers, start=1)
+        )
+        pairs += [(prompts[(i + j) % len(prompts)], completion) for j in range(len(prompts))]
+    return pairs
+
+
+def held_out_prompts() -> list[str]:
+    out = []
+    for i, parent in enumerate(HELD_OUT_PARENTS):
+        scores = {f"c{j}": round(0.1 * ((i * 7 + j) % 5), 3) for j in range(len(INPUTS))}
+        feedback = "\n".join(f"c{j}: solve({x}) = {x - 3 + i}" for j, x in enumerate(INPUTS))
+        out.append(prompt(parent, scores, feedback, [(program("x * 2 - 1"), {"c2": 0.5})]))
+    return out
+
+
+def archive_figures(db: Path, problem: Problem) -> tuple[float, int, float]:
+    """(best scalar, components at their best bound, mean pairwise distance of valid score vectors)."""
+    import json
+
+    con = sqlite3.connect(db)
+    rows = [json.loads(s) for (s,) in con.execute("SELECT scores FROM evaluations WHERE error_kind IS NULL")]
+    con.close()
+    names = [c.name for c in problem.components]
+    vectors = np.array([[float(r.get(n, 0.0)) for n in names] for r in rows]) if rows else np.zeros((0, len(names)))
+    best = max((scalar_view(problem.components, r) for r in rows), default=0.0)
+    solved = int((vectors >= 1.0).any(axis=0).sum()) if len(vectors) else 0
+    pairs = list(combinations(range(len(vectors)), 2))
+    diversity = float(np.mean([np.linalg.norm(vectors[a] - vectors[b]) for a, b in pairs])) if pairs else 0.0
+    return best, solved, diversity
+
+
+def best_at_k(policy: TransformersPolicy, problem: Problem, sandbox: ProcessSandbox, seed: int) -> float:
+    """Mean over held-out prompts of the best scalar among the k = GROUP_SIZE x VARIANTS answers sampled."""
+    bests = []
+    for p, text in enumerate(held_out_prompts()):
+        params = SamplingParams(0.7, 0.95, 120, 90_000 + seed * 100 + p)
+        best = 0.0
+        for g in policy.generate(text, params, GROUP_SIZE):
+            for v in parse_completion(program(HELD_OUT_PARENTS[p]), g.text, VARIANTS):
+                if v.code is not None:
+                    outcome = sandbox.evaluate(problem, v.code)
+                    if outcome.error_kind is None:
+                        best = max(best, scalar_view(problem.components, outcome.scores))
+        bests.append(best)
+    return float(np.mean(bests))
+
+
+def run_arm(arm: str, seed: int, model_dir: Path, work: Path, budget: int, train_every: int, lr: float) -> dict:
+    torch.manual_seed(seed)
+    problem = write_problem(work / "problem")
+    archive = Archive(work / "a.db")
+    options = RunOptions(
+        workers=2,
+        group_size=GROUP_SIZE,
+        variants=VARIANTS,
+        max_evaluations=budget,
+        edit_format="full",
+        temperature=0.7,
+        max_new_tokens=120,
+        seed=seed,
+        train_every=train_every if arm != "none" else 0,
+        train_method=arm if arm != "none" else "vpo",
+    )
+    run, _ = open_run(archive, problem, options)
+    policy = TransformersPolicy.load(str(model_dir))
+    sandbox = ProcessSandbox(slots=2)
+    step = None
+    if arm != "none":
+        config = TrainConfig(method=arm, learning_rate=lr, lora_rank=8, lora_alpha=16, seed=seed)
+        trainer = ArchiveTrainer(archive, run.id, list(problem.components), VARIANTS, policy, config, work / "adapters")
+        step = trainer.step
+    loop = SearchLoop(problem, archive, policy, sandbox, run, options, step)
+    reason = run_search(loop)
+    best, solved, diversity = archive_figures(work / "a.db", problem)
+    return {
+        "best": best,
+        "solved": solved,
+        "diversity": diversity,
+        "best@k": best_at_k(policy, problem, sandbox, seed),
+        "updates": loop.stats.train_updates,
+        "failures": loop.stats.train_failures,
+        "groups": loop.stats.groups,
+        "reason": reason,
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--seeds", type=int, default=5)
+    ap.add_argument("--budget", type=int, default=40, help="evaluations per run")
+    ap.add_argument("--train-every", type=int, default=1, help="groups between updates (GRPO and VPO arms)")
+    ap.add_argument("--lr", type=float, default=2e-3)
+    ap.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir()) / "vpo-evolve-bench")
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    started = time.time()
+    model_dir = build_taught_model(args.cache, teaching_pairs(), steps=500)
+    print(f"taught model ready ({time.time() - started:.0f}s)", flush=True)
+    results: dict[str, list[dict]] = {a: [] for a in ARMS}
+    for seed in range(args.seeds):
+        for arm in ARMS:
+            with tempfile.TemporaryDirectory() as tmp:
+                row = run_arm(arm, seed, model_dir, Path(tmp), args.budget, args.train_every, args.lr)
+            results[arm].append(row)
+            print(f"seed {seed} {arm}: {row} ({time.time() - started:.0f}s)", flush=True)
+    k = GROUP_SIZE * VARIANTS
+    table = Table(
+        title=f"search with training ({args.seeds} seeds, {args.budget} evaluations, update every "
+        f"{args.train_every} group(s), lr {args.lr}; mean ± std over seeds)"
+    )
+    for col in ("arm", "best scalar", "components solved", "archive diversity", f"held-out best@{k}", "updates"):
+        table.add_column(col, justify="left" if col == "arm" else "right")
+
+    def cell(rows: list[dict], key: str) -> str:
+        vals = [r[key] for r in rows]
+        return f"{np.mean(vals):.3f}±{np.std(vals):.3f}"
+
+    for arm, rows in results.items():
+        table.add_row(arm, *(cell(rows, key) for key in ("best", "solved", "diversity", "best@k", "updates")))
+    Console(width=160).print(table)
+    print(f"elapsed {time.time() - started:.0f}s")
+
+    def ms(arm: str, key: str) -> str:
+        vals = [r[key] for r in results[arm]]
+        return f"{np.mean(vals):.3f}±{np.std(vals):.3f}"
+
+    print(
+        "search_with_training "
+        + " ".join(f"{arm}={ms(arm, 'best')}" for arm in ARMS)
+        + " solved "
+        + " ".join(f"{arm}={ms(arm, 'solved')}" for arm in ARMS)
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,60 @@
+"""What `--db` means: a file path or any SQLAlchemy URL, turned into one URL the same way by every command.
+
+The option is read as plain text, never as a `Path`: a `Path` collapses `//`, which turns
+`postgresql+psycopg://host/db` or `sqlite:////abs.db` into something else.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
+
+SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*://")
+DRIVER_EXTRAS = {"postgresql": "postgres", "mysql": "mysql"}
+
+
+class ArchiveUrlError(ValueError):
+    """`--db` is neither a path nor a URL SQLAlchemy can read; `str()` says how to write one."""
+
+
+def archive_url(text: str | Path) -> str:
+    """A path becomes `sqlite:///ABSOLUTE_PATH`; a URL is checked and kept (a relative SQLite file made absolute)."""
+    s = str(text).strip()
+    if not s:
+        raise ArchiveUrlError("--db is empty; give a file path (runs/NAME.db) or a URL (postgresql+psycopg://...)")
+    if not SCHEME.match(s):
+        return f"sqlite:///{Path(s).expanduser().resolve()}"
+    try:
+        url = make_url(s)
+    except (ArgumentError, ValueError) as exc:
+        raise ArchiveUrlError(
+            f"--db {s}: not a database URL ({exc}); write e.g. sqlite:///runs/x.db or "
+            "postgresql+psycopg://user@host/dbname"
+        ) from None
+    if url.get_backend_name() == "sqlite" and url.database and url.database != ":memory:":
+        # make the file absolute, so that every message, resume hint and adapter folder names the same file
+        url = url.set(database=str(Path(url.database).expanduser().resolve()))
+    return url.render_as_string(hide_password=False)
+
+
+def sqlite_file(url: str) -> Path | None:
+    """The file behind a SQLite URL (None for other databases and in-memory SQLite)."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() != "sqlite" or not parsed.database or parsed.database == ":memory:":
+        return None
+    return Path(parsed.database)
+
+
+def display_url(url: str) -> str:
+    """The URL with any password masked, for messages and logs."""
+    return make_url(url).render_as_string(hide_password=True)
+
+
+def missing_driver_hint(url: str) -> str:
+    backend = make_url(url).get_backend_name()
+    extra = DRIVER_EXTRAS.get(backend)
+    how = f"pip install 'vpo-evolve[{extra}]'" if extra else "install its SQLAlchemy driver"
+    return f"{display_url(url)}: the {backend} driver is not installed; {how}"

@@ -1,0 +1,92 @@
+"""A minimal filesystem view for the process sandbox, made by bubblewrap (Debian's `bubblewrap`, Flatpak's sandbox).
+
+The candidate sees `/usr` and the Python runtime read-only, its own work directory at `/work`, the problem's
+`data/` read-only at `/data`, a private `/tmp`, `/dev` and `/proc`, and nothing else: no problem folder, no
+archive, no home, no other process. It runs in fresh pid, network, IPC, UTS and cgroup namespaces; when the pid
+namespace's first process dies the kernel kills every process left in it, so nothing outlives a job.
+
+As root no user namespace is made: the harness starts as root holding only CAP_SETUID/CAP_SETGID and drops to
+the slot's uid before it reads the job. Without root a user namespace is needed (the kernel must allow them).
+We use a kept tool rather than our own mounts: bubblewrap checks every call it makes and exits non-zero on any
+failure, so a sandbox that cannot be made is refused, never run weaker.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+WORK, DATA = "/work", "/data"
+
+
+def python_roots() -> list[Path]:
+    """Host folders the interpreter needs: its installation and, for a virtual environment, the environment."""
+    roots = {Path(sys.base_prefix).resolve(), Path(sys.prefix).resolve(), Path(sys.executable).resolve().parent}
+    outside_usr = [r for r in roots if not r.is_relative_to("/usr")]
+    # Keep only the outermost: a bind inside another bind is redundant.
+    return sorted(r for r in outside_usr if not any(r != o and r.is_relative_to(o) for o in outside_usr))
+
+
+@dataclass(frozen=True)
+class Jail:
+    """How to start a command under bubblewrap; `argv` gives the full command line for one job."""
+
+    bwrap: str
+    as_root: bool
+
+    def argv(self, workdir: str, data_dir: Path | None, command: list[str]) -> list[str]:
+        namespaces = ["--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
+        if not self.as_root:  # our own user namespace, and none deeper for the candidate to make
+            namespaces[:0] = ["--unshare-user", "--disable-userns"]
+        args = [self.bwrap, *namespaces, "--die-with-parent", "--new-session", "--ro-bind", "/usr", "/usr"]
+        for name in ("bin", "lib", "lib64", "sbin"):
+            host = Path("/") / name
+            if host.is_symlink():
+                args += ["--symlink", os.readlink(host), f"/{name}"]
+            elif host.is_dir():
+                args += ["--ro-bind", str(host), f"/{name}"]
+        for extra in ("/etc/ld.so.cache", "/etc/localtime"):
+            if os.path.exists(extra):
+                args += ["--ro-bind", extra, extra]
+        # Private, size-capped temp space (the sizes match the Docker sandbox's tmpfs mounts).
+        args += ["--proc", "/proc", "--dev", "/dev", "--perms", "01777", "--size", str(256 << 20), "--tmpfs", "/tmp"]
+        args += ["--perms", "01777", "--size", str(64 << 20), "--tmpfs", "/dev/shm"]
+        for root in python_roots():
+            for parent in reversed(root.parents[:-1]):  # bubblewrap would make missing parents 0700
+                args += ["--perms", "0755", "--dir", str(parent)]
+            args += ["--ro-bind", str(root), str(root)]
+        args += ["--bind", workdir, WORK]
+        if data_dir is not None:
+            args += ["--ro-bind", str(data_dir), DATA]
+        if self.as_root:
+            args += ["--cap-add", "CAP_SETUID,CAP_SETGID"]
+        return [*args, "--chdir", WORK, "--", *command]
+
+
+def find_jail() -> tuple[Jail | None, str]:
+    """A working jail, or None and why not (one line naming the fix)."""
+    bwrap = shutil.which("bwrap")
+    if bwrap is None:
+        return None, "bubblewrap is not installed (apt-get install bubblewrap)"
+    jail = Jail(bwrap, os.geteuid() == 0)
+    try:
+        with tempfile.TemporaryDirectory() as workdir:
+            # Inside: a fresh pid namespace, and the host's temp folder (which holds `workdir`) out of sight.
+            probe = f"import os; assert os.getpid() < 10 and not os.path.exists({workdir!r})"
+            out = subprocess.run(
+                jail.argv(workdir, None, [sys.executable, "-I", "-S", "-c", probe]),
+                capture_output=True,
+                text=True,
+                timeout=30,
+            )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return None, f"bubblewrap did not start ({exc})"
+    if out.returncode != 0:
+        last = (out.stderr.strip().splitlines() or ["no message"])[-1]
+        return None, f"bubblewrap cannot make the sandbox here ({last}); user namespaces may be disabled"
+    return jail, ""

@@ -1,0 +1,255 @@
+"""Evaluations on a Ray cluster: actors on any node, each holding that node's own local sandbox.
+
+The engine keeps its single committer: this sandbox only returns outcomes, like every other. Each actor owns
+`slots_per_actor` evaluation slots (a threaded actor); the engine's `--workers` bounds how many evaluations
+are in flight over all of them. When an actor or its node dies mid-evaluation the job is sent to another
+live actor, and a replacement actor is started in the background (Ray places it on a node with room), so a
+lost node costs time but never an evaluation, and the engine still receives exactly one outcome per child.
+
+The problem folder travels with the jobs (packed once, kept in Ray's object store), so worker nodes need
+vpo-evolve installed but not a copy of the problem.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import io
+import os
+import tarfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from evolve.problem import Problem, load_problem
+from sandboxes.base import ErrorKind, EvalOutcome, Sandbox
+
+UNPACK_ROOT = Path("/tmp/vpo-evolve-ray-problems")
+NO_ACTOR_WAIT_S = 600.0  # how long a job waits for any live actor before it is scored as a crash
+MAX_ATTEMPTS = 8
+
+
+class RayUnavailable(Exception):
+    """Ray is not installed or no cluster answers; `str()` says what to do."""
+
+
+def pack_folder(root: Path) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        tar.add(root, arcname=".")
+    return buf.getvalue()
+
+
+def _local_sandbox(kind: str, slots: int) -> Sandbox:
+    from sandboxes.factory import make_sandbox
+
+    return make_sandbox(kind, workers=slots)
+
+
+class Evaluator:
+    """The actor body: one local sandbox on its node, and the problems it has been sent, loaded once each."""
+
+    def __init__(self, make_local: Callable[[], Sandbox]) -> None:
+        self.sandbox = make_local()
+        self.problems: dict[str, Problem] = {}
+        self.lock = threading.Lock()
+
+    def ready(self) -> str:
+        import ray
+
+        return f"{ray.get_runtime_context().get_node_id()}:{os.getpid()} {self.sandbox.isolation()}"
+
+    def _problem(self, fingerprint: str, root: str, bundle: list[Any]) -> Problem:
+        with self.lock:
+            if fingerprint in self.problems:
+                return self.problems[fingerprint]
+            here = Path(root)
+            problem = load_problem(here) if (here / "problem.toml").is_file() else None
+            if problem is None or problem.fingerprint() != fingerprint:
+                import ray
+
+                target = UNPACK_ROOT / fingerprint
+                if not (target / "problem.toml").is_file():
+                    UNPACK_ROOT.mkdir(mode=0o755, exist_ok=True)
+                    staging = UNPACK_ROOT / f".{fingerprint}.{os.getpid()}"
+                    with tarfile.open(fileobj=io.BytesIO(ray.get(bundle[0])), mode="r:gz") as tar:
+                        tar.extractall(staging, filter="data")
+                    os.chmod(staging, 0o755)
+                    os.replace(staging, target)
+                problem = load_problem(target)
+            self.problems[fingerprint] = problem
+            return problem
+
+    def evaluate(self, fingerprint: str, root: str, bundle: list[Any], code: str) -> EvalOutcome:
+        return self.sandbox.evaluate(self._problem(fingerprint, root, bundle), code)
+
+
+@dataclass
+class _Slot:
+    handle: Any
+    generation: int
+    in_flight: int = 0
+    live: bool = True
+
+
+class RaySandbox:
+    kind = "ray"
+
+    def __init__(
+        self,
+        address: str | None = None,
+        *,
+        slots: int = 4,
+        slots_per_actor: int = 1,
+        cpus_per_actor: float | None = None,
+        local: str = "auto",
+        make_local: Callable[[], Sandbox] | None = None,
+    ) -> None:
+        try:
+            import ray
+        except ImportError:
+            raise RayUnavailable("--sandbox ray: Ray is not installed; pip install 'vpo-evolve[ray]'") from None
+        self._ray = ray
+        self._owns_ray = not ray.is_initialized()
+        try:
+            if self._owns_ray:
+                new_cluster = {} if address else {"include_dashboard": False}  # only a new cluster takes these
+                ray.init(address=address or None, namespace="vpo-evolve", log_to_driver=False, **new_cluster)
+        except (ConnectionError, RuntimeError, ValueError) as exc:
+            where = address or "a new local cluster"
+            raise RayUnavailable(
+                f"--sandbox ray{':' + address if address else ''}: cannot join {where} ({exc}); "
+                "start the head with `ray start --head` or check the address"
+            ) from None
+        per_actor = max(1, slots_per_actor)
+        count = max(1, -(-slots // per_actor))
+        cpus = float(per_actor) if cpus_per_actor is None else cpus_per_actor
+        factory = make_local or (lambda: _local_sandbox(local, per_actor))
+        self._actor_class = ray.remote(Evaluator).options(
+            num_cpus=cpus, max_concurrency=per_actor, max_restarts=0, scheduling_strategy="SPREAD"
+        )
+        self._factory = factory
+        self._lock = threading.Lock()
+        self._bundles: dict[str, list[Any]] = {}
+        self._slots = [_Slot(self._actor_class.remote(factory), 0) for _ in range(count)]
+        self.nodes: set[str] = set()
+        try:
+            for where in ray.get([s.handle.ready.remote() for s in self._slots], timeout=120):
+                self.nodes.add(where.split(":")[0])
+                self._isolation = where.split(" ", 1)[1]
+        except Exception as exc:
+            self.close()
+            raise RayUnavailable(f"--sandbox ray: the evaluator actors did not start ({exc})") from None
+        self.replacements = 0
+
+    def isolation(self) -> str:
+        return f"Ray actors ({len(self._slots)}) on {len(self.nodes)} node(s), each with: {self._isolation}"
+
+    # ---- slot bookkeeping (shared by the sync and async paths) -------------------------------------------
+    def _bundle(self, problem: Problem) -> tuple[str, list[Any]]:
+        fingerprint = problem.fingerprint()
+        with self._lock:
+            if fingerprint not in self._bundles:
+                self._bundles[fingerprint] = [self._ray.put(pack_folder(problem.root))]
+            return fingerprint, self._bundles[fingerprint]
+
+    def _take(self) -> tuple[int, _Slot] | None:
+        with self._lock:
+            live = [(i, s) for i, s in enumerate(self._slots) if s.live]
+            if not live:
+                return None
+            index, slot = min(live, key=lambda pair: pair[1].in_flight)
+            slot.in_flight += 1
+            return index, slot
+
+    def _give_back(self, slot: _Slot) -> None:
+        with self._lock:
+            slot.in_flight -= 1
+
+    def _lost(self, index: int, slot: _Slot) -> None:
+        """An actor died: stop using it and start its replacement in the background, once per generation."""
+        with self._lock:
+            if self._slots[index] is not slot or not slot.live:
+                return
+            slot.live = False
+            generation = slot.generation + 1
+        with contextlib.suppress(Exception):  # merely unreachable (not dead) actors must not linger
+            self._ray.kill(slot.handle)
+        threading.Thread(target=self._replace, args=(index, generation), daemon=True).start()
+
+    def _replace(self, index: int, generation: int) -> None:
+        while True:
+            try:
+                handle = self._actor_class.remote(self._factory)
+                self._ray.get(handle.ready.remote(), timeout=NO_ACTOR_WAIT_S)
+                break
+            except Exception:
+                time.sleep(1.0)
+        with self._lock:
+            self._slots[index] = _Slot(handle, generation)
+            self.replacements += 1
+
+    def _is_lost_actor(self, exc: BaseException) -> bool:
+        errors = self._ray.exceptions
+        lost = (errors.RayActorError, errors.WorkerCrashedError, errors.NodeDiedError, errors.ObjectLostError)
+        return isinstance(exc, lost)
+
+    def _crash(self, problem: Problem, message: str) -> EvalOutcome:
+        from sandboxes.runner import failed
+
+        return failed(problem, ErrorKind.CRASH, message, 0.0, self.kind)
+
+    # ---- evaluation -------------------------------------------------------------------------------------
+    async def aevaluate(self, problem: Problem, code: str) -> EvalOutcome:
+        """Evaluate on a live actor without holding a thread; a lost actor's job goes to another one."""
+        fingerprint, bundle = self._bundle(problem)
+        waited = 0.0
+        for _ in range(MAX_ATTEMPTS):
+            taken = self._take()
+            while taken is None:
+                if waited > NO_ACTOR_WAIT_S:
+                    return self._crash(problem, "no live Ray evaluator for 600 s")
+                await asyncio.sleep(0.5)
+                waited += 0.5
+                taken = self._take()
+            index, slot = taken
+            try:
+                return await slot.handle.evaluate.remote(fingerprint, str(problem.root), bundle, code)
+            except Exception as exc:
+                if not self._is_lost_actor(exc):
+                    raise
+                self._lost(index, slot)
+            finally:
+                self._give_back(slot)
+        return self._crash(problem, f"the evaluation's Ray actor died {MAX_ATTEMPTS} times")
+
+    def evaluate(self, problem: Problem, code: str) -> EvalOutcome:
+        fingerprint, bundle = self._bundle(problem)
+        for _ in range(MAX_ATTEMPTS):
+            deadline = time.monotonic() + NO_ACTOR_WAIT_S
+            taken = self._take()
+            while taken is None and time.monotonic() < deadline:
+                time.sleep(0.5)
+                taken = self._take()
+            if taken is None:
+                return self._crash(problem, "no live Ray evaluator for 600 s")
+            index, slot = taken
+            try:
+                return self._ray.get(slot.handle.evaluate.remote(fingerprint, str(problem.root), bundle, code))
+            except Exception as exc:
+                if not self._is_lost_actor(exc):
+                    raise
+                self._lost(index, slot)
+            finally:
+                self._give_back(slot)
+        return self._crash(problem, f"the evaluation's Ray actor died {MAX_ATTEMPTS} times")
+
+    def close(self) -> None:
+        for slot in getattr(self, "_slots", []):
+            with contextlib.suppress(Exception):  # already gone with its node
+                self._ray.kill(slot.handle)
+        if getattr(self, "_owns_ray", False):
+            self._ray.shutdown()

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Runs the sandbox suites as an unprivileged user (made here if missing), so that containment is proven
+# without root too. Needs root to set up; run by .ci/run after the root pass. Usage: [EVOLVE_TEST_USER=evolve-ci] scripts/test-as-user.sh [PYTEST ARGS]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+USER_NAME=${EVOLVE_TEST_USER:-evolve-ci}
+PY=$(command -v "${PYTHON:-python3}")
+if [ "$(id -u)" != 0 ]; then echo "test-as-user: run me as root" >&2; exit 2; fi
+# A system uid (below 1000): clear of the Docker sandbox's uid 1000 and the process sandbox's 61000+.
+id "$USER_NAME" >/dev/null 2>&1 || useradd --system --create-home --shell /bin/bash "$USER_NAME"
+# Docker's socket belongs to the docker group: the unprivileged engine talks to the daemon through it.
+getent group docker >/dev/null && usermod -aG docker "$USER_NAME"
+# The user must reach the interpreter and this checkout. Where a parent folder (say /root) is closed to
+# others, grant traversal to this one user only (an ACL), rather than opening the folder to every uid.
+grant() {
+  local path
+  for path in "$@"; do
+    while [ "$path" != / ]; do
+      path=$(dirname "$path")
+      if ! runuser -u "$USER_NAME" -- test -x "$path"; then
+        command -v setfacl >/dev/null || { echo "test-as-user: setfacl missing (apt-get install acl)" >&2; exit 2; }
+        setfacl -m "u:$USER_NAME:x" "$path"
+      fi
+    done
+  done
+}
+grant "$("$PY" -c 'import sys, os; print(os.path.realpath(sys.base_prefix))')/lib" "$(readlink -f "$PY")" "$PWD/x"
+HOME_DIR=$(getent passwd "$USER_NAME" | cut -d: -f6)
+exec setpriv --reuid="$USER_NAME" --regid="$USER_NAME" --init-groups --reset-env \
+  env HOME="$HOME_DIR" PATH="$PATH" PYTHONPATH="$PWD" EVOLVE_REQUIRE_SERVICES="${EVOLVE_REQUIRE_SERVICES:-0}" \
+  "$PY" -m pytest -q -p no:cacheprovider tests/test_sandbox_attacks.py tests/test_sandbox_hostile.py \
+  tests/test_docker_sandbox.py "$@"

@@ -1,0 +1,122 @@
+"""`--db` / `DB` in every archive command: a path, `sqlite:///relative.db`, `sqlite:////absolute.db` and a
+PostgreSQL URL all name the same kind of archive, and none loses its `//` on the way in."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from evolve.archive import Archive, ArchiveError, archive_url, sqlite_file
+from evolve.cli import app
+from evolve.cli.run_cmd import adapters_next_to
+from tests.helpers import write_problem
+
+FULL = "<variant 1>\n```python\ndef solve(x):\n    return {a}\n```\n</variant 1>\n"
+
+
+def test_archive_url_turns_every_form_into_one_absolute_url(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    absolute = f"sqlite:///{tmp_path / 'runs' / 'a.db'}"
+    assert archive_url("runs/a.db") == absolute
+    assert archive_url(tmp_path / "runs" / "a.db") == absolute
+    assert archive_url("sqlite:///runs/a.db") == absolute
+    assert archive_url(f"sqlite:///{tmp_path}/runs/a.db") == absolute  # i.e. sqlite:////tmp/...
+    assert archive_url("sqlite://") == "sqlite://"  # in memory stays in memory
+    pg = "postgresql+psycopg://evolve:s3cret@db.example:5433/search"
+    assert archive_url(pg) == pg  # the password is kept for connecting ...
+    assert sqlite_file(archive_url(pg)) is None
+    assert sqlite_file(absolute) == tmp_path / "runs" / "a.db"
+    with pytest.raises(ArchiveError, match="not a database URL"):
+        Archive("postgresql+psycopg://evolve@host:notaport/db")
+    with pytest.raises(ArchiveError, match=r"driver is not installed; pip install 'vpo-evolve\[mysql\]'"):
+        Archive("mysql://u@localhost/db")
+
+
+def test_messages_never_show_the_password(postgres_cluster):
+    url = postgres_cluster.new_database()
+    with_password = url.replace("evolve@", "evolve:hunter2@")
+    a = Archive(with_password)  # trust authentication ignores the password
+    assert "hunter2" not in a.url and "***" in a.url
+    a.close()
+
+
+def test_adapters_sit_next_to_a_sqlite_archive_in_any_spelling(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    expected = tmp_path / "runs" / "x.adapters"
+    for spelling in ("runs/x.db", "sqlite:///runs/x.db", f"sqlite:///{tmp_path}/runs/x.db"):
+        assert adapters_next_to(spelling, "x") == expected, spelling
+    assert adapters_next_to("postgresql+psycopg://u@h/db", "x") == Path("runs") / "x.adapters"
+
+
+@pytest.fixture(params=["path", "sqlite-relative", "sqlite-absolute", "postgresql"])
+def db_spelling(request, tmp_path, monkeypatch):
+    """(text given to --db, a function counting evaluations in that archive)."""
+    monkeypatch.chdir(tmp_path)
+    if request.param == "postgresql":
+        url = request.getfixturevalue("postgres_cluster").new_database()
+
+        def count() -> int:
+            a = Archive(url, create=False)
+            n = sum(a.count_programs(r.id) for r in a.runs())
+            a.close()
+            return n
+
+        return url, count
+    given = {
+        "path": "runs/a.db",
+        "sqlite-relative": "sqlite:///runs/a.db",
+        "sqlite-absolute": f"sqlite:///{tmp_path}/runs/a.db",  # four slashes
+    }[request.param]
+
+    def count_sqlite() -> int:
+        return sqlite3.connect(tmp_path / "runs" / "a.db").execute("SELECT COUNT(*) FROM evaluations").fetchone()[0]
+
+    return given, count_sqlite
+
+
+@pytest.mark.slow
+def test_every_archive_command_takes_each_spelling(tmp_path, db_spelling):
+    db, count = db_spelling
+    folder = write_problem(tmp_path / "prob", name="urls")
+    replay = tmp_path / "replay.json"
+    replay.write_text(json.dumps([FULL.format(a=e) for e in ("x * x + 0", "x ** 2", "x + x", "abs(x) * x")]))
+    runner = CliRunner()
+
+    def invoke(*args: str) -> str:
+        result = runner.invoke(app, list(args), catch_exceptions=False)
+        assert result.exit_code == 0, (args, result.output)
+        return result.output
+
+    run_args = [
+        "run", str(folder), "--db", db, "--policy", f"replay:{replay}", "--sandbox", "process", "--workers", "1",
+        "--group-size", "2", "--variants", "1", "--edit-format", "full", "--max-evaluations", "4",
+    ]  # fmt: skip
+    out = invoke(*run_args)
+    assert "evaluation budget reached" in out, out
+    assert count() == 4
+    again = invoke(*run_args)  # the same command resumes the finished run and adds nothing
+    assert "resuming run 1" in again and count() == 4
+    summary = json.loads(invoke("inspect", db, "--json"))
+    assert summary[0]["evaluations"] == 4 and summary[0]["problem"] == "urls"
+    assert "def solve" in invoke("best", db)
+    assert "lineage" in invoke("show", db, "1")
+    assert "wrote 4 evaluations" in invoke("export", db, str(tmp_path / "out"))
+    assert len((tmp_path / "out" / "evaluations.csv").read_text().splitlines()) == 5
+    assert invoke("report", db).startswith("# urls: run 1")
+    # train reaches the run's recorded policy (a replay policy cannot learn): the archive was found and read
+    trained = runner.invoke(app, ["train", db])
+    assert trained.exit_code == 2 and "cannot load new adapters" in trained.output, trained.output
+
+
+def test_readers_refuse_a_missing_archive_in_each_spelling(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    runner = CliRunner()
+    for db in ("none.db", "sqlite:///none.db", f"sqlite:///{tmp_path}/none.db"):
+        for command in (["inspect", db], ["best", db], ["show", db, "1"], ["report", db], ["train", db]):
+            result = runner.invoke(app, command)
+            assert result.exit_code == 2 and "no archive there" in result.output, (command, result.output)
+    assert not (tmp_path / "none.db").exists()

@@ -1,0 +1,80 @@
+"""Evaluations on a real two-node Ray cluster (started with `ray start` on loopback): a run that loses its
+second node mid-way still finishes, with every child evaluated exactly once in the archive."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import subprocess
+import time
+
+import pytest
+
+from tests.helpers import write_problem
+from tests.ray_cluster import RayCluster, ray_env
+from tests.services import missing
+
+pytestmark = pytest.mark.slow
+
+SLOW_VARIANT = (
+    "<variant 1>\n```python\ndef solve(x):\n    import time\n    time.sleep(0.6)\n    return x * x + {i} - {i}\n```\n"
+    "</variant 1>\n"
+)
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    try:
+        import ray  # noqa: F401
+    except ImportError:
+        missing("Ray", "not installed (pip install 'vpo-evolve[ray]')")
+    try:
+        cluster = RayCluster.start(cpus=2)
+    except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
+        missing("Ray", f"cannot start a head node: {exc}")
+    try:
+        cluster.add_node(cpus=2)
+    except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
+        cluster.stop()
+        missing("Ray", f"cannot start a second node: {exc}")
+    yield cluster
+    cluster.stop()
+
+
+def test_run_survives_losing_a_node_and_evaluates_each_child_once(tmp_path, ray_cluster):
+    folder = write_problem(tmp_path / "prob", name="rayrun", timeout=10.0)
+    replay = tmp_path / "replay.json"
+    replay.write_text(json.dumps([SLOW_VARIANT.format(i=i) for i in range(1, 200)]))
+    db = tmp_path / "run.db"
+    budget = 24
+    cmd = [
+        "python3", "-m", "evolve.cli", "run", str(folder), "--db", str(db), "--policy", f"replay:{replay}",
+        "--sandbox", f"ray:{ray_cluster.address}", "--workers", "4", "--group-size", "2", "--variants", "1",
+        "--edit-format", "full", "--max-evaluations", str(budget),
+    ]  # fmt: skip
+    proc = subprocess.Popen(cmd, env=ray_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 240
+    seen = 0
+    while time.monotonic() < deadline and proc.poll() is None and seen < 6:
+        time.sleep(0.3)
+        if db.exists():
+            try:
+                seen = sqlite3.connect(db).execute("SELECT COUNT(*) FROM evaluations").fetchone()[0]
+            except sqlite3.OperationalError:
+                continue
+    assert proc.poll() is None, f"the run ended before the node could be lost: {proc.communicate()}"
+    killed = ray_cluster.kill_second_node()
+    assert killed >= 2
+    out, err = proc.communicate(timeout=400)
+    assert proc.returncode == 0, err[-3000:]
+    assert "evaluation budget reached" in out, out
+    assert "Ray actors (4) on 2 node(s)" in out, out  # the run really used both nodes
+    con = sqlite3.connect(db)
+    assert con.execute("SELECT COUNT(*) FROM evaluations").fetchone()[0] == budget
+    assert con.execute("SELECT COUNT(*) FROM programs").fetchone()[0] == budget
+    # exactly once: one evaluation per program, no program twice, no child left pending or lost as a crash
+    assert con.execute("SELECT COUNT(DISTINCT program_id) FROM evaluations").fetchone()[0] == budget
+    assert con.execute("SELECT COUNT(*) - COUNT(DISTINCT code_hash) FROM programs").fetchone()[0] == 0
+    assert con.execute("SELECT COUNT(*) FROM evaluations WHERE error_kind IS NOT NULL").fetchone()[0] == 0
+    assert {s for (s,) in con.execute("SELECT DISTINCT scores FROM evaluations")} == {'{"c0": 1.0, "c1": 1.0}'}
+    assert set(con.execute("SELECT DISTINCT sandbox FROM evaluations").fetchall()) <= {("process",), ("docker",)}

@@ -1,0 +1,285 @@
+"""An attacker's candidates against both backends: forged answers, stolen secrets, lingering and meddling processes.
+
+After every attack, known programs are scored and their exact vectors asserted: containment means the next
+answers are right, not merely that the attack ended in some error. CI runs this file as root and, through
+setpriv, as an unprivileged user.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from evolve.problem import load_problem
+from sandboxes.base import ErrorKind
+from sandboxes.jail import find_jail
+from sandboxes.process import ProcessSandbox
+from tests.helpers import docker_sandbox_or_skip, write_problem
+from tests.services import missing
+
+TIMEOUT = 3.0
+KNOWN = [
+    ("def solve(x):\n    return x * x\n", {"c0": 1.0, "c1": 1.0}),
+    ("def solve(x):\n    return 4\n", {"c0": 1.0, "c1": 0.0}),
+    ("def solve(x):\n    return 9\n", {"c0": 0.0, "c1": 1.0}),
+    ("def solve(x):\n    return -1\n", {"c0": 0.0, "c1": 0.0}),
+]
+
+
+@pytest.fixture(scope="module")
+def problem(tmp_path_factory):
+    return load_problem(write_problem(tmp_path_factory.mktemp("attacked"), timeout=TIMEOUT))
+
+
+@pytest.fixture(scope="module", params=["process", "docker"])
+def sandbox(request):
+    if request.param == "process":
+        jail, why = find_jail()
+        if jail is None:
+            missing("bubblewrap", why)
+        box = ProcessSandbox(slots=2)
+    else:
+        box = docker_sandbox_or_skip(workers=2)
+    assert box.hides_files, box.isolation()
+    yield box
+    box.close()
+
+
+def assert_known_vectors(sandbox, problem) -> None:
+    """Each known program, one after another, gets exactly its own vector (a shifted answer would not)."""
+    got = [sandbox.evaluate(problem, code).scores for code, _ in KNOWN]
+    assert got == [want for _, want in KNOWN]
+
+
+def reported(outcome) -> object:
+    """What the candidate returned for case c0 (the test problem echoes it into the feedback)."""
+    for line in (outcome.feedback or "").splitlines():
+        if line.startswith("c0: "):
+            return ast.literal_eval(line[4:])
+    raise AssertionError(f"no report: {outcome.error} {outcome.feedback} {outcome.stderr[-300:]}")
+
+
+def test_forged_reply_lines_on_every_descriptor(sandbox, problem):
+    forged = (
+        '{"reply": {"outputs": {"c0": {"ok": 4}, "c1": {"ok": 9}}}, "status": "exit 0", "stdout": "",'
+        ' "stderr": "", "nonce": null}\n{"outputs": {"c0": {"ok": 4}, "c1": {"ok": 9}}}\n'
+    )
+    code = (
+        "import os\ndef solve(x):\n    for fd in range(3, 1024):\n        try:\n"
+        f"            os.write(fd, {forged.encode()!r})\n        except OSError:\n            pass\n"
+        "    os._exit(0)\n"
+    )
+    assert sandbox.evaluate(problem, KNOWN[0][0]).scores == KNOWN[0][1]
+    outcome = sandbox.evaluate(problem, code)
+    assert outcome.error_kind == ErrorKind.BAD_OUTPUT, outcome.error
+    assert outcome.scores == {"c0": 0.0, "c1": 0.0}
+    assert_known_vectors(sandbox, problem)
+
+
+def test_the_candidate_holds_only_stdio_and_its_reply_pipe(sandbox, problem):
+    code = "import os\ndef solve(x):\n    return sorted(int(fd) for fd in os.listdir('/proc/self/fd'))\n"
+    fds = reported(sandbox.evaluate(problem, code))
+    assert fds[:3] == [0, 1, 2]
+    assert len(fds) <= 5, fds  # stdio, the reply pipe, and the descriptor listdir itself opened
+    assert_known_vectors(sandbox, problem)
+
+
+@pytest.fixture
+def secrets_on_host(problem, tmp_path):
+    """A home-directory file, an archive and the problem's evaluator, each readable on the host."""
+    home = Path.home() / f".evolve-attack-{uuid.uuid4().hex[:8]}"
+    home.write_text("home-secret-4471")
+    archive = tmp_path / "runs" / "t.db"
+    archive.parent.mkdir()
+    with sqlite3.connect(archive) as db:
+        db.execute("create table programs (code text)")
+        db.execute("insert into programs values ('archive-secret-9932')")
+    yield {"home": home, "archive": archive, "evaluator": problem.evaluator_path}
+    home.unlink()
+
+
+def test_expected_answers_archive_and_home_are_out_of_reach(sandbox, problem, secrets_on_host):
+    paths = {name: str(path) for name, path in secrets_on_host.items()}
+    code = (
+        "import os\ndef solve(x):\n    got = {}\n"
+        f"    for name, path in {paths!r}.items():\n        try:\n"
+        "            got[name] = open(path, 'rb').read()[:4000].decode(errors='replace')\n"
+        "        except OSError as e:\n            got[name] = type(e).__name__\n"
+        f"    try:\n        got['home_dir'] = os.listdir({str(Path.home())!r})\n"
+        "    except OSError as e:\n        got['home_dir'] = type(e).__name__\n    return got\n"
+    )
+    got = reported(sandbox.evaluate(problem, code))
+    for name in ("home", "archive", "evaluator"):
+        assert got[name] in ("FileNotFoundError", "PermissionError"), (name, got[name])
+    assert secrets_on_host["home"].name not in str(got["home_dir"])
+    # The attack as it was found: import the evaluator by absolute path and answer from its table.
+    cheat = (
+        "import importlib.util\ndef solve(x):\n"
+        f"    spec = importlib.util.spec_from_file_location('ev', {paths['evaluator']!r})\n"
+        "    ev = importlib.util.module_from_spec(spec)\n    spec.loader.exec_module(ev)\n"
+        "    return next(c['expected'] for c in ev.cases() if c['input'] == x)\n"
+    )
+    outcome = sandbox.evaluate(problem, cheat)
+    assert outcome.scores == {"c0": 0.0, "c1": 0.0} and outcome.error_kind == ErrorKind.CRASH
+    assert_known_vectors(sandbox, problem)
+
+
+def test_other_processes_environment_and_command_lines_are_hidden(sandbox, problem):
+    marker = f"engine-secret-{uuid.uuid4().hex[:8]}"
+    host = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(60)", marker], env={**os.environ, "SECRET": marker}
+    )
+    try:
+        code = (
+            "import os\ndef solve(x):\n    seen = []\n"
+            "    paths = [f'/proc/{os.getppid()}/environ'] + [f'/proc/{p}/{f}' for p in os.listdir('/proc')"
+            " if p.isdigit() for f in ('cmdline', 'environ')]\n"
+            "    for path in paths:\n        try:\n"
+            "            seen.append(open(path, 'rb').read().decode(errors='replace'))\n"
+            "        except OSError:\n            pass\n    return '|'.join(seen)\n"
+        )
+        outcome = sandbox.evaluate(problem, code)
+        assert outcome.ok, outcome.error
+        assert marker not in (outcome.feedback or "") and marker not in outcome.stdout
+    finally:
+        host.kill()
+        host.wait()
+    assert_known_vectors(sandbox, problem)
+
+
+def test_the_mount_view_cannot_be_escaped(sandbox, problem):
+    """Through /proc's root links, '..' past the root, or a user namespace of its own in which it unmounts."""
+    target = str(problem.evaluator_path)
+    code = (
+        "import ctypes, os\ndef solve(x):\n    libc = ctypes.CDLL(None, use_errno=True)\n    found = []\n"
+        f"    target = {target!r}\n"
+        "    def look(tag):\n"
+        "        for path in (target, '/proc/1/root' + target, '/proc/self/root/../../..' + target):\n"
+        "            try:\n                open(path).read()\n                found.append(tag + ':' + path)\n"
+        "            except OSError:\n                pass\n    look('plain')\n"
+        "    try:\n        os.chroot('/tmp')\n        os.chdir('../../..')\n        look('chroot')\n"
+        "    except OSError:\n        pass\n"
+        "    if libc.unshare(0x10000000 | 0x00020000) == 0:\n"
+        "        libc.mount(b'none', b'/', None, 0x4000 | 0x40000, None)\n"
+        "        for m in (b'/work', b'/usr', b'/tmp', b'/'):\n            libc.umount2(m, 2)\n"
+        "        look('userns')\n    return found\n"
+    )
+    got = reported(sandbox.evaluate(problem, code))
+    assert got == [], got
+    assert_known_vectors(sandbox, problem)
+
+
+def test_the_problem_folder_cannot_be_written(sandbox, problem):
+    evaluator = problem.evaluator_path
+    before = evaluator.read_bytes()
+    dropped = problem.root / "dropped.py"
+    code = (
+        "def solve(x):\n    out = []\n"
+        f"    for path, mode in (({str(evaluator)!r}, 'a'), ({str(dropped)!r}, 'w')):\n"
+        "        try:\n            open(path, mode).write('\\nimport os; os.system(\"id\")\\n')\n"
+        "            out.append('written')\n        except OSError as e:\n            out.append(type(e).__name__)\n"
+        "    return out\n"
+    )
+    got = reported(sandbox.evaluate(problem, code))
+    assert "written" not in got, got
+    assert evaluator.read_bytes() == before and not dropped.exists()
+    assert_known_vectors(sandbox, problem)
+
+
+def test_other_slots_can_be_neither_signalled_nor_traced(sandbox, problem):
+    victim_code = "import time\ndef solve(x):\n    time.sleep(0.6)\n    return x * x\n"
+    attacker = (
+        "import ctypes, os, signal, time\ndef solve(x):\n    libc = ctypes.CDLL(None, use_errno=True)\n"
+        "    hits = set()\n    end = time.time() + 1.0\n    while time.time() < end:\n"
+        "        for p in os.listdir('/proc'):\n            if not p.isdigit() or int(p) in (os.getpid(), 1):\n"
+        "                continue\n            if libc.ptrace(16, int(p), 0, 0) == 0:\n"
+        "                hits.add('traced')\n            try:\n                os.kill(int(p), signal.SIGKILL)\n"
+        "                hits.add('killed')\n            except OSError:\n                pass\n"
+        "        time.sleep(0.01)\n    return sorted(hits)\n"
+    )
+    results: dict[str, object] = {}
+
+    def victim() -> None:
+        results["victim"] = sandbox.evaluate(problem, victim_code)
+
+    thread = threading.Thread(target=victim)
+    thread.start()
+    time.sleep(0.2)
+    attack = sandbox.evaluate(problem, attacker)
+    thread.join()
+    assert results["victim"].scores == {"c0": 1.0, "c1": 1.0}, results["victim"].error
+    assert attack.ok and "traced" not in reported(attack), attack.feedback
+    assert_known_vectors(sandbox, problem)
+
+
+def test_a_lingering_process_cannot_read_or_change_the_next_job(sandbox, problem):
+    marker = f"linger-{uuid.uuid4().hex[:8]}"
+    code = (
+        "import glob, os, sys, time\ndef solve(x):\n    if os.fork() == 0:\n        os.setsid()\n"
+        f"        sys.argv[:] = [{marker!r}]\n        end = time.time() + 6\n        while time.time() < end:\n"
+        "            for f in glob.glob('/work/*.py') + glob.glob('/tmp/evolve-eval-*/*.py'):\n"
+        "                try:\n                    open(f, 'w').write('def solve(x):\\n    return -7\\n')\n"
+        "                except OSError:\n                    pass\n            time.sleep(0.001)\n"
+        "        os._exit(0)\n    return x * x\n"
+    )
+    assert sandbox.evaluate(problem, code).scores == {"c0": 1.0, "c1": 1.0}
+    for _ in range(2):
+        assert_known_vectors(sandbox, problem)
+    time.sleep(0.2)
+    assert not any(marker.encode() in _read(p / "cmdline") for p in Path("/proc").iterdir() if p.name.isdigit())
+
+
+def _read(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError:
+        return b""
+
+
+def test_without_bubblewrap_the_process_sandbox_says_weak_and_run_refuses_split_problems(problem, tmp_path):
+    box = ProcessSandbox(slots=1, jail=False)
+    try:
+        assert not box.hides_files and "WEAK" in box.isolation()
+    finally:
+        box.close()
+    from tests.helpers import evolve_run_cmd
+
+    command = [a for a in evolve_run_cmd(problem.root, tmp_path / "a.db", "replay:/nonexistent", 4) if "weak" not in a]
+    env = {**os.environ, "PATH": str(tmp_path)}  # no bwrap to be found
+    out = subprocess.run(command, capture_output=True, text=True, timeout=120, env=env)
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert "WEAK" in out.stderr and "--allow-weak-sandbox" in out.stderr
+    allowed = subprocess.run([*command, "--allow-weak-sandbox"], capture_output=True, text=True, timeout=120, env=env)
+    assert "WEAK" not in allowed.stderr and "replay" in allowed.stderr  # past the check, stopped by the policy
+
+
+def test_a_python_in_a_scratch_folder_is_bound_where_no_runner_wipes(tmp_path):
+    """A virtual environment under /tmp still puts the container's interpreter at /opt/python, never in scratch."""
+    venv = tmp_path / "venv"
+    subprocess.run(
+        [sys.executable, "-m", "venv", "--without-pip", "--system-site-packages", str(venv)], check=True, timeout=120
+    )
+    probe = "import json; from sandboxes.docker_images import _host_python; print(json.dumps(_host_python()))"
+    out = subprocess.run(
+        [str(venv / "bin" / "python"), "-c", probe],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])},
+        check=True,
+    )
+    python, binds = json.loads(out.stdout)
+    scratch = ("/work", "/tmp", "/dev/shm")
+    assert python.startswith(("/opt/python/", "/usr/")), python
+    assert not any(inside == s or inside.startswith(s + "/") for inside in binds.values() for s in scratch)
+    assert str(venv) not in binds
