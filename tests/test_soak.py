@@ -1,15 +1,15 @@
 """Soak: a run killed with SIGKILL at random moments, resumed each time with the bare command, ends `finished`
 with every new child evaluated exactly once, no traceback ever printed, and its options untouched.
 
-Executions are counted by the evaluator itself (it appends the program's hash to a file inside the sandbox),
-not by archive rows, which a unique index would quietly deduplicate. An execution that completed while the
-engine was being killed, before its result was committed, is lost work, not a re-evaluation: it is
-recognised at the kill (its program had no evaluation yet) and reported apart.
+Executions are counted by the evaluator itself, not by archive rows (which a unique index would quietly
+deduplicate): its trusted `score()` runs once per sandbox execution and appends what the candidate returned,
+a tag unique to each program, to a file. An execution scored while the engine was being killed, before its
+result was committed, is lost work, not a re-evaluation: it is recognised at the kill (its program had no
+evaluation yet) and reported apart.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import random
@@ -17,7 +17,6 @@ import signal
 import sqlite3
 import subprocess
 import sys
-import tempfile
 import time
 from collections import Counter
 from pathlib import Path
@@ -29,7 +28,7 @@ from evolve.problem.samples import write_problem
 pytestmark = pytest.mark.slow
 
 KILLS = 6
-BUDGET = 45
+BUDGET = 120
 
 SEED = """
 # EVOLVE-BLOCK-START
@@ -39,34 +38,31 @@ def solve(x):
 """
 
 EVALUATOR = """
-import hashlib, time
-
 LOG = {log!r}
 
 
-def evaluate(program_path):
-    code = open(program_path).read()
-    try:
-        namespace = {{}}
-        exec(compile(code, program_path, "exec"), namespace)
-        value = float(namespace["solve"](3))
-        time.sleep(0.05)
-        return {{"fit": -abs(value - 10.0)}}
-    finally:
-        with open(LOG, "a") as log:
-            log.write(hashlib.sha256(code.encode()).hexdigest() + "\\n")
+def cases():
+    return [{{"name": "tag", "input": 2}}]
+
+
+def score(case, output):
+    with open(LOG, "a") as log:
+        log.write(repr(output) + "\\n")
+    return (float(output) if isinstance(output, (int, float)) else 0.0), None
 """
 
 TOML = """
 name = "soak"
-description = "Make solve(3) return 10."
+description = "Return a large number."
+[program]
+entry_point = "solve"
 [fitness]
-components = [{ name = "fit" }]
+components = [{ name = "tag" }]
 [limits]
 timeout_s = 10
 [search]
 islands = 2
-group_size = 3
+group_size = 4
 variants = 3
 edit_format = "full"
 """
@@ -76,10 +72,10 @@ def garbage(rng: random.Random) -> str:
     """What a small model writes on a bad day."""
     pieces = [
         bytes(rng.randrange(256) for _ in range(rng.randrange(1, 200))).decode("latin-1"),
-        "```python\ndef solve(x):\n    return x * 3\n# EVOLVE-BLOCK-END\n```",  # a stray marker
+        "```python\ndef solve(x):\n    return 7\n# EVOLVE-BLOCK-END\n```",  # a stray marker
         "<<<<<<< SEARCH\n    return x\n=======\n    return x +\n>>>>>>> REPLACE",  # a syntax error
         "<<<<<<< SEARCH\nnot there\n=======\nreturn 1\n>>>>>>> REPLACE",
-        "```python\ndef solve(x):\n    return None\n",  # unclosed fence; the child crashes when evaluated
+        "```python\ndef solve(x):\n    return None\n",  # unclosed fence; scores 0
         "<variant 9>" * 3,
     ]
     return rng.choice(pieces)
@@ -88,22 +84,29 @@ def garbage(rng: random.Random) -> str:
 def replay_texts(rng: random.Random, n: int) -> list[str]:
     texts = []
     for k in range(n):
-        valid = f"```python\ndef solve(x):\n    return x * {k % 7 + 2} + {k}\n```"
+        valid = f"```python\ndef solve(x):\n    return {1000 + k}  # tag of this program\n```"
         slots = [valid, garbage(rng), garbage(rng)]
         rng.shuffle(slots)
         texts.append("".join(f"<variant {i}>\n{body}\n</variant {i}>\n" for i, body in enumerate(slots, 1)))
     return texts
 
 
+def tag_of(code: str) -> str:
+    """What the program returns for the case: its identity in the execution log (test programs are trusted)."""
+    namespace: dict = {}
+    exec(compile(code, "<program>", "exec"), namespace)
+    return repr(namespace["solve"](2))
+
+
 def snapshot(db: Path, log: Path) -> tuple[Counter[str], set[str]]:
-    """(executions per program hash, hashes of programs with an evaluation) right now."""
-    executed = Counter(log.read_text().split()) if log.exists() else Counter()
+    """(executions per program tag, tags of programs with an evaluation) right now."""
+    executed = Counter(log.read_text().split("\n")[:-1]) if log.exists() else Counter()
     if not db.exists():
         return executed, set()
     con = sqlite3.connect(db)
     try:
         codes = con.execute("SELECT code FROM programs JOIN evaluations ON evaluations.program_id = programs.id")
-        committed = {hashlib.sha256(code.encode()).hexdigest() for (code,) in codes}
+        committed = {tag_of(code) for (code,) in codes}
     except sqlite3.OperationalError:  # killed before the schema was made
         committed = set()
     finally:
@@ -133,17 +136,14 @@ def stored_options(db: Path) -> dict:
 
 def test_sigkill_at_random_moments_then_bare_resume_evaluates_each_child_once(tmp_path):
     rng = random.Random(int(os.environ.get("SOAK_SEED", "9")))
-    shared = Path(tempfile.mkdtemp(prefix="evolve-soak-"))
-    shared.chmod(0o777)  # the sandbox's unprivileged uid appends here
-    log = shared / "executions.log"
-    log.touch()
-    log.chmod(0o666)
+    log = tmp_path / "executions.log"
     folder = write_problem(tmp_path / "soak", seed=SEED, evaluate=EVALUATOR.format(log=str(log)), toml=TOML)
     replay = tmp_path / "replay.json"
-    replay.write_text(json.dumps(replay_texts(rng, 80)))
+    replay.write_text(json.dumps(replay_texts(rng, 200)))
     db = tmp_path / "soak.db"
     first = [*map(str, (sys.executable, "-m", "evolve.cli", "run", folder, "--db", db))]
     first += ["--policy", f"replay:{replay}", "--sandbox", "process", "--max-evaluations", str(BUDGET)]
+    first += ["--allow-weak-sandbox"]  # no answers to hide; a machine without bubblewrap runs it too
     bare = first[:7]
     lost: dict[str, int] = {}
     outputs: list[str] = []
@@ -162,7 +162,7 @@ def test_sigkill_at_random_moments_then_bare_resume_evaluates_each_child_once(tm
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
         kills += 1
-        time.sleep(0.3)  # candidates of the killed engine die with it (PDEATHSIG); let them go
+        time.sleep(0.3)
         executed, committed = snapshot(db, log)
         for digest, count in executed.items():
             if digest not in committed:
