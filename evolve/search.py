@@ -121,7 +121,8 @@ def build_search(
         if not resolved.policy:
             resolved = replace(resolved, policy=DEFAULT_POLICY)
         sandbox_impl = make_sandbox(resolved.sandbox, workers=resolved.workers)
-        if problem.form == "split" and not sandbox_impl.hides_files and not resolved.allow_weak_sandbox:
+        hides = getattr(sandbox_impl, "hides_files", True)  # ray: each node runs its own auto sandbox
+        if problem.form == "split" and not hides and not resolved.allow_weak_sandbox:
             sandbox_impl.close()
             raise SearchSetupError(
                 f"{sandbox_impl.isolation()}; candidates could read {problem.name}'s expected answers. "
