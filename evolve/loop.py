@@ -4,6 +4,11 @@ One generator task feeds a bounded queue of children; N evaluation workers drain
 a single committer writes each result as it lands (program and evaluation in one transaction) and updates
 the in-memory population. Every prompt, completion and parsed variant is committed before its children are
 evaluated, so a run killed at any moment resumes by re-parsing the variants whose evaluations never landed.
+
+Nothing a model, a candidate or an evaluator produces ends a run: an unexpected exception while building a
+prompt, sampling, parsing, storing, evaluating or committing costs that group or that child, is recorded as an
+incident in the archive, and the run goes on; only the same failure `max_failures` times in a row stops it.
+When a run ends by a budget, a target, a stall or patience, the children already queued are evaluated first.
 """
 
 from __future__ import annotations
@@ -15,18 +20,18 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
-from evolve.archive import Archive, CompletionRecord, code_hash
+from evolve.archive import Archive, code_hash
 from evolve.archive.batch import NewProgram, add_evaluated_programs
-from evolve.archive.models import Run
-from evolve.fitness import oriented_by_name, raw_scores, scalar_view, signs
+from evolve.archive.models import Run, utcnow
+from evolve.fitness import oriented_by_name, scalar_view, signs
+from evolve.groups import GroupMaker, StageFailure
 from evolve.problem import Problem
-from evolve.prompts import PromptInputs, build_prompt, parse_completion
+from evolve.prompts import parse_completion
 from evolve.runs import RunOptions
 from evolve.selection import Member, Population, make_selector
 from evolve.stats import LoopStats
-from policies.base import AsyncPolicy, Generated, Policy, SamplingParams
+from evolve.stopping import FailureStreaks, Patience, solved
+from policies.base import Policy
 from sandboxes.base import ErrorKind, EvalOutcome, Sandbox
 
 STORED_OUTPUT = 8 * 1024
@@ -45,7 +50,7 @@ class Child:
     variant_id: int | None
 
 
-class SearchLoop:
+class SearchLoop(GroupMaker):
     def __init__(
         self,
         problem: Problem,
@@ -77,12 +82,17 @@ class SearchLoop:
         )
         self.hashes: dict[str, int | None] = {}
         self.children: asyncio.Queue[Child] = asyncio.Queue(maxsize=max(2 * options.workers, 4))
-        self.results: asyncio.Queue[tuple[Child, EvalOutcome]] = asyncio.Queue()
+        self.results: asyncio.Queue[tuple[Child, EvalOutcome, Any, Any]] = asyncio.Queue()
         self.stop = asyncio.Event()
         self.reserved = 0  # evaluations committed plus those in flight
         self.finished_reason = ""
         self.fatal: Exception | None = None
-        self.barren_groups = 0  # consecutive groups that produced no new child
+        self.barren_groups = 0  # consecutive groups, sampled with nothing left to evaluate, that made no child
+        self.in_flight = 0  # children taken by a worker whose result is not committed yet
+        self.abandon = False  # leave queued children pending (Ctrl-C, systemic failure, evaluation budget)
+        self.patience = Patience(options.patience)
+        self.failures = FailureStreaks(options.max_failures)
+        self.systemic: str | None = None  # the one line that stopped the run, when a failure repeated
         self.train_step = train_step
         self.groups_since_train = 0
         self.groups_started = 0
@@ -106,6 +116,9 @@ class SearchLoop:
         self.stats.evaluations += 1
         if error_kind is None:
             self.stats.record_best(member.id, member.scalar, oriented_by_name(self.problem.components, member.oriented))
+            self.patience.observe(self.stats.evaluations, member.scalar)
+            if self.options.stop_when_solved and solved(self.problem.components, self._scores_of(member)):
+                self._finish("solved: every component reached its best declared bound")
         self.stats.island_sizes = [isl.size for isl in self.population.islands]
 
     def _ensure_version_row(self) -> int:
@@ -123,15 +136,47 @@ class SearchLoop:
 
     async def _requeue_pending(self) -> None:
         for variant_id, slot, parent_id, text, island in self.archive.pending_variants(self.run.id):
-            parent = self.archive.program(parent_id)
-            assert parent is not None
-            parsed = parse_completion(parent.code, text, self.options.variants)
-            code = parsed[slot].code if slot < len(parsed) else None
-            if code is None or code_hash(code) in self.hashes:
-                self.archive.set_variant(variant_id, status="duplicate" if code else "parse_error")
+            try:
+                parent = self.archive.program(parent_id)
+                if parent is None:
+                    raise LookupError(f"parent {parent_id} of variant {variant_id} is missing")
+                parsed = parse_completion(parent.code, text, self.options.variants)
+                code = parsed[slot].code if slot < len(parsed) else None
+                if code is None or code_hash(code) in self.hashes:
+                    status = "duplicate" if code else (parsed[slot].status if slot < len(parsed) else "parse_error")
+                    self.archive.set_variant(variant_id, status=status)
+                    continue
+            except Exception as exc:  # one unreadable pending variant must not stop the resume
+                self._incident(StageFailure("parse", exc))
                 continue
             self.hashes[code_hash(code)] = None
             await self.children.put(Child(code, parent_id, island, parent.generation + 1, variant_id))
+
+    # ---- failures and stops -----------------------------------------------------------------------------
+    def _finish(self, reason: str) -> None:
+        self.finished_reason = self.finished_reason or reason
+        self.stop.set()
+
+    def _incident(self, failure: StageFailure) -> None:
+        """Record one unexpected failure; the same kind at the same stage N times in a row stops the run."""
+        kind = type(failure.exc).__name__
+        self.stats.incidents += 1
+        with contextlib.suppress(Exception):  # the archive itself may be what failed
+            self.archive.add_incident(self.run.id, failure.stage, kind, str(failure.exc) or repr(failure.exc))
+        count = self.failures.failed(failure.stage, kind)
+        if self.failures.systemic(count) and self.systemic is None:
+            self.systemic = (
+                f"{count} {failure.stage} failures in a row ({kind}: {str(failure.exc)[:200]}); "
+                "fix the cause, then run the same command (or `evolve resume DB`) to continue"
+            )
+            self.abandon = True
+            self.stop.set()
+
+    def _stage_ok(self, stage: str) -> None:
+        self.failures.succeeded(stage)
+
+    def _pending_work(self) -> int:
+        return self.children.qsize() + self.in_flight + self.results.qsize()
 
     # ---- stages -----------------------------------------------------------------------------------------
     def _budget_left(self) -> bool:
@@ -142,108 +187,39 @@ class SearchLoop:
             return False
         return self.reserved < self.options.max_evaluations
 
-    def _pick(self, rng: np.random.Generator, island_index: int) -> tuple[Member, list[Member]]:
-        island = self.population.islands[island_index]
-        if not island.pool():
-            assert self.population.first is not None
-            return self.population.first, []
-        parent = self.selector.pick(island, rng)
-        others = [m for m in island.pool() if m.id != parent.id]
-        k = min(self.problem.config.search.inspirations, len(others))
-        elite = [m for m in island.best(1) if m.id != parent.id][:k]
-        rest = [m for m in others if m not in elite]
-        extra = [rest[int(i)] for i in rng.choice(len(rest), size=min(k - len(elite), len(rest)), replace=False)]
-        return parent, elite + extra
-
-    def _scores_of(self, m: Member) -> dict[str, float]:
-        return raw_scores(self.problem.components, m.oriented)
-
     async def generate(self) -> None:
         """Sample groups until the budget is spoken for; each group is committed before its children queue."""
         while self._budget_left() and self.reserved + self.children.qsize() < self.options.max_evaluations:
             index, self.groups_started = self.groups_started, self.groups_started + 1
-            rng = np.random.default_rng([self.options.seed, index])
-            island = index % len(self.population.islands)
-            parent, inspirations = self._pick(rng, island)
-            codes = self.archive.codes([parent.id, *(i.id for i in inspirations)])
-            prompt = self._prompt(parent, inspirations, codes)
-            params = SamplingParams(
-                self.options.temperature, self.options.top_p, self.options.max_new_tokens, int(rng.integers(2**31))
-            )
-            version_id = self._ensure_version_row()
-            group = await self._sample(prompt, params)
-            records, statuses, children = self._parse_group(group, codes[parent.id], version_id)
-            variant_ids = await asyncio.to_thread(
-                self.archive.add_group,
-                self.run.id,
-                parent_id=parent.id,
-                inspiration_ids=[i.id for i in inspirations],
-                island=island,
-                prompt=prompt,
-                sampling=params.as_dict(),
-                completions=records,
-                variants=statuses,
-            )
-            self._note_group(produced_children=bool(children))
-            for i, slot, code in children:
-                await self.children.put(Child(code, parent.id, island, parent.generation + 1, variant_ids[i][slot]))
+            try:
+                children, parent, island = await self._one_group(index)
+            except StageFailure as failure:  # costs this group only
+                self._incident(failure)
+                continue
+            produced = bool(children)
+            for code, variant_id in children:
+                await self.children.put(Child(code, parent.id, island, parent.generation + 1, variant_id))
+            self._note_group(produced_children=produced)
+            if not produced and self._pending_work():
+                await self.children.join()  # repeating itself: let queued children land (new parents) first
             self.groups_since_train += 1
             if self.train_step is not None and self.groups_since_train >= self.options.train_every:
                 await self._train()
 
-    def _prompt(self, parent: Member, inspirations: list[Member], codes: dict[int, str]) -> str:
-        return build_prompt(
-            PromptInputs(
-                self.problem.config.description,
-                codes[parent.id],
-                self._scores_of(parent),
-                self.archive.feedback(parent.id),
-                [(codes[i.id], self._scores_of(i)) for i in inspirations],
-                self.options.variants,
-                self.options.edit_format,
-            )
-        )
-
-    async def _sample(self, prompt: str, params: SamplingParams) -> list[Generated]:
-        if isinstance(self.policy, AsyncPolicy):  # HTTP policies: many groups in flight at once
-            return await self.policy.agenerate(prompt, params, self.options.group_size)
-        return await asyncio.to_thread(self.policy.generate, prompt, params, self.options.group_size)
-
-    def _parse_group(
-        self, group: list[Generated], parent_code: str, version_id: int
-    ) -> tuple[list[CompletionRecord], list[list[tuple[str, str | None, int | None]]], list[tuple[int, int, str]]]:
-        """Each completion's record, its variants' (status, detail, program id) by slot, and the new children
-        as (completion index, slot, code). A variant whose code is already known is a duplicate."""
-        records, statuses, children = [], [], []
-        for gen in group:
-            self.stats.tokens += len(gen.token_ids or ())
-            row_id = self._version_rows.get(gen.version, version_id)
-            records.append(CompletionRecord(gen.text, gen.token_ids, gen.logprobs, gen.finish_reason, row_id))
-            row = []
-            for v in parse_completion(parent_code, gen.text, self.options.variants):
-                status, pid = v.status, None
-                if v.code is not None:
-                    digest = code_hash(v.code)
-                    if digest in self.hashes:
-                        status, pid = "duplicate", self.hashes[digest]
-                    else:
-                        self.hashes[digest] = None
-                        children.append((len(records) - 1, v.slot, v.code))
-                self.stats.parse[status] += 1
-                row.append((status, v.detail, pid))
-            statuses.append(row)
-        return records, statuses, children
-
     def _note_group(self, produced_children: bool) -> None:
-        """Count the group; stop the run after MAX_BARREN_GROUPS in a row produced nothing new."""
+        """Count the group; stop the run after MAX_BARREN_GROUPS in a row produced nothing new. A stall is
+        judged on evaluated children: a barren group counts only when no child waits or is under evaluation,
+        since the parents those children become may unblock the policy."""
         self.stats.groups += 1
-        self.barren_groups = 0 if produced_children else self.barren_groups + 1
+        if produced_children:
+            self.barren_groups = 0
+        elif not self._pending_work():
+            self.barren_groups += 1
         if self.barren_groups >= MAX_BARREN_GROUPS:
-            self.finished_reason = (
+            self._finish(
                 f"stalled: the last {MAX_BARREN_GROUPS} groups produced no new child "
                 "(see parse statuses in evolve inspect)"
             )
-            self.stop.set()
 
     async def _train(self) -> None:
         """Pause generation, let the recent groups' evaluations land, update and publish the policy."""
@@ -260,22 +236,28 @@ class SearchLoop:
         self._ensure_version_row()
 
     async def evaluate(self) -> None:
+        """Drain the queue: a stop by budget, target, stall or patience still evaluates what is queued; only
+        Ctrl-C, a systemic failure or the evaluation budget leave children pending for the next resume."""
         while True:
             child = await self.children.get()
-            if not self._budget_left():
+            if self.abandon or self.reserved >= self.options.max_evaluations:
                 self.children.task_done()
-                continue  # left pending in the archive; a resumed run with more budget evaluates it
+                continue  # left pending in the archive; a resumed run evaluates it
             self.reserved += 1
+            self.in_flight += 1
+            started = utcnow()
             aevaluate = getattr(self.sandbox, "aevaluate", None)  # cluster sandboxes: no thread per slot
             try:
                 if aevaluate is not None:
                     outcome = await aevaluate(self.problem, child.code)
                 else:
                     outcome = await asyncio.to_thread(self.sandbox.evaluate, self.problem, child.code)
+                self.failures.succeeded("evaluate")
             except Exception as exc:  # a sandbox bug must cost one evaluation, not the run
+                self._incident(StageFailure("evaluate", exc))
                 error = f"sandbox failure: {exc!r}"
                 outcome = EvalOutcome.failure(self.problem, ErrorKind.CRASH, error, 0.0, self.sandbox.kind)
-            await self.results.put((child, outcome))
+            await self.results.put((child, outcome, started, utcnow()))
             self.children.task_done()
 
     async def commit(self) -> None:
@@ -286,19 +268,21 @@ class SearchLoop:
                 batch.append(self.results.get_nowait())
             try:
                 await asyncio.to_thread(self._commit_batch, batch)
-            except Exception as exc:  # the archive is gone or broken: stop, keeping what was committed
-                self.fatal = exc
-                self.stop.set()
+                self.failures.succeeded("commit")
+            except Exception as exc:  # costs these children (left pending); a broken archive repeats and stops
+                self.reserved -= len(batch)
+                self._incident(StageFailure("commit", exc))
             finally:
+                self.in_flight -= len(batch)
                 for _ in batch:
                     self.results.task_done()
 
-    def _commit_one(self, child: Child, outcome: EvalOutcome) -> None:
-        self._commit_batch([(child, outcome)])
+    def _commit_one(self, child: Child, outcome: EvalOutcome, started: Any = None, finished: Any = None) -> None:
+        self._commit_batch([(child, outcome, started, finished)])
 
-    def _commit_batch(self, batch: list[tuple[Child, EvalOutcome]]) -> None:
-        scalars = [scalar_view(self.problem.components, outcome.scores) for _, outcome in batch]
-        digests = [code_hash(child.code) for child, _ in batch]
+    def _commit_batch(self, batch: list[tuple[Child, EvalOutcome, Any, Any]]) -> None:
+        scalars = [scalar_view(self.problem.components, outcome.scores) for _, outcome, _s, _f in batch]
+        digests = [code_hash(child.code) for child, *_ in batch]
         rows = [
             NewProgram(
                 child.code,
@@ -315,15 +299,20 @@ class SearchLoop:
                     feedback=outcome.feedback,
                     stages=outcome.stages,
                     stdout=outcome.stdout[:STORED_OUTPUT],
-                    stderr=outcome.stderr[:STORED_OUTPUT],
+                    stderr=outcome.stderr[-STORED_OUTPUT:],  # the tail holds the traceback
                     sandbox=outcome.sandbox,
+                    case_errors=dict(outcome.case_errors) or None,
+                    started_at=started,
+                    finished_at=finished,
                 ),
                 digest,
             )
-            for (child, outcome), scalar, digest in zip(batch, scalars, digests, strict=True)
+            for (child, outcome, started, finished), scalar, digest in zip(batch, scalars, digests, strict=True)
         ]
         written = add_evaluated_programs(self.archive, self.run.id, rows)
-        for (child, outcome), scalar, digest, (pid, created) in zip(batch, scalars, digests, written, strict=True):
+        for (child, outcome, _s, _f), scalar, digest, (pid, created) in zip(
+            batch, scalars, digests, written, strict=True
+        ):
             self.hashes[digest] = pid
             self._record(child, outcome, scalar, pid, created)
 
@@ -339,22 +328,43 @@ class SearchLoop:
             self.stats.errors[outcome.error_kind] += 1
         target = self.options.target
         if target is not None and self.stats.best_scalar is not None and self.stats.best_scalar >= target:
-            self.finished_reason = f"target {target} reached"
-            self.stop.set()
+            self._finish(f"target {target} reached")
+        if self.patience.exhausted(self.stats.evaluations):
+            self._finish(f"patience: no new best scalar in {self.options.patience} evaluations")
         if self.stats.evaluations >= self.options.max_evaluations:
             self.finished_reason = self.finished_reason or "evaluation budget reached"
 
     # ---- the whole run ----------------------------------------------------------------------------------
     async def run_async(self) -> str:
+        """Run to a stop; the run row is never left `running` unless the process is killed outright."""
+        status = "failed"
+        try:
+            reason = await self._run_session()
+            status = "stopped" if reason == "interrupted" or self.systemic else "finished"
+            return reason
+        except (KeyboardInterrupt, asyncio.CancelledError):  # a second Ctrl-C / SIGTERM
+            status = "stopped"
+            raise
+        finally:
+            with contextlib.suppress(Exception):
+                state = {**self.run.state, "elapsed_s": self.stats.elapsed_s}
+                state["stop_reason"] = self.systemic or self.finished_reason or f"{status} by an error"
+                self.archive.update_run(self.run.id, status=status, state=state)
+                self.run.state = state
+
+    async def _run_session(self) -> str:
         self._rebuild()
         if self.stats.evaluations == 0:
             self.hashes[code_hash(self.problem.seed_code)] = None
             self.reserved += 1
+            started = utcnow()
             outcome = await asyncio.to_thread(self.sandbox.evaluate, self.problem, self.problem.seed_code)
-            await asyncio.to_thread(self._commit_one, Child(self.problem.seed_code, None, 0, 0, None), outcome)
+            seed = Child(self.problem.seed_code, None, 0, 0, None)
+            await asyncio.to_thread(self._commit_one, seed, outcome, started, utcnow())
         loop = asyncio.get_running_loop()
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(signal.SIGINT, self._interrupt)
+            loop.add_signal_handler(signal.SIGTERM, self._interrupt)  # a polite kill stops cleanly too
         workers = [asyncio.create_task(self.evaluate()) for _ in range(self.options.workers)]
         committer = asyncio.create_task(self.commit())
         ticker = asyncio.create_task(self._save_elapsed())
@@ -371,20 +381,21 @@ class SearchLoop:
                 task.cancel()
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.remove_signal_handler(signal.SIGINT)
+                loop.remove_signal_handler(signal.SIGTERM)
             self._save_state()
         if self.fatal is not None:
-            self.archive.update_run(self.run.id, status="failed")
             raise self.fatal
+        if self.systemic:
+            return f"stopped: {self.systemic}"
         if not self.finished_reason:
             self.finished_reason = "evaluation budget reached"
-        status = "stopped" if self.finished_reason == "interrupted" else "finished"
-        self.archive.update_run(self.run.id, status=status)
         return self.finished_reason
 
     def _interrupt(self) -> None:
         if self.stop.is_set():
             raise KeyboardInterrupt
         self.finished_reason = "interrupted"
+        self.abandon = True  # queued children stay pending for the next resume
         self.stop.set()
 
     async def _save_elapsed(self) -> None:

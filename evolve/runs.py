@@ -1,8 +1,15 @@
-"""A run's identity across sessions: its options, and finding the run that `evolve run` resumes."""
+"""A run's identity across sessions: its options, and finding the run that `evolve run` resumes.
+
+Every option is stored with the run when it starts. A resume takes the stored options; an option given
+explicitly on resume overrides its stored value, and each override is recorded with the run (shown by
+`evolve inspect`), so that leaving out `--max-evaluations 1000` on resume never silently shrinks the run.
+"""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, fields, replace
+from datetime import UTC, datetime
 from typing import Any
 
 from evolve.archive import Archive
@@ -36,6 +43,14 @@ class RunOptions:
     train_every: int = 0  # groups between policy updates; 0 = never
     train_method: str = "vpo"  # vpo | grpo | multi-rlvr
     top_p: float = _SEARCH.top_p
+    sandbox: str = "auto"  # auto | docker | process | ray[:ADDRESS]
+    allow_weak_sandbox: bool = False  # run a split-form problem on a sandbox that cannot hide its answers
+    learning_rate: float = 2e-5  # of the LoRA updates
+    adapters_dir: str | None = None  # where adapters go (None: next to the archive)
+    trainer_model: str | None = None  # local dir or hub id of the served base model (vllm:/openai: policies)
+    patience: int | None = None  # stop after this many evaluations without a new best scalar
+    stop_when_solved: bool = True  # stop once one program scores every component at its best declared bound
+    max_failures: int = 5  # the same unexpected failure this many times in a row stops the run
 
     @classmethod
     def for_problem(cls, search: SearchSection, **given: Any) -> RunOptions:
@@ -56,9 +71,15 @@ class RunOptions:
         return cls(**{**from_search, **chosen})
 
 
-def check_resumable(archive: Archive, problem: Problem) -> Run | None:
-    """The run of this problem that `evolve run` would resume, refusing one made for a changed problem."""
-    run = archive.latest_run(problem.name)
+def check_resumable(archive: Archive, problem: Problem, run_id: int | None = None) -> Run | None:
+    """The run of this problem that `evolve run` would resume (the latest, or `run_id`), refusing one made for
+    a changed problem."""
+    if run_id is None:
+        run = archive.latest_run(problem.name)
+    else:
+        run = next((r for r in archive.runs() if r.id == run_id), None)
+        if run is None:
+            raise RunMismatch(f"{archive.url}: no run {run_id}; runs are {[r.id for r in archive.runs()]}")
     if run is not None and run.problem_fingerprint != problem.fingerprint():
         raise RunMismatch(
             f"{archive.url}: run {run.id} of {problem.name} was made with a different "
@@ -67,11 +88,53 @@ def check_resumable(archive: Archive, problem: Problem) -> Run | None:
     return run
 
 
-def open_run(archive: Archive, problem: Problem, options: RunOptions) -> tuple[Run, bool]:
-    """The latest run of this problem in the archive (resumed), or a new one. Returns (run, resumed)."""
-    run = check_resumable(archive, problem)
+def stored_options(run: Run) -> RunOptions:
+    """The options a run was started with (fields unknown to an older archive take their defaults)."""
+    known = {f.name for f in fields(RunOptions)}
+    raw = run.config.get("options", {})
+    return RunOptions(**{k: v for k, v in raw.items() if k in known})
+
+
+def resolve_options(
+    problem: Problem, run: Run | None, given: Mapping[str, Any]
+) -> tuple[RunOptions, dict[str, list[Any]]]:
+    """A new run: what was given over the problem's `[search]`. A resume: the stored options, with each given
+    value that differs as an override. Returns (options, overrides as name → [stored, given])."""
+    chosen = {k: v for k, v in given.items() if v is not None}
+    if run is None:
+        return RunOptions.for_problem(problem.config.search, **chosen), {}
+    stored = stored_options(run)
+    changes = {k: [getattr(stored, k), v] for k, v in chosen.items() if getattr(stored, k) != v}
+    return replace(stored, **{k: new for k, (_old, new) in changes.items()}), changes
+
+
+def open_run(
+    archive: Archive,
+    problem: Problem,
+    options: RunOptions,
+    *,
+    run: Run | None = None,
+    overrides: Mapping[str, list[Any]] | None = None,
+) -> tuple[Run, bool]:
+    """Resume `run` (default: the latest run of this problem) or start a new one; returns (run, resumed).
+
+    A resumed run found `running` was killed (SIGKILL, power loss): it is counted as an interruption."""
+    run = run if run is not None else check_resumable(archive, problem)
     if run is not None:
-        archive.update_run(run.id, status="running", config={**run.config, "options": asdict(options)})
+        config = {**run.config, "options": asdict(options)}
+        if overrides:
+            stamp = datetime.now(UTC).isoformat(timespec="seconds")
+            config["overrides"] = [*run.config.get("overrides", []), {"at": stamp, "changes": dict(overrides)}]
+        state = dict(run.state)
+        if run.status == "running":
+            state["interruptions"] = int(state.get("interruptions", 0)) + 1
+        archive.update_run(run.id, status="running", config=config, state=state)
+        run.config, run.state = config, state
         return run, True
-    config = {"problem": problem.config.model_dump(mode="json"), "options": asdict(options)}
+    config = {
+        "problem": problem.config.model_dump(mode="json"),
+        "problem_path": str(problem.root),
+        "problem_hash": problem.fingerprint(),
+        "options": asdict(options),
+    }
     return archive.create_run(problem.name, str(problem.root), problem.fingerprint(), config, options.seed), False

@@ -32,6 +32,7 @@ class LoopStats:
     island_sizes: list[int] = field(default_factory=list)
     train_updates: int = 0
     train_failures: int = 0
+    incidents: int = 0  # unexpected exceptions that cost one group or child (see `evolve inspect`)
     last_train: str = ""
     policy_status: str = ""  # e.g. "waiting for the server", set by the live view from the policy
     signs: dict[str, float] = field(default_factory=dict)  # +1/-1 per component (fitness.signs); 1 when absent

@@ -36,6 +36,7 @@ from sandboxes.scoring import HARNESS_PATH, make_job, outcome_from, program_file
 
 CLONE_NEWUSER, CLONE_NEWNET = 0x10000000, 0x40000000
 PR_SET_CHILD_SUBREAPER = 36
+PR_SET_PDEATHSIG = 1
 REPLY_CAP = 32 * 1024 * 1024
 GRACE_S = 1.0
 BASE_UID = 61000
@@ -235,9 +236,14 @@ class ProcessSandbox:
         flags = self._unshare_flags() if self.network_isolated and self._jail is None else 0
         mem = max(limits.memory_mb, 256) * 1024 * 1024
         cpu = int(limits.timeout_s) + 2
+        engine = os.getpid()
         jailed = self._jail is not None
 
         def setup() -> None:
+            # An engine killed with SIGKILL takes its candidates along: none runs on, unaccounted for.
+            _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+            if os.getppid() != engine:
+                os._exit(1)
             if flags:
                 _checked_unshare(flags)
             resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
@@ -250,6 +256,7 @@ class ProcessSandbox:
                     os.setgroups([])
                     os.setgid(uid)
                     os.setuid(uid)
+                    _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # a change of credentials clears it
 
         return setup
 

@@ -26,6 +26,8 @@ def make_job(problem: Problem, program_path: str, evaluator_path: str | None, wo
     if problem.form == "split":
         job["entry_point"] = problem.config.program.entry_point
         job["inputs"] = [[c.name, c.input] for c in problem.cases]
+        if problem.config.limits.case_timeout_s is not None:
+            job["case_timeout_s"] = problem.config.limits.case_timeout_s
     else:
         job["evaluator"] = evaluator_path
         job.update(simple_job_extras(problem))

@@ -58,6 +58,7 @@ def square_run(tmp_path: Path, **options: object) -> tuple:
         temperature=0.7,
         max_new_tokens=160,
         seed=0,
+        stop_when_solved=False,  # the taught answers solve the square problem; these runs go to their budget
     )
     problem = load_problem(write_square_problem(tmp_path / "sq"))
     archive = Archive(tmp_path / "a.db")
@@ -84,6 +85,7 @@ def evolve_run_cmd(folder: Path, db: Path | str, policy: str, max_evaluations: i
         "process",
         "--max-evaluations",
         str(max_evaluations),
+        "--no-stop-when-solved",  # the taught answers solve the square problem; these runs go to their budget
         "--allow-weak-sandbox",  # these tests are about the loop; a machine without bubblewrap still runs them
         *extra,
     ]

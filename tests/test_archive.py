@@ -54,6 +54,20 @@ def test_fresh_archive_is_at_head_and_in_wal_mode(tmp_path):
     assert con.execute("SELECT version_num FROM alembic_version").fetchone()[0] == _script_head()
 
 
+def test_migrations_build_exactly_the_models(tmp_path):
+    """The tables Alembic builds are the ones the ORM declares: a column added without a migration fails."""
+    from alembic.autogenerate import compare_metadata
+    from alembic.runtime.migration import MigrationContext
+
+    from evolve.archive.models import Base
+
+    archive = Archive(tmp_path / "a.db")
+    with archive.engine.connect() as conn:
+        diff = compare_metadata(MigrationContext.configure(conn), Base.metadata)
+    archive.close()
+    assert diff == []
+
+
 def test_fresh_archive_on_any_database_is_at_head(db_url):
     a = Archive(db_url)
     with a.session() as s:

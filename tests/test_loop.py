@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sqlite3
@@ -124,11 +125,19 @@ def test_cli_readers_work_on_the_archive(tmp_path, tiny_model_dir):
     )
     assert out.returncode == 0, out.stderr[-2000:]
     inspect = subprocess.run([*base, "inspect", str(db), "--json"], capture_output=True, text=True, timeout=60)
-    import json
 
     summary = json.loads(inspect.stdout)[0]
     assert summary["evaluations"] == 5 and summary["problem"] == "square"
     assert summary["best_components"]["c0"][1] == 1.0
+    # telemetry kept: tokens and seconds per group, start/end per evaluation, and the run's totals
+    t = summary["telemetry"]
+    assert t["tokens"] > 0 and t["generation_s"] > 0 and t["tokens_per_s"] > 0 and t["evaluations_per_min"] > 0
+    assert t["valid_children_per_1k_tokens"] == pytest.approx(1000 * t["valid_children"] / t["tokens"])
+    con = sqlite3.connect(db)
+    for started, finished, sandbox in con.execute("SELECT started_at, finished_at, sandbox FROM evaluations"):
+        assert started <= finished and sandbox == "process"
+    for tokens, seconds, counts in con.execute("SELECT tokens, generation_s, parse_counts FROM prompts"):
+        assert tokens > 0 and seconds > 0 and sum(json.loads(counts).values()) == 4 * 2
     best = subprocess.run([*base, "best", str(db)], capture_output=True, text=True, timeout=60)
     assert "def solve" in best.stdout
     pid = summary["best_scalar"][0]

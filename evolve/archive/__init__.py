@@ -2,7 +2,14 @@
 
 from evolve.archive.codehash import code_hash, normalize
 from evolve.archive.queries import GroupRows, RunSummary
-from evolve.archive.store import Archive, ArchiveError, CompletionRecord, ScoredProgram
+from evolve.archive.store import (
+    Archive,
+    ArchiveError,
+    CompletionRecord,
+    GroupTelemetry,
+    ParentContext,
+    ScoredProgram,
+)
 from evolve.archive.urls import archive_url, sqlite_file
 
 __all__ = [
@@ -10,6 +17,8 @@ __all__ = [
     "ArchiveError",
     "CompletionRecord",
     "GroupRows",
+    "GroupTelemetry",
+    "ParentContext",
     "RunSummary",
     "ScoredProgram",
     "archive_url",

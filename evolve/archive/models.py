@@ -72,7 +72,7 @@ class Program(Base):
     run_id: Mapped[int] = mapped_column(ForeignKey("runs.id"), index=True)
     code: Mapped[str] = mapped_column(Text)
     code_hash: Mapped[str] = mapped_column(String(64))
-    parent_id: Mapped[int | None] = mapped_column(ForeignKey("programs.id"))
+    parent_id: Mapped[int | None] = mapped_column(ForeignKey("programs.id"), index=True)
     island: Mapped[int] = mapped_column(Integer, default=0)
     generation: Mapped[int] = mapped_column(Integer, default=0)
     created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
@@ -93,6 +93,9 @@ class Evaluation(Base):
     stdout: Mapped[str | None] = mapped_column(Text)
     stderr: Mapped[str | None] = mapped_column(Text)
     sandbox: Mapped[str] = mapped_column(String(20))
+    case_errors: Mapped[dict[str, Any] | None] = mapped_column(JSON)  # case name → error, split form
+    started_at: Mapped[datetime | None] = mapped_column(DateTime)  # when the sandbox got the program
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime)  # when its reply came back
     created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
     program: Mapped[Program] = relationship(back_populates="evaluation")
 
@@ -105,6 +108,23 @@ class Prompt(Base):
     inspiration_ids: Mapped[list[Any]]
     island: Mapped[int] = mapped_column(Integer, default=0)
     text: Mapped[str] = mapped_column(Text)
+    # Telemetry of the group sampled from this prompt (None in archives older than it).
+    tokens: Mapped[int | None] = mapped_column(Integer)  # tokens generated over its G completions
+    generation_s: Mapped[float | None] = mapped_column(Float)  # seconds spent sampling them
+    parse_counts: Mapped[dict[str, Any] | None] = mapped_column(JSON)  # variant status → count
+    started_at: Mapped[datetime | None] = mapped_column(DateTime)  # sampling began; created_at: stored
+    created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+
+
+class Incident(Base):
+    """An unexpected exception that cost one group or one child (the run went on); `inspect` lists them."""
+
+    __tablename__ = "incidents"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id"), index=True)
+    stage: Mapped[str] = mapped_column(String(20))  # prompt | sample | parse | store | evaluate | commit
+    kind: Mapped[str] = mapped_column(String(100))  # the exception's class name
+    message: Mapped[str] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
 
 

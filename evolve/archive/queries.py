@@ -10,12 +10,23 @@ from collections import Counter
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from evolve.archive.models import Completion, Evaluation, PolicyVersion, Program, Prompt, Run, Variant
+from evolve.archive.models import (
+    Completion,
+    Evaluation,
+    Incident,
+    PolicyVersion,
+    Program,
+    Prompt,
+    Run,
+    Variant,
+    utcnow,
+)
 from evolve.fitness import better
 from evolve.problem.config import FitnessSection
 
@@ -36,6 +47,24 @@ class RunSummary:
     best_components: dict[str, tuple[int, float]] = field(default_factory=dict)
     policy_versions: list[dict[str, Any]] = field(default_factory=list)
     elapsed_s: float = 0.0
+    stop_reason: str | None = None
+    interruptions: int = 0  # sessions that ended by a kill (found `running` by the next command)
+    options: dict[str, Any] = field(default_factory=dict)  # what the run runs with now
+    overrides: list[dict[str, Any]] = field(default_factory=list)  # options changed on resume, when, from → to
+    incidents: dict[str, int] = field(default_factory=dict)  # "stage: kind" → count
+    last_incident: str | None = None
+    telemetry: dict[str, float | int | None] = field(default_factory=dict)
+
+
+HEARTBEAT_STALE_S = 60.0  # a `running` run not heard from for this long was killed
+
+
+def shown_status(run: Run, now: datetime | None = None) -> str:
+    """`running`, unless its heartbeat (saved every few seconds) stopped: then it was killed, `interrupted`."""
+    if run.status != "running":
+        return run.status
+    age = ((now or utcnow()) - run.updated_at).total_seconds()
+    return "interrupted" if age > HEARTBEAT_STALE_S else "running"
 
 
 @dataclass(frozen=True)
@@ -58,7 +87,16 @@ class ArchiveQueries:
     def policy_versions(self, run_id: int | None = None) -> Sequence[PolicyVersion]: ...  # provided by Archive
 
     def summarize(self, run: Run) -> RunSummary:
-        out = RunSummary(run.id, run.problem_name, run.status, elapsed_s=float(run.state.get("elapsed_s", 0.0)))
+        out = RunSummary(
+            run.id,
+            run.problem_name,
+            shown_status(run),
+            elapsed_s=float(run.state.get("elapsed_s", 0.0)),
+            stop_reason=run.state.get("stop_reason"),
+            interruptions=int(run.state.get("interruptions", 0)),
+            options=dict(run.config.get("options", {})),
+            overrides=list(run.config.get("overrides", [])),
+        )
         components = {c.name: c for c in FitnessSection.model_validate(run.config["problem"]["fitness"]).resolved()}
         with self.session() as s:
             out.programs = s.scalar(select(func.count(Program.id)).where(Program.run_id == run.id)) or 0
@@ -97,6 +135,7 @@ class ArchiveQueries:
                     if held is None or (better(spec, value, held[1]) if spec else value > held[1]):
                         out.best_components[name] = (pid, value)
             out.errors = dict(errors)
+            self._incidents_and_telemetry(s, run, out)
         out.policy_versions = [
             {
                 "id": v.id,
@@ -108,6 +147,42 @@ class ArchiveQueries:
             for v in self.policy_versions(run.id)
         ]
         return out
+
+    @staticmethod
+    def _incidents_and_telemetry(s: Session, run: Run, out: RunSummary) -> None:
+        incidents = s.execute(
+            select(Incident.stage, Incident.kind, func.count()).where(Incident.run_id == run.id).group_by(
+                Incident.stage, Incident.kind
+            )
+        ).all()
+        out.incidents = {f"{stage}: {kind}": n for stage, kind, n in incidents}
+        last = s.execute(
+            select(Incident.stage, Incident.kind, Incident.message)
+            .where(Incident.run_id == run.id)
+            .order_by(Incident.id.desc())
+            .limit(1)
+        ).first()
+        out.last_incident = f"{last[0]}: {last[1]}: {last[2][:300]}" if last else None
+        tokens, gen_s = s.execute(
+            select(func.sum(Prompt.tokens), func.sum(Prompt.generation_s)).where(Prompt.run_id == run.id)
+        ).one()
+        valid_children = (
+            s.scalar(
+                select(func.count(Program.id))
+                .join(Evaluation)
+                .where(Program.run_id == run.id, Program.parent_id.is_not(None), Evaluation.error_kind.is_(None))
+            )
+            or 0
+        )
+        minutes = out.elapsed_s / 60.0
+        out.telemetry = {
+            "tokens": tokens,
+            "generation_s": gen_s,
+            "tokens_per_s": tokens / gen_s if tokens and gen_s else None,
+            "evaluations_per_min": out.evaluations / minutes if minutes > 0 else None,
+            "valid_children": valid_children,
+            "valid_children_per_1k_tokens": 1000.0 * valid_children / tokens if tokens else None,
+        }
 
     def best_program(self, run: Run, component: str | None = None) -> Program | None:
         """The best by scalar view, or by one component (in its own direction)."""

@@ -26,6 +26,7 @@ from evolve.archive.codehash import code_hash
 from evolve.archive.models import (
     Completion,
     Evaluation,
+    Incident,
     PolicyVersion,
     Program,
     Prompt,
@@ -57,6 +58,23 @@ class ScoredProgram:
     scalar: float | None
     error_kind: str | None
     code_length: int
+
+
+@dataclass(frozen=True)
+class ParentContext:
+    feedback: str | None
+    stderr: str | None
+    case_errors: dict[str, str] | None
+
+
+@dataclass(frozen=True)
+class GroupTelemetry:
+    """How one group was sampled: tokens, seconds, when it began, and its variants' parse outcomes."""
+
+    tokens: int | None = None
+    generation_s: float | None = None
+    started_at: Any = None  # datetime (naive UTC)
+    parse_counts: dict[str, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -269,6 +287,32 @@ class Archive(ArchiveQueries):
         with self.session() as s:
             return s.scalar(select(Evaluation.feedback).where(Evaluation.program_id == program_id))
 
+    def parent_context(self, program_id: int) -> ParentContext:
+        """What a prompt shows about a parent beyond its code: feedback, stderr, failed cases."""
+        with self.session() as s:
+            row = s.execute(
+                select(Evaluation.feedback, Evaluation.stderr, Evaluation.case_errors).where(
+                    Evaluation.program_id == program_id
+                )
+            ).first()
+        return ParentContext(*row) if row else ParentContext(None, None, None)
+
+    def recent_child_failures(self, parent_id: int, limit: int = 3) -> list[tuple[str, str]]:
+        """(error kind, error) of the newest failed children of a parent (index on parent_id: no scan)."""
+        q = (
+            select(Evaluation.error_kind, Evaluation.error)
+            .join(Program, Program.id == Evaluation.program_id)
+            .where(Program.parent_id == parent_id, Evaluation.error_kind.is_not(None))
+            .order_by(Program.id.desc())
+            .limit(limit)
+        )
+        with self.session() as s:
+            return [(kind, error or "") for kind, error in s.execute(q)]
+
+    def add_incident(self, run_id: int, stage: str, kind: str, message: str) -> None:
+        with self.session() as s:
+            s.add(Incident(run_id=run_id, stage=stage, kind=kind[:100], message=message[:4000]))
+
     def count_programs(self, run_id: int) -> int:
         with self.session() as s:
             return s.scalar(select(func.count(Program.id)).where(Program.run_id == run_id)) or 0
@@ -285,11 +329,13 @@ class Archive(ArchiveQueries):
         sampling: dict[str, Any],
         completions: Sequence[CompletionRecord],
         variants: Sequence[Sequence[tuple[str, str | None, int | None]]],
+        telemetry: GroupTelemetry | None = None,
     ) -> list[list[int]]:
         """Store a prompt with its G completions and their parsed variants; returns the variant ids.
 
         `variants[i]` lists (status, detail, program_id) for completion i, in slot order.
         """
+        t = telemetry or GroupTelemetry()
         with self.session() as s:
             p = Prompt(
                 run_id=run_id,
@@ -297,6 +343,10 @@ class Archive(ArchiveQueries):
                 inspiration_ids=inspiration_ids,
                 island=island,
                 text=prompt,
+                tokens=t.tokens,
+                generation_s=t.generation_s,
+                parse_counts=t.parse_counts,
+                started_at=t.started_at,
             )
             s.add(p)
             s.flush()

@@ -53,6 +53,23 @@ def inspect(db: DbArg, as_json: Annotated[bool, typer.Option("--json")] = False)
             f"{s.evaluations} evaluations, {s.groups} groups, {s.completions} completions"
         )
         console.print(f"  variants {s.variants}; evaluation errors {s.errors}; islands {s.islands}")
+        if s.stop_reason:
+            console.print(f"  last stop: {s.stop_reason}", highlight=False, markup=False)
+        if s.interruptions:
+            console.print(f"  interrupted (killed) {s.interruptions} time(s), resumed each time")
+        if s.incidents:
+            console.print(f"  incidents (cost one group or child each): {s.incidents}", markup=False)
+            console.print(f"  last incident: {s.last_incident}", highlight=False, markup=False)
+        for o in s.overrides:
+            changes = ", ".join(f"{k} {old!r} -> {new!r}" for k, (old, new) in o["changes"].items())
+            console.print(f"  resumed {o['at']} with {changes}", highlight=False, markup=False)
+        t = s.telemetry
+        if t.get("tokens"):
+            console.print(
+                f"  {t['tokens']} tokens ({t['tokens_per_s'] or 0:.1f}/s while sampling), "
+                f"{t['valid_children_per_1k_tokens'] or 0:.2f} valid children per 1k tokens",
+                highlight=False,
+            )
         if s.best_scalar:
             console.print(f"  best scalar {s.best_scalar[1]:.6g} (program {s.best_scalar[0]})")
         table = Table("component", "best", "program", show_edge=False)
@@ -103,7 +120,11 @@ def show(db: DbArg, program_id: int) -> None:
             highlight=False,
         )
         if ev.feedback:
-            console.print(f"feedback: {ev.feedback[:2000]}", highlight=False)
+            console.print(f"feedback: {ev.feedback[:2000]}", highlight=False, markup=False)
+        for case, error in list((ev.case_errors or {}).items())[:20]:
+            console.print(f"case {case} failed: {error[:300]}", highlight=False, markup=False)
+        if ev.stderr and ev.stderr.strip():
+            console.print(f"stderr (tail): {ev.stderr.strip()[-1500:]}", highlight=False, markup=False)
         for stage in ev.stages or []:
             metrics = ", ".join(f"{k} {v:.6g}" for k, v in stage.get("metrics", {}).items())
             console.print(f"stage {stage.get('stage')}: {metrics}", highlight=False, markup=False)

@@ -5,18 +5,18 @@ from __future__ import annotations
 import os
 import threading
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.live import Live
 from sqlalchemy.exc import SQLAlchemyError
 
+from evolve.cli.archive_cmds import open_archive, pick_run
 from evolve.cli.common import console, fail, vector_table
-from evolve.cli.problem_cmds import SandboxOpt, load_or_fail
+from evolve.cli.problem_cmds import load_or_fail
 from evolve.fitness import raw_scores
 from evolve.loop import SearchLoop
 from evolve.problem import Problem
-from evolve.runs import RunOptions
 from evolve.search import DEFAULT_POLICY, Search, SearchSetupError, build_search
 from policies.base import PolicyError, StatusReporting
 
@@ -47,6 +47,13 @@ def _live(loop: SearchLoop, done: threading.Event) -> None:
 def _announce(search: Search, problem: Problem) -> None:
     verb = "resuming" if search.resumed else "starting"
     console.print(f"{verb} run {search.loop.run.id} of {problem.name} in {search.archive.url}", highlight=False)
+    if search.previous_status == "running":
+        console.print(
+            f"run {search.loop.run.id} was interrupted (its process was killed); resuming where it stopped",
+            highlight=False,
+        )
+    for name, (old, new) in (search.overrides or {}).items():
+        console.print(f"option {name}: {old!r} -> {new!r} (given on this resume; recorded with the run)")
     console.print(f"isolation: {search.sandbox.isolation()}", highlight=False)
     if search.restored_version is not None:
         console.print(f"serving policy version {search.restored_version} (the run's newest adapter)")
@@ -92,66 +99,123 @@ def _report(search: Search, reason: str, problem: Problem) -> None:
 def run(
     problem_dir: Annotated[Path, typer.Argument(metavar="PROBLEM")],
     db: Annotated[str | None, typer.Option(help="archive path or SQLAlchemy URL [default: runs/NAME.db]")] = None,
-    policy: Annotated[str, typer.Option(help=POLICY_HELP)] = DEFAULT_POLICY,
-    sandbox: SandboxOpt = "auto",
-    workers: Annotated[int, typer.Option(min=1)] = 2,
+    policy: Annotated[str | None, typer.Option(help=f"{POLICY_HELP} [default: {DEFAULT_POLICY}]")] = None,
+    sandbox: Annotated[str | None, typer.Option(help="auto | docker | process | ray[:ADDRESS] [default: auto]")] = None,
+    workers: Annotated[int | None, typer.Option(min=1, help="[default: 2]")] = None,
     group_size: Annotated[int | None, typer.Option(min=1, help="completions per prompt (G)")] = None,
     variants: Annotated[int | None, typer.Option(min=1, max=8, help="variants per completion (m)")] = None,
     max_evaluations: Annotated[int | None, typer.Option(min=1)] = None,
     max_time: Annotated[float | None, typer.Option(help="seconds, summed over resumes")] = None,
     target: Annotated[float | None, typer.Option(help="stop when the scalar view reaches this")] = None,
-    seed: int = 0,
+    patience: Annotated[int | None, typer.Option(min=1, help="stop after N evaluations without a new best")] = None,
+    stop_when_solved: Annotated[
+        bool | None,
+        typer.Option(
+            "--stop-when-solved/--no-stop-when-solved",
+            help="stop once every component is at its best declared bound [default: stop]",
+        ),
+    ] = None,
+    seed: Annotated[int | None, typer.Option(help="[default: 0]")] = None,
     edit_format: Annotated[str | None, typer.Option(help="diff | full")] = None,
+    temperature: Annotated[float | None, typer.Option(min=0.0)] = None,
     max_new_tokens: Annotated[int | None, typer.Option(min=16)] = None,
-    train_every: Annotated[int, typer.Option(min=0, help="update the policy after every N groups (0: never)")] = 0,
-    train_method: Annotated[str, typer.Option(help="vpo | grpo | multi-rlvr")] = "vpo",
-    learning_rate: Annotated[float, typer.Option(help="LoRA learning rate")] = 2e-5,
+    train_every: Annotated[int | None, typer.Option(min=0, help="update the policy every N groups (0: never)")] = None,
+    train_method: Annotated[str | None, typer.Option(help="vpo | grpo | multi-rlvr [default: vpo]")] = None,
+    learning_rate: Annotated[float | None, typer.Option(help="LoRA learning rate [default: 2e-5]")] = None,
     adapters_dir: Annotated[Path | None, typer.Option(help="[default: next to the archive]")] = None,
     trainer_model: Annotated[
         str | None, typer.Option(help="local dir or hub id of the served base model (for vllm:/openai: policies)")
     ] = None,
+    max_failures: Annotated[
+        int | None, typer.Option(min=1, help="stop when one failure repeats N times in a row [default: 5]")
+    ] = None,
     allow_weak_sandbox: Annotated[
-        bool, typer.Option(help="run a split-form problem although candidates could read its expected answers")
-    ] = False,
+        bool | None,
+        typer.Option(
+            "--allow-weak-sandbox/--no-allow-weak-sandbox",
+            help="run a split-form problem although candidates could read its expected answers",
+        ),
+    ] = None,
 ) -> None:
-    """Run (or resume) an evolutionary search; Ctrl-C stops cleanly and the same command resumes."""
-    problem = load_or_fail(problem_dir, sandbox)
-    if edit_format not in (None, "diff", "full"):
-        fail(f"--edit-format {edit_format}: use diff or full")
-    if train_method not in TRAIN_METHODS:
-        fail(f"--train-method {train_method}: use vpo, grpo or multi-rlvr")
-    options = RunOptions.for_problem(
-        problem.config.search,
+    """Run (or resume) an evolutionary search. A resume reuses the options the run was started with; a flag
+    given again overrides its stored value (recorded with the run). Ctrl-C stops cleanly."""
+    problem = load_or_fail(problem_dir, sandbox or "auto")
+    given = dict(
+        policy=policy,
+        sandbox=sandbox,
         workers=workers,
         group_size=group_size,
         variants=variants,
         max_evaluations=max_evaluations,
         max_time_s=max_time,
         target=target,
+        patience=patience,
+        stop_when_solved=stop_when_solved,
         seed=seed,
         edit_format=edit_format,
+        temperature=temperature,
         max_new_tokens=max_new_tokens,
-        policy=policy,
         train_every=train_every,
         train_method=train_method,
+        learning_rate=learning_rate,
+        adapters_dir=str(adapters_dir) if adapters_dir is not None else None,
+        trainer_model=trainer_model,
+        max_failures=max_failures,
+        allow_weak_sandbox=allow_weak_sandbox,
     )
+    start_search(problem, given, db, None)
+
+
+def check_given(given: dict[str, Any]) -> None:
+    if given.get("edit_format") not in (None, "diff", "full"):
+        fail(f"--edit-format {given['edit_format']}: use diff or full")
+    if given.get("train_method") not in (None, *TRAIN_METHODS):
+        fail(f"--train-method {given['train_method']}: use vpo, grpo or multi-rlvr")
+
+
+def start_search(problem: Problem, given: dict[str, Any], db: str | None, run_id: int | None) -> None:
+    """Build (or resume) the search, run it with the live view, report; exit 1 when it stopped on a failure."""
+    check_given(given)
     try:
-        search = build_search(
-            problem,
-            options,
-            db=db,
-            sandbox=sandbox,
-            learning_rate=learning_rate,
-            adapters_dir=adapters_dir,
-            trainer_model=trainer_model,
-            allow_weak_sandbox=allow_weak_sandbox,
-        )
+        search = build_search(problem, given, db=db, run_id=run_id)
     except SearchSetupError as exc:
         fail(str(exc))
     _announce(search, problem)
     reason = _run_with_live_view(search)
     _report(search, reason, problem)
+    if search.loop.systemic:
+        raise typer.Exit(1)
+
+
+def resume(
+    db: Annotated[str, typer.Argument(help="archive path or SQLAlchemy URL")],
+    run_id: Annotated[int | None, typer.Option("--run", help="run id (default: the latest)")] = None,
+    max_evaluations: Annotated[int | None, typer.Option(min=1, help="extend the evaluation budget")] = None,
+    max_time: Annotated[float | None, typer.Option(help="extend the time budget (seconds, summed)")] = None,
+    target: Annotated[float | None, typer.Option()] = None,
+    patience: Annotated[int | None, typer.Option(min=1)] = None,
+    workers: Annotated[int | None, typer.Option(min=1)] = None,
+    policy: Annotated[str | None, typer.Option(help=POLICY_HELP)] = None,
+) -> None:
+    """Resume a run from the archive alone: its problem folder and every option are stored with it."""
+    archive = open_archive(db)
+    chosen = pick_run(archive, run_id)
+    archive.close()
+    folder = Path(chosen.config.get("problem_path") or chosen.problem_dir)
+    if not folder.is_dir():
+        fail(f"run {chosen.id}: its problem folder {folder} is gone; run `evolve run FOLDER --db {db}` instead")
+    problem = load_or_fail(folder, str(chosen.config.get("options", {}).get("sandbox", "auto")))
+    given = dict(
+        max_evaluations=max_evaluations,
+        max_time_s=max_time,
+        target=target,
+        patience=patience,
+        workers=workers,
+        policy=policy,
+    )
+    start_search(problem, given, db, chosen.id)
 
 
 def register(app: typer.Typer) -> None:
     app.command()(run)
+    app.command()(resume)

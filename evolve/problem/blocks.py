@@ -56,3 +56,29 @@ def replace_blocks(code: str, new_bodies: list[str]) -> str:
         cursor = block.end
     out.append(code[cursor:])
     return "".join(out)
+
+
+def frame_changes(parent: str, child: str) -> str | None:
+    """Why `child` does not keep `parent`'s frame (its markers and every byte outside the blocks), or None.
+
+    A child that adds, drops, nests or moves a marker, or changes text outside the blocks, would break every
+    later prompt built from it; the parser rejects it as `bad_blocks`."""
+    try:
+        mine = find_blocks(child)
+    except BlockError as exc:
+        return f"EVOLVE markers broken: {exc}"
+    theirs = find_blocks(parent)
+    if len(mine) != len(theirs) or bool(_MARKER.search(child)) != bool(_MARKER.search(parent)):
+        return f"{len(mine)} EVOLVE blocks where the parent has {len(theirs)}"
+    if _frame(child, mine) != _frame(parent, theirs):
+        return "text outside the EVOLVE blocks (or a marker line) changed"
+    return None
+
+
+def _frame(code: str, blocks: list[EditableBlock]) -> list[str]:
+    out, cursor = [], 0
+    for b in blocks:
+        out.append(code[cursor : b.start])
+        cursor = b.end
+    out.append(code[cursor:])
+    return out

@@ -85,6 +85,8 @@ class LimitsSection(_Strict):
     """What one evaluation may use inside the sandbox; past a limit it fails with that error kind."""
 
     timeout_s: float = Field(default=10.0, gt=0, le=86_400)  # wall time of one whole evaluation (all cases)
+    # split form: wall time of one case; a slow case fails alone (kind timeout) and the others still score
+    case_timeout_s: float | None = Field(default=None, gt=0, le=86_400)
     memory_mb: int = Field(default=1024, ge=64)  # memory of the candidate
     max_processes: int = Field(default=64, ge=1)  # processes and threads of the candidate
     max_file_mb: int = Field(default=8, ge=1)  # largest file it may write

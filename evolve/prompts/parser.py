@@ -2,7 +2,9 @@
 
 Per variant: SEARCH/REPLACE edits (exact match first, then a match that ignores indentation and trailing
 whitespace, re-indenting the replacement), or fenced code that rewrites the editable blocks. An edit that
-touches code outside the EVOLVE blocks is rejected. Every variant comes back with a status, never an exception.
+touches code outside the EVOLVE blocks is rejected, and so is a result whose block structure differs from the
+parent's (a marker added, removed, nested or moved): `bad_blocks`. Such a program would break every later
+prompt built from it. Every variant comes back with a status, never an exception.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import re
 import textwrap
 from dataclasses import dataclass
 
-from evolve.problem.blocks import START, BlockError, find_blocks, replace_blocks
+from evolve.problem.blocks import START, BlockError, find_blocks, frame_changes, replace_blocks
 
 _TAG = re.compile(r"<\s*variant\s*(\d+)\s*>(.*?)(?=<\s*/\s*variant\s*\d*\s*>|<\s*variant\s*\d+\s*>|\Z)", re.S | re.I)
 _EDIT = re.compile(
@@ -26,7 +28,7 @@ _FENCE = re.compile(r"```[ \t]*(?:python|py)?[ \t]*\n(.*?)(?:```|\Z)", re.S | re
 @dataclass(frozen=True)
 class ParsedVariant:
     slot: int
-    status: str  # ok | parse_error | apply_error | outside_block | syntax_error | unchanged
+    status: str  # ok | parse_error | apply_error | outside_block | bad_blocks | syntax_error | unchanged
     code: str | None
     detail: str | None = None
 
@@ -132,12 +134,23 @@ def _full_rewrite(parent: str, body: str) -> tuple[str | None, str, str | None]:
 
 
 def parse_variant(parent: str, body: str, slot: int) -> ParsedVariant:
+    """One variant's status and code; any surprise inside the parser costs this variant, never the caller."""
+    try:
+        return _parse_variant(parent, body, slot)
+    except (BlockError, ValueError, RecursionError, MemoryError) as exc:
+        return ParsedVariant(slot, "parse_error", None, f"{type(exc).__name__}: {str(exc)[:200]}")
+
+
+def _parse_variant(parent: str, body: str, slot: int) -> ParsedVariant:
     edits = _EDIT.findall(body)
     code, status, detail = _apply_edits(parent, edits) if edits else _full_rewrite(parent, body)
     if code is None:
         return ParsedVariant(slot, status, None, detail)
     if code == parent:
         return ParsedVariant(slot, "unchanged", None, "the variant changes nothing")
+    broken = frame_changes(parent, code)
+    if broken is not None:
+        return ParsedVariant(slot, "bad_blocks", None, broken)
     try:
         ast.parse(code)
     except SyntaxError as exc:
