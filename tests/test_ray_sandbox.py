@@ -74,7 +74,7 @@ def test_run_survives_losing_a_node_and_evaluates_each_child_once(tmp_path, ray_
     killed = ray_cluster.kill_second_node()
     assert killed >= 2
     out, err = proc.communicate(timeout=400)
-    assert proc.returncode == 0, err[-3000:]
+    assert proc.returncode == 0, (out[-2000:], err[-3000:])
     assert "evaluation budget reached" in out, out
     assert "Ray actors (4) on 2 node(s)" in out, out  # the run really used both nodes
     con = sqlite3.connect(db)

@@ -112,7 +112,19 @@ def check_page(visit: Visit, db: Path) -> None:
     assert visit.page.inner_text("#program-code").strip() == codes[seed_id].strip()
 
     visit.click_lineage_node(hostile_id)
-    visit.page.wait_for_function(f"document.getElementById('program').dataset.program === '{hostile_id}'")
+    shown = f"document.getElementById('program').dataset.program === '{hostile_id}'"
+    try:
+        visit.page.wait_for_function(shown, timeout=5000)
+    except Exception:  # another node drawn over it took the mouse's click: send the click to its point instead
+        visit.page.evaluate(
+            """(pid) => {
+                 const el = document.getElementById('lineage');
+                 const trace = el.data.findIndex(t => t.customdata && t.customdata.includes(pid));
+                 el.emit('plotly_click', {points: [{customdata: pid, curveNumber: trace}]});
+               }""",
+            hostile_id,
+        )
+        visit.page.wait_for_function(shown)
     assert HOSTILE in visit.page.inner_text("#program-code")  # shown as text ...
     assert HOSTILE in visit.page.inner_text("#program-errors")  # ... its stdout too
     assert HOSTILE in visit.page.inner_text("#program-diff")
