@@ -21,7 +21,7 @@ import harness  # pre-imported so that forked children start warm
 UID = int(os.environ.get("EVOLVE_SANDBOX_UID", "1000"))
 SCRATCH = ("/work", "/tmp", "/dev/shm")
 OUTPUT_CAP = 64 * 1024
-REPLY_CAP = 32 * 1024 * 1024
+REPLY_CAP = 8 * 1024 * 1024
 REPLY_FD = 3
 
 
@@ -171,8 +171,8 @@ def run(job):
     raw = b"".join(buffers[reply_r])
     try:
         reply = json.loads(raw) if raw else None
-    except ValueError:
-        reply = {"kind": "bad_output", "error": "the reply was not JSON"}
+    except (ValueError, RecursionError):  # a deeply nested reply is bad output, not a runner error
+        reply = {"kind": "bad_output", "error": "the reply was not JSON (or nested too deeply)"}
     return {
         "reply": reply,
         "status": status,

@@ -36,7 +36,7 @@ from sandboxes.scoring import HARNESS_PATH, make_job, outcome_from, program_file
 
 CLONE_NEWUSER, CLONE_NEWNET = 0x10000000, 0x40000000
 PR_SET_CHILD_SUBREAPER = 36
-REPLY_CAP = 32 * 1024 * 1024
+REPLY_CAP = 8 * 1024 * 1024  # a dense JSON reply costs the engine ~10x its size in objects
 GRACE_S = 1.0
 BASE_UID = 61000
 UID_RANGE = 1024
@@ -370,8 +370,9 @@ class ProcessSandbox:
         raw = b"".join(sinks["reply"])
         try:
             reply = json.loads(raw) if raw else None
-        except ValueError:
-            reply = {"kind": "bad_output", "error": "the reply was not JSON"}
+        except (ValueError, RecursionError):  # a deeply nested reply must not escape evaluate()
+            reply = {"kind": "bad_output", "error": "the reply was not JSON (or nested too deeply)"}
+        del raw
         if status == "signal SIGXCPU":
             status = "timeout"
         return reply, b"".join(sinks["out"]), b"".join(sinks["err"]), status

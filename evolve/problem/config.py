@@ -39,18 +39,28 @@ class ComponentSpec(_Strict):
     bounds: tuple[float, float] | None = None  # (low, high) as reported; normalises selection and rewards
     fail_value: float | None = None  # what a failure scores; default in `failure`
 
+    @model_validator(mode="after")
+    def _failure_is_worst(self) -> ComponentSpec:
+        # Without bounds no default fail value is safely the worst (0 beats every honest `minimize` score or
+        # negative `maximize` one), so a failing program could outrank honest ones: the user must say.
+        if self.bounds is None and self.fail_value is None:
+            raise ValueError(
+                f"component {self.name!r} has neither bounds nor fail_value; add bounds = [low, high] or "
+                "fail_value = <a value worse than any honest score> so a failing program never scores best"
+            )
+        return self
+
     @property
     def sign(self) -> float:
         return 1.0 if self.direction == "maximize" else -1.0
 
     @property
     def failure(self) -> float:
-        """What a failed case scores: `fail_value`, else the worst bound, else 0."""
+        """What a failed case scores: `fail_value`, else the worst bound (one of them is required)."""
         if self.fail_value is not None:
             return self.fail_value
-        if self.bounds is not None:
-            return self.bounds[0] if self.direction == "maximize" else self.bounds[1]
-        return 0.0
+        assert self.bounds is not None
+        return self.bounds[0] if self.direction == "maximize" else self.bounds[1]
 
 
 class FitnessSection(_Strict):
@@ -61,11 +71,17 @@ class FitnessSection(_Strict):
     case_prefix: str = "case"
     direction: Literal["maximize", "minimize"] = "maximize"
     bounds: tuple[float, float] | None = None
+    fail_value: float | None = None  # what a failed case scores (`cases` form); default: the worst bound
 
     @model_validator(mode="after")
     def _one_form(self) -> FitnessSection:
         if bool(self.components) == (self.cases is not None):
             raise ValueError("give exactly one of [fitness].components or [fitness].cases")
+        if self.cases is not None and self.bounds is None and self.fail_value is None:
+            raise ValueError(
+                "[fitness].cases needs bounds = [low, high] or fail_value = <worse than any honest score> "
+                "so a failing program never scores best"
+            )
         names = [c.name for c in self.components]
         if len(set(names)) != len(names):
             raise ValueError("[fitness].components has duplicate names")
@@ -76,7 +92,12 @@ class FitnessSection(_Strict):
             return tuple(self.components)
         assert self.cases is not None
         return tuple(
-            ComponentSpec(name=f"{self.case_prefix}_{i:03d}", direction=self.direction, bounds=self.bounds)
+            ComponentSpec(
+                name=f"{self.case_prefix}_{i:03d}",
+                direction=self.direction,
+                bounds=self.bounds,
+                fail_value=self.fail_value,
+            )
             for i in range(self.cases)
         )
 
