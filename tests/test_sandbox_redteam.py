@@ -152,9 +152,10 @@ def test_simple_form_overflow_and_out_of_bounds_are_bad_output(tmp_path, process
     assert_vectors(process_box, problem, SIMPLE_KNOWN)
 
 
-DEEP = "import os, sys\ndef solve(x):\n    os.write(int(sys.argv[1]), b'[' * 200000)\n    os._exit(0)\n"
+REPLY_FD = "int(sys.argv[1]) if len(sys.argv) > 1 else 3"  # the process harness's argv; Docker's fork mode: 3
+DEEP = f"import os, sys\ndef solve(x):\n    os.write({REPLY_FD}, b'[' * 200000)\n    os._exit(0)\n"
 HUGE = (
-    "import os, sys\ndef solve(x):\n    fd = int(sys.argv[1])\n    os.write(fd, b'[')\n"
+    f"import os, sys\ndef solve(x):\n    fd = {REPLY_FD}\n    os.write(fd, b'[')\n"
     "    for _ in range(40):\n        os.write(fd, b'0,' * (1 << 20))\n    os._exit(0)\n"
 )
 
@@ -178,6 +179,44 @@ def test_deep_and_huge_replies_in_docker_are_contained(tmp_path):
             assert outcome.error_kind == ErrorKind.BAD_OUTPUT, (outcome.error_kind, outcome.error)
             assert outcome.scores == {"c0": 1e6, "c1": 1e6}
             assert outcome.duration_s < problem.config.limits.timeout_s + 8
+        assert_vectors(box, problem, MIN_KNOWN)
+    finally:
+        box.close()
+
+
+DENSE = (  # valid JSON just under the reply cap: the engine must read and reject it in linear time
+    f"import os, sys\ndef solve(x):\n    fd = {REPLY_FD}\n    os.write(fd, b'[' + b'0,' * (4 << 20) + b'0]')\n"
+    "    os._exit(0)\n"
+)
+IPC_LEAVE = """import ctypes, os
+def solve(x):
+    libc = ctypes.CDLL(None, use_errno=True)
+    made = libc.shmget(0, 1 << 20, 0o1000 | 0o666) >= 0  # IPC_PRIVATE, IPC_CREAT
+    made &= libc.msgget(0, 0o1000 | 0o666) >= 0
+    made &= libc.semget(0, 1, 0o1000 | 0o666) >= 0
+    mq = libc.mq_open(b"/evolve-left", os.O_CREAT | os.O_RDWR, 0o666, None)
+    made &= mq >= 0 or os.path.exists("/dev/mqueue/evolve-left")
+    return x * x if made else -1
+"""
+IPC_LOOK = """import os
+def solve(x):
+    left = [line for kind in ("shm", "msg", "sem") for line in open(f"/proc/sysvipc/{kind}").readlines()[1:]]
+    left += os.listdir("/dev/mqueue")
+    return x * x if not left else -1
+"""
+
+
+@pytest.mark.slow
+def test_sysv_ipc_and_message_queues_do_not_outlive_a_docker_job(tmp_path):
+    problem = load_problem(folder(tmp_path / "p", MIN_TOML.format(extra=", fail_value = 1e6"), MIN_EVAL))
+    box = docker_sandbox_or_skip(workers=1)
+    try:
+        left = box.evaluate(problem, IPC_LEAVE)
+        assert left.scores == {"c0": 0.0, "c1": 0.0}, (left.case_errors, left.stderr[-300:])
+        assert box.evaluate(problem, IPC_LOOK).scores == {"c0": 0.0, "c1": 0.0}
+        dense = box.evaluate(problem, DENSE)
+        assert dense.error_kind == ErrorKind.BAD_OUTPUT and dense.scores == {"c0": 1e6, "c1": 1e6}
+        assert dense.duration_s < problem.config.limits.timeout_s + 8
         assert_vectors(box, problem, MIN_KNOWN)
     finally:
         box.close()
