@@ -1,9 +1,10 @@
 """A minimal filesystem view for the process sandbox, made by bubblewrap (Debian's `bubblewrap`, Flatpak's sandbox).
 
-The candidate sees `/usr` and the Python runtime read-only, its own work directory at `/work`, the problem's
-`data/` read-only at `/data`, a private `/tmp`, `/dev` and `/proc`, and nothing else: no problem folder, no
-archive, no home, no other process. It runs in fresh pid, network, IPC, UTS and cgroup namespaces; when the pid
-namespace's first process dies the kernel kills every process left in it, so nothing outlives a job.
+The candidate sees `/usr` and the Python runtime read-only, its job's files read-only in a size-capped tmpfs
+at `/work`, the problem's `data/` read-only at `/data`, a private `/tmp`, `/dev` and `/proc`, and nothing else:
+no problem folder, no archive, no home, no other process. It runs in fresh pid, network, IPC, UTS and cgroup
+namespaces; when the pid namespace's first process dies the kernel kills every process left in it, so nothing
+outlives a job.
 
 As root no user namespace is made: the harness starts as root holding only CAP_SETUID/CAP_SETGID and drops to
 the slot's uid before it reads the job. Without root a user namespace is needed (the kernel must allow them).
@@ -22,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 WORK, DATA = "/work", "/data"
+WORK_BYTES = 256 << 20  # what a candidate may write under /work in all, like the Docker sandbox's tmpfs
 
 
 def python_roots() -> list[Path]:
@@ -60,7 +62,11 @@ class Jail:
             for parent in reversed(root.parents[:-1]):  # bubblewrap would make missing parents 0700
                 args += ["--perms", "0755", "--dir", str(parent)]
             args += ["--ro-bind", str(root), str(root)]
-        args += ["--bind", workdir, WORK]
+        # /work is a size-capped tmpfs (as in the Docker sandbox), not the host folder: a candidate cannot fill
+        # the host's disk. The files the engine wrote for the job are bound into it read-only.
+        args += ["--perms", "01777", "--size", str(WORK_BYTES), "--tmpfs", WORK]
+        for name in sorted(os.listdir(workdir)):
+            args += ["--ro-bind", os.path.join(workdir, name), f"{WORK}/{name}"]
         if data_dir is not None:
             args += ["--ro-bind", str(data_dir), DATA]
         if self.as_root:

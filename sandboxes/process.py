@@ -38,6 +38,7 @@ CLONE_NEWUSER, CLONE_NEWNET = 0x10000000, 0x40000000
 PR_SET_CHILD_SUBREAPER = 36
 REPLY_CAP = 8 * 1024 * 1024  # a dense JSON reply costs the engine ~10x its size in objects
 GRACE_S = 1.0
+WORKDIR_PREFIX = "evolve-eval-"
 BASE_UID = 61000
 UID_RANGE = 1024
 LOCK_DIR = Path(tempfile.gettempdir()) / "vpo-evolve-slots"
@@ -157,6 +158,20 @@ def _claim_slots(count: int) -> dict[int, int]:
     return claimed
 
 
+def _remove_stale_workdirs() -> None:
+    """Work dirs left by engines that died mid-evaluation (kill -9): their names carry the engine's pid."""
+    for entry in Path(tempfile.gettempdir()).glob(f"{WORKDIR_PREFIX}*-*"):
+        pid = entry.name[len(WORKDIR_PREFIX) :].split("-", 1)[0]
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            shutil.rmtree(entry, ignore_errors=True)
+        except OSError:
+            pass
+
+
 class ProcessSandbox:
     """`Sandbox` backed by one fresh process per evaluation."""
 
@@ -172,6 +187,7 @@ class ProcessSandbox:
         # namespace's first process is their reaper.)
         if self._jail is None and _libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
             raise SandboxRefused(f"process sandbox: prctl(PR_SET_CHILD_SUBREAPER) failed: {_errno()}")
+        _remove_stale_workdirs()
         self._slot_locks = _claim_slots(slots)
         self._slots: queue.Queue[int] = queue.Queue()
         for i in self._slot_locks:
@@ -281,7 +297,7 @@ class ProcessSandbox:
             self._slots.put(slot)
 
     def _evaluate(self, problem: Problem, code: str, uid: int | None) -> EvalOutcome:
-        workdir = tempfile.mkdtemp(prefix="evolve-eval-")
+        workdir = tempfile.mkdtemp(prefix=f"{WORKDIR_PREFIX}{os.getpid()}-")
         token = secrets.token_hex(12)
         start = time.monotonic()
         try:

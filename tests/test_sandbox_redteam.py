@@ -6,7 +6,12 @@ answers are right, not merely that the attack ended in some error.
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
+import tempfile
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -220,3 +225,45 @@ def test_sysv_ipc_and_message_queues_do_not_outlive_a_docker_job(tmp_path):
         assert_vectors(box, problem, MIN_KNOWN)
     finally:
         box.close()
+
+
+FILL_WORK = """import os
+def solve(x):
+    written = 0
+    try:
+        for i in range(64):
+            with open(f"/work/fill{x}_{i}", "wb") as f:
+                for _ in range(8):
+                    f.write(b"x" * (1 << 20))
+                    written += 1 << 20
+    except OSError:
+        pass
+    for name in os.listdir("/work"):
+        if name.startswith("fill"):
+            os.unlink(f"/work/{name}")
+    return x * x if 200 << 20 < written < 300 << 20 else -1
+"""
+
+
+def test_the_jailed_work_dir_is_capped_in_total(tmp_path, process_box):
+    """Many files each under RLIMIT_FSIZE once filled the host's disk; now /work is a 256 MiB tmpfs per job."""
+    problem = load_problem(folder(tmp_path / "p", MIN_TOML.format(extra=", fail_value = 1e6"), MIN_EVAL))
+    outcome = process_box.evaluate(problem, FILL_WORK)
+    assert outcome.scores == {"c0": 0.0, "c1": 0.0}, (outcome.case_errors, outcome.error)
+    assert_vectors(process_box, problem, MIN_KNOWN)
+
+
+def test_work_dirs_of_dead_engines_are_removed_at_start():
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    stale = Path(tempfile.gettempdir()) / f"evolve-eval-{dead.pid}-redteam"
+    stale.mkdir()
+    (stale / "seed.py").write_text("x")
+    live = Path(tempfile.gettempdir()) / f"evolve-eval-{os.getppid()}-live"
+    live.mkdir()
+    try:
+        ProcessSandbox(slots=1, jail=False).close()
+        assert not stale.exists() and live.exists()
+    finally:
+        shutil.rmtree(stale, ignore_errors=True)
+        shutil.rmtree(live, ignore_errors=True)
