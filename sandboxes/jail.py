@@ -15,7 +15,9 @@ failure, so a sandbox that cannot be made is refused, never run weaker.
 from __future__ import annotations
 
 import os
+import platform
 import shutil
+import struct
 import subprocess
 import sys
 import tempfile
@@ -24,6 +26,46 @@ from pathlib import Path
 
 WORK, DATA = "/work", "/data"
 WORK_BYTES = 256 << 20  # what a candidate may write under /work in all, like the Docker sandbox's tmpfs
+
+
+# Kernel keyrings outlive processes and are keyed by uid, so one job could leave keys for a later job of its
+# slot: add_key, request_key and keyctl fail with EPERM. (Syscall numbers and audit arch per machine.)
+_KEY_SYSCALLS = {"x86_64": (0xC000003E, (248, 249, 250)), "aarch64": (0xC00000B7, (217, 218, 219))}
+_ALLOW, _EPERM = 0x7FFF0000, 0x00050000 | 1
+
+
+def _insn(code: int, k: int, jt: int = 0, jf: int = 0) -> bytes:
+    return struct.pack("HBBI", code, jt, jf, k)
+
+
+def seccomp_program() -> bytes | None:
+    """A classic-BPF seccomp filter denying the keyring syscalls (and x86's x32 ABI), or None on other machines."""
+    known = _KEY_SYSCALLS.get(platform.machine())
+    if known is None:
+        return None
+    arch, calls = known
+    ld_abs, jeq, jge, ret = 0x20, 0x15, 0x35, 0x06
+    n = len(calls)
+    x32 = platform.machine() == "x86_64"
+    tail = n + (1 if x32 else 0)  # tests between loading the number and `allow`
+    # Another ABI (i386's int 0x80 numbers keyctl differently) is refused outright: Python never uses one.
+    prog = [_insn(ld_abs, 4), _insn(jeq, arch, 0, tail + 2), _insn(ld_abs, 0)]
+    if x32:
+        prog.append(_insn(jge, 0x40000000, tail, 0))
+    prog += [_insn(jeq, nr, n - i, 0) for i, nr in enumerate(calls)]
+    prog += [_insn(ret, _ALLOW), _insn(ret, _EPERM)]
+    return b"".join(prog)
+
+
+def seccomp_fd() -> int | None:
+    """A descriptor holding the filter, for `bwrap --seccomp FD` (bubblewrap reads it once); None when unknown."""
+    program = seccomp_program()
+    if program is None:
+        return None
+    fd = os.memfd_create("evolve-seccomp", 0)
+    os.write(fd, program)
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
 
 
 def python_roots() -> list[Path]:
@@ -41,7 +83,7 @@ class Jail:
     bwrap: str
     as_root: bool
 
-    def argv(self, workdir: str, data_dir: Path | None, command: list[str]) -> list[str]:
+    def argv(self, workdir: str, data_dir: Path | None, command: list[str], seccomp: int | None = None) -> list[str]:
         namespaces = ["--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
         if not self.as_root:  # our own user namespace, and none deeper for the candidate to make
             namespaces[:0] = ["--unshare-user", "--disable-userns"]
@@ -71,6 +113,8 @@ class Jail:
             args += ["--ro-bind", str(data_dir), DATA]
         if self.as_root:
             args += ["--cap-add", "CAP_SETUID,CAP_SETGID"]
+        if seccomp is not None:
+            args += ["--seccomp", str(seccomp)]
         return [*args, "--chdir", WORK, "--", *command]
 
 

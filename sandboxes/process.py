@@ -31,7 +31,7 @@ from typing import Any
 
 from evolve.problem import Problem
 from sandboxes.base import OUTPUT_CAP, EvalOutcome, SandboxRefused
-from sandboxes.jail import DATA, WORK, find_jail
+from sandboxes.jail import DATA, WORK, find_jail, seccomp_fd
 from sandboxes.scoring import HARNESS_PATH, make_job, outcome_from, program_filename
 
 CLONE_NEWUSER, CLONE_NEWNET = 0x10000000, 0x40000000
@@ -329,16 +329,18 @@ class ProcessSandbox:
     ) -> tuple[Any, bytes, bytes, str]:
         reply_r, reply_w = os.pipe()
         command = [sys.executable, "-I", "-B", "_evolve_harness.py", str(reply_w)]
+        seccomp = None
         if self._jail is not None:
             run_as, nproc = str(uid) if uid is not None else "-", str(problem.config.limits.max_processes)
-            command = self._jail.argv(workdir, problem.data_dir, [*command, run_as, nproc])
+            seccomp = seccomp_fd()
+            command = self._jail.argv(workdir, problem.data_dir, [*command, run_as, nproc], seccomp)
         try:
             proc = subprocess.Popen(
                 command,
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
-                pass_fds=(reply_w,),
+                pass_fds=(reply_w,) if seccomp is None else (reply_w, seccomp),
                 cwd=workdir,
                 env=self._env(problem, WORK if self._jail is not None else workdir, token),
                 start_new_session=True,
@@ -349,6 +351,8 @@ class ProcessSandbox:
             raise SandboxRefused(f"process sandbox: could not set up the candidate's process: {exc}") from exc
         finally:
             os.close(reply_w)
+            if seccomp is not None:
+                os.close(seccomp)
         sinks: dict[str, list[bytes]] = {"out": [], "err": [], "reply": []}
         threads = [
             threading.Thread(target=_read_capped, args=(s, cap, sinks[k]), daemon=True)

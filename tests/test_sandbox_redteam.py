@@ -267,3 +267,23 @@ def test_work_dirs_of_dead_engines_are_removed_at_start():
     finally:
         shutil.rmtree(stale, ignore_errors=True)
         shutil.rmtree(live, ignore_errors=True)
+
+
+KEYRING = """import ctypes, os
+def solve(x):
+    libc = ctypes.CDLL(None, use_errno=True)
+    nr = {"x86_64": (248, 250), "aarch64": (217, 219)}[os.uname().machine]
+    add = libc.syscall(nr[0], b"user", b"evolve-left", b"secret", 6, -4)  # KEY_SPEC_USER_KEYRING
+    add_errno = ctypes.get_errno()
+    ctl = libc.syscall(nr[1], 0, -4, 0)  # KEYCTL_GET_KEYRING_ID
+    denied = add == -1 and add_errno == 1 and ctl == -1 and ctypes.get_errno() == 1
+    return x * x if denied else -1
+"""
+
+
+def test_kernel_keyrings_are_out_of_reach_in_the_jail(tmp_path, process_box):
+    """Keys outlive processes and are keyed by the slot's uid; the jail's seccomp filter refuses the calls."""
+    problem = load_problem(folder(tmp_path / "p", MIN_TOML.format(extra=", fail_value = 1e6"), MIN_EVAL))
+    outcome = process_box.evaluate(problem, KEYRING)
+    assert outcome.scores == {"c0": 0.0, "c1": 0.0}, (outcome.case_errors, outcome.error)
+    assert_vectors(process_box, problem, MIN_KNOWN)
