@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from evolve.problem import ProblemError, load_problem
+from evolve.problem.config import FitnessSection
 from sandboxes.base import ErrorKind
 from sandboxes.jail import find_jail
 from sandboxes.process import ProcessSandbox
@@ -108,6 +109,9 @@ def test_an_unbounded_component_without_fail_value_is_refused_at_load(tmp_path):
     )
     with pytest.raises(ProblemError, match="cases needs bounds"):
         load_problem(folder(tmp_path / "q", cases, MIN_EVAL))
+    # Configs stored by runs made before the rule still read back (inspect, report, train on old archives).
+    stored = FitnessSection.model_validate({"components": [{"name": "loss", "direction": "minimize"}]})
+    assert [c.failure for c in stored.resolved()] == [0.0]
 
 
 @pytest.mark.parametrize(

@@ -39,28 +39,22 @@ class ComponentSpec(_Strict):
     bounds: tuple[float, float] | None = None  # (low, high) as reported; normalises selection and rewards
     fail_value: float | None = None  # what a failure scores; default in `failure`
 
-    @model_validator(mode="after")
-    def _failure_is_worst(self) -> ComponentSpec:
-        # Without bounds no default fail value is safely the worst (0 beats every honest `minimize` score or
-        # negative `maximize` one), so a failing program could outrank honest ones: the user must say.
-        if self.bounds is None and self.fail_value is None:
-            raise ValueError(
-                f"component {self.name!r} has neither bounds nor fail_value; add bounds = [low, high] or "
-                "fail_value = <a value worse than any honest score> so a failing program never scores best"
-            )
-        return self
-
     @property
     def sign(self) -> float:
         return 1.0 if self.direction == "maximize" else -1.0
 
     @property
     def failure(self) -> float:
-        """What a failed case scores: `fail_value`, else the worst bound (one of them is required)."""
+        """What a failed case scores: `fail_value`, else the worst bound.
+
+        A problem must give one of them (`ProblemConfig` refuses it otherwise); the 0 left below only serves the
+        stored configs of runs made before that rule, so their archives still read back.
+        """
         if self.fail_value is not None:
             return self.fail_value
-        assert self.bounds is not None
-        return self.bounds[0] if self.direction == "maximize" else self.bounds[1]
+        if self.bounds is not None:
+            return self.bounds[0] if self.direction == "maximize" else self.bounds[1]
+        return 0.0
 
 
 class FitnessSection(_Strict):
@@ -77,11 +71,6 @@ class FitnessSection(_Strict):
     def _one_form(self) -> FitnessSection:
         if bool(self.components) == (self.cases is not None):
             raise ValueError("give exactly one of [fitness].components or [fitness].cases")
-        if self.cases is not None and self.bounds is None and self.fail_value is None:
-            raise ValueError(
-                "[fitness].cases needs bounds = [low, high] or fail_value = <worse than any honest score> "
-                "so a failing program never scores best"
-            )
         names = [c.name for c in self.components]
         if len(set(names)) != len(names):
             raise ValueError("[fitness].components has duplicate names")
@@ -142,3 +131,20 @@ class ProblemConfig(_Strict):
     fitness: FitnessSection
     limits: LimitsSection = LimitsSection()
     search: SearchSection = SearchSection()
+
+    @model_validator(mode="after")
+    def _failure_is_worst(self) -> ProblemConfig:
+        # Without bounds no default fail value is safely the worst (0 beats every honest `minimize` score or
+        # negative `maximize` one), so a failing program could outrank honest ones: the user must say.
+        if self.fitness.cases is not None and self.fitness.bounds is None and self.fitness.fail_value is None:
+            raise ValueError(
+                "[fitness].cases needs bounds = [low, high] or fail_value = <worse than any honest score> "
+                "so a failing program never scores best"
+            )
+        for c in self.fitness.components:
+            if c.bounds is None and c.fail_value is None:
+                raise ValueError(
+                    f"component {c.name!r} has neither bounds nor fail_value; add bounds = [low, high] or "
+                    "fail_value = <a value worse than any honest score> so a failing program never scores best"
+                )
+        return self
