@@ -154,7 +154,12 @@ class WarmContainer:
             self.container.kill()
         # Removal can take the daemon many seconds; the worker must not wait for it (an engine that dies first
         # leaves an orphan that the next engine removes).
-        threading.Thread(target=_remove_quietly, args=(self.container,), daemon=True).start()
+        removal = threading.Thread(target=_remove_quietly, args=(self.container,), daemon=True)
+        _REMOVALS[:] = [*(t for t in _REMOVALS if t.is_alive()), removal]
+        removal.start()
+
+
+_REMOVALS: list[threading.Thread] = []  # removals started by destroy(); close() waits for them
 
 
 def _remove_quietly(container: Any) -> None:
@@ -181,7 +186,7 @@ class DockerSandbox:
     def _remove_orphans(self) -> None:
         """Containers left by an engine on this host that is no longer alive (e.g. after kill -9)."""
         host = socket.gethostname()
-        for c in self.client.containers.list(all=True, filters={"label": "vpo-evolve.owner"}):
+        for c in self.client.containers.list(all=True, filters={"label": "vpo-evolve.owner"}, ignore_removed=True):
             owner_host, _, pid = c.labels.get("vpo-evolve.owner", "").partition(":")
             if owner_host == host and pid.isdigit() and not Path(f"/proc/{pid}").exists():
                 c.remove(force=True)
@@ -259,8 +264,12 @@ class DockerSandbox:
         )
 
     def close(self) -> None:
+        """Destroy the idle containers and wait (bounded) until every container removal has finished."""
         while True:
             try:
                 self._idle.get_nowait().destroy()
             except queue.Empty:
-                return
+                break
+        deadline = time.monotonic() + 60
+        while _REMOVALS:
+            _REMOVALS.pop().join(timeout=max(0.0, deadline - time.monotonic()))
