@@ -19,9 +19,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # pre-imported so that forked children start warm
 
 UID = int(os.environ.get("EVOLVE_SANDBOX_UID", "1000"))
-SCRATCH = ("/work", "/tmp", "/dev/shm")
+SCRATCH = ("/work", "/tmp", "/dev/shm", "/dev/mqueue")  # POSIX message queues live on in /dev/mqueue
 OUTPUT_CAP = 64 * 1024
-REPLY_CAP = 32 * 1024 * 1024
+REPLY_CAP = 8 * 1024 * 1024
 REPLY_FD = 3
 
 
@@ -32,6 +32,39 @@ def wipe():
                 path = os.path.join(root, name)
                 with contextlib.suppress(OSError):
                     os.rmdir(path) if name in dirs and not os.path.islink(path) else os.unlink(path)
+
+
+def remove_sysv_ipc():
+    """Remove every System V shared memory segment, message queue and semaphore set of the container.
+
+    They outlive the processes that made them, so a candidate could hold memory or signal later jobs. The
+    runner may not remove another uid's objects (that takes CAP_SYS_ADMIN), but their creator may: a child
+    that becomes the candidate's uid removes them all. The runner itself makes none.
+    """
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            import ctypes
+
+            libc = ctypes.CDLL(None, use_errno=True)
+            os.setgroups([])
+            os.setgid(UID)
+            os.setuid(UID)
+            for kind, remove in (
+                ("shm", lambda i: libc.shmctl(i, 0, None)),  # 0 is IPC_RMID
+                ("msg", lambda i: libc.msgctl(i, 0, None)),
+                ("sem", lambda i: libc.semctl(i, 0, 0)),
+            ):
+                with contextlib.suppress(OSError), open(f"/proc/sysvipc/{kind}") as f:
+                    for line in f.readlines()[1:]:
+                        fields = line.split()
+                        if len(fields) > 1 and fields[1].isdigit():
+                            remove(int(fields[1]))
+            code = 0
+        finally:
+            os._exit(code)
+    os.waitpid(pid, 0)
 
 
 def kill_uid():
@@ -168,11 +201,12 @@ def run(job):
     for fd in buffers:
         os.close(fd)
     wipe()
+    remove_sysv_ipc()
     raw = b"".join(buffers[reply_r])
     try:
         reply = json.loads(raw) if raw else None
-    except ValueError:
-        reply = {"kind": "bad_output", "error": "the reply was not JSON"}
+    except (ValueError, RecursionError):  # a deeply nested reply is bad output, not a runner error
+        reply = {"kind": "bad_output", "error": "the reply was not JSON (or nested too deeply)"}
     return {
         "reply": reply,
         "status": status,

@@ -7,12 +7,14 @@ misses it, dies, or answers garbage is destroyed and replaced, and the evaluatio
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import queue
 import secrets
 import socket
 import struct
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -25,6 +27,7 @@ from sandboxes.scoring import make_job, outcome_from, program_filename
 SANDBOX_DIR = Path(__file__).resolve().parent
 GRACE_S = 5.0
 OWNER = f"{socket.gethostname()}:{os.getpid()}"
+LINE_CAP = 24 * 1024 * 1024  # the runner's answer: an 8 MiB reply plus capped output, JSON-escaped
 UNEXPECTED = object()  # a line on the channel that is not the answer to the job just sent
 
 
@@ -72,8 +75,9 @@ class WarmContainer:
             labels={"vpo-evolve.owner": OWNER},
         )
         self.spawn, self.uses = spawn, 0
-        self._buf = b""
-        self._sock = self.container.attach_socket(params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1})._sock
+        self._buf, self._scanned = bytearray(), 0
+        self._attach = self.container.attach_socket(params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1})
+        self._sock = self._attach._sock
         self.container.start()
         if self._read_line(time.monotonic() + 30) != {"ready": True}:
             self.destroy()
@@ -81,8 +85,17 @@ class WarmContainer:
 
     def _read_line(self, deadline: float) -> Any:
         """The next JSON line on the container's stdout (stderr frames are dropped); None on EOF/deadline,
-        UNEXPECTED for a line that is not JSON."""
-        while b"\n" not in self._buf:
+        UNEXPECTED for a line that is not JSON or longer than LINE_CAP (the runner's own answers never are).
+
+        Frames are appended to one bytearray (amortised linear) and only the new frame is searched for the end
+        of line, so a dense reply costs time linear in its size."""
+        while True:
+            end = self._buf.find(b"\n", self._scanned)
+            if end >= 0:
+                break
+            self._scanned = len(self._buf)
+            if len(self._buf) > LINE_CAP:
+                return UNEXPECTED
             header = self._recv(8, deadline)
             if header is None:
                 return None
@@ -92,14 +105,16 @@ class WarmContainer:
                 return None
             if stream == 1:
                 self._buf += payload
-        line, self._buf = self._buf.split(b"\n", 1)
+        line = bytes(self._buf[:end])
+        del self._buf[: end + 1]
+        self._scanned = 0
         try:
             return json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):
             return UNEXPECTED
 
     def _recv(self, n: int, deadline: float) -> bytes | None:
-        data = b""
+        data = bytearray()
         while len(data) < n:
             left = deadline - time.monotonic()
             if left <= 0:
@@ -112,7 +127,7 @@ class WarmContainer:
             if not chunk:
                 return None
             data += chunk
-        return data
+        return bytes(data)
 
     def request(self, job: dict[str, Any], timeout_s: float) -> Any:
         """This job's answer; None when the container is silent or gone; UNEXPECTED when any other line came,
@@ -131,11 +146,25 @@ class WarmContainer:
         return answer
 
     def destroy(self) -> None:
-        try:
-            self._sock.close()
-            self.container.remove(force=True)
-        except Exception:
-            pass
+        """Close the attach socket fully, then kill and remove the container without waiting long for it."""
+        for close in (self._sock.close, self._attach.close):
+            with contextlib.suppress(Exception):
+                close()
+        with contextlib.suppress(Exception):
+            self.container.kill()
+        # Removal can take the daemon many seconds; the worker must not wait for it (an engine that dies first
+        # leaves an orphan that the next engine removes).
+        removal = threading.Thread(target=_remove_quietly, args=(self.container,), daemon=True)
+        _REMOVALS[:] = [*(t for t in _REMOVALS if t.is_alive()), removal]
+        removal.start()
+
+
+_REMOVALS: list[threading.Thread] = []  # removals started by destroy(); close() waits for them
+
+
+def _remove_quietly(container: Any) -> None:
+    with contextlib.suppress(Exception):
+        container.remove(force=True, v=True)
 
 
 class DockerSandbox:
@@ -157,7 +186,7 @@ class DockerSandbox:
     def _remove_orphans(self) -> None:
         """Containers left by an engine on this host that is no longer alive (e.g. after kill -9)."""
         host = socket.gethostname()
-        for c in self.client.containers.list(all=True, filters={"label": "vpo-evolve.owner"}):
+        for c in self.client.containers.list(all=True, filters={"label": "vpo-evolve.owner"}, ignore_removed=True):
             owner_host, _, pid = c.labels.get("vpo-evolve.owner", "").partition(":")
             if owner_host == host and pid.isdigit() and not Path(f"/proc/{pid}").exists():
                 c.remove(force=True)
@@ -235,8 +264,12 @@ class DockerSandbox:
         )
 
     def close(self) -> None:
+        """Destroy the idle containers and wait (bounded) until every container removal has finished."""
         while True:
             try:
                 self._idle.get_nowait().destroy()
             except queue.Empty:
-                return
+                break
+        deadline = time.monotonic() + 60
+        while _REMOVALS:
+            _REMOVALS.pop().join(timeout=max(0.0, deadline - time.monotonic()))

@@ -1,9 +1,10 @@
 """A minimal filesystem view for the process sandbox, made by bubblewrap (Debian's `bubblewrap`, Flatpak's sandbox).
 
-The candidate sees `/usr` and the Python runtime read-only, its own work directory at `/work`, the problem's
-`data/` read-only at `/data`, a private `/tmp`, `/dev` and `/proc`, and nothing else: no problem folder, no
-archive, no home, no other process. It runs in fresh pid, network, IPC, UTS and cgroup namespaces; when the pid
-namespace's first process dies the kernel kills every process left in it, so nothing outlives a job.
+The candidate sees `/usr` and the Python runtime read-only, its job's files read-only in a size-capped tmpfs
+at `/work`, the problem's `data/` read-only at `/data`, a private `/tmp`, `/dev` and `/proc`, and nothing else:
+no problem folder, no archive, no home, no other process. It runs in fresh pid, network, IPC, UTS and cgroup
+namespaces; when the pid namespace's first process dies the kernel kills every process left in it, so nothing
+outlives a job.
 
 As root no user namespace is made: the harness starts as root holding only CAP_SETUID/CAP_SETGID and drops to
 the slot's uid before it reads the job. Without root a user namespace is needed (the kernel must allow them).
@@ -14,7 +15,9 @@ failure, so a sandbox that cannot be made is refused, never run weaker.
 from __future__ import annotations
 
 import os
+import platform
 import shutil
+import struct
 import subprocess
 import sys
 import tempfile
@@ -22,6 +25,47 @@ from dataclasses import dataclass
 from pathlib import Path
 
 WORK, DATA = "/work", "/data"
+WORK_BYTES = 256 << 20  # what a candidate may write under /work in all, like the Docker sandbox's tmpfs
+
+
+# Kernel keyrings outlive processes and are keyed by uid, so one job could leave keys for a later job of its
+# slot: add_key, request_key and keyctl fail with EPERM. (Syscall numbers and audit arch per machine.)
+_KEY_SYSCALLS = {"x86_64": (0xC000003E, (248, 249, 250)), "aarch64": (0xC00000B7, (217, 218, 219))}
+_ALLOW, _EPERM = 0x7FFF0000, 0x00050000 | 1
+
+
+def _insn(code: int, k: int, jt: int = 0, jf: int = 0) -> bytes:
+    return struct.pack("HBBI", code, jt, jf, k)
+
+
+def seccomp_program() -> bytes | None:
+    """A classic-BPF seccomp filter denying the keyring syscalls (and x86's x32 ABI), or None on other machines."""
+    known = _KEY_SYSCALLS.get(platform.machine())
+    if known is None:
+        return None
+    arch, calls = known
+    ld_abs, jeq, jge, ret = 0x20, 0x15, 0x35, 0x06
+    n = len(calls)
+    x32 = platform.machine() == "x86_64"
+    tail = n + (1 if x32 else 0)  # tests between loading the number and `allow`
+    # Another ABI (i386's int 0x80 numbers keyctl differently) is refused outright: Python never uses one.
+    prog = [_insn(ld_abs, 4), _insn(jeq, arch, 0, tail + 2), _insn(ld_abs, 0)]
+    if x32:
+        prog.append(_insn(jge, 0x40000000, tail, 0))
+    prog += [_insn(jeq, nr, n - i, 0) for i, nr in enumerate(calls)]
+    prog += [_insn(ret, _ALLOW), _insn(ret, _EPERM)]
+    return b"".join(prog)
+
+
+def seccomp_fd() -> int | None:
+    """A descriptor holding the filter, for `bwrap --seccomp FD` (bubblewrap reads it once); None when unknown."""
+    program = seccomp_program()
+    if program is None:
+        return None
+    fd = os.memfd_create("evolve-seccomp", 0)
+    os.write(fd, program)
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
 
 
 def python_roots() -> list[Path]:
@@ -39,7 +83,7 @@ class Jail:
     bwrap: str
     as_root: bool
 
-    def argv(self, workdir: str, data_dir: Path | None, command: list[str]) -> list[str]:
+    def argv(self, workdir: str, data_dir: Path | None, command: list[str], seccomp: int | None = None) -> list[str]:
         namespaces = ["--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
         if not self.as_root:  # our own user namespace, and none deeper for the candidate to make
             namespaces[:0] = ["--unshare-user", "--disable-userns"]
@@ -60,11 +104,17 @@ class Jail:
             for parent in reversed(root.parents[:-1]):  # bubblewrap would make missing parents 0700
                 args += ["--perms", "0755", "--dir", str(parent)]
             args += ["--ro-bind", str(root), str(root)]
-        args += ["--bind", workdir, WORK]
+        # /work is a size-capped tmpfs (as in the Docker sandbox), not the host folder: a candidate cannot fill
+        # the host's disk. The files the engine wrote for the job are bound into it read-only.
+        args += ["--perms", "01777", "--size", str(WORK_BYTES), "--tmpfs", WORK]
+        for name in sorted(os.listdir(workdir)):
+            args += ["--ro-bind", os.path.join(workdir, name), f"{WORK}/{name}"]
         if data_dir is not None:
             args += ["--ro-bind", str(data_dir), DATA]
         if self.as_root:
             args += ["--cap-add", "CAP_SETUID,CAP_SETGID"]
+        if seccomp is not None:
+            args += ["--seccomp", str(seccomp)]
         return [*args, "--chdir", WORK, "--", *command]
 
 

@@ -31,14 +31,15 @@ from typing import Any
 
 from evolve.problem import Problem
 from sandboxes.base import OUTPUT_CAP, EvalOutcome, SandboxRefused
-from sandboxes.jail import DATA, WORK, find_jail
+from sandboxes.jail import DATA, WORK, find_jail, seccomp_fd
 from sandboxes.scoring import HARNESS_PATH, make_job, outcome_from, program_filename
 
 CLONE_NEWUSER, CLONE_NEWNET = 0x10000000, 0x40000000
 PR_SET_CHILD_SUBREAPER = 36
 PR_SET_PDEATHSIG = 1
-REPLY_CAP = 32 * 1024 * 1024
+REPLY_CAP = 8 * 1024 * 1024  # a dense JSON reply costs the engine ~10x its size in objects
 GRACE_S = 1.0
+WORKDIR_PREFIX = "evolve-eval-"
 BASE_UID = 61000
 UID_RANGE = 1024
 LOCK_DIR = Path(tempfile.gettempdir()) / "vpo-evolve-slots"
@@ -158,6 +159,20 @@ def _claim_slots(count: int) -> dict[int, int]:
     return claimed
 
 
+def _remove_stale_workdirs() -> None:
+    """Work dirs left by engines that died mid-evaluation (kill -9): their names carry the engine's pid."""
+    for entry in Path(tempfile.gettempdir()).glob(f"{WORKDIR_PREFIX}*-*"):
+        pid = entry.name[len(WORKDIR_PREFIX) :].split("-", 1)[0]
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            shutil.rmtree(entry, ignore_errors=True)
+        except OSError:
+            pass
+
+
 class ProcessSandbox:
     """`Sandbox` backed by one fresh process per evaluation."""
 
@@ -173,6 +188,7 @@ class ProcessSandbox:
         # namespace's first process is their reaper.)
         if self._jail is None and _libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
             raise SandboxRefused(f"process sandbox: prctl(PR_SET_CHILD_SUBREAPER) failed: {_errno()}")
+        _remove_stale_workdirs()
         self._slot_locks = _claim_slots(slots)
         self._slots: queue.Queue[int] = queue.Queue()
         for i in self._slot_locks:
@@ -288,7 +304,7 @@ class ProcessSandbox:
             self._slots.put(slot)
 
     def _evaluate(self, problem: Problem, code: str, uid: int | None) -> EvalOutcome:
-        workdir = tempfile.mkdtemp(prefix="evolve-eval-")
+        workdir = tempfile.mkdtemp(prefix=f"{WORKDIR_PREFIX}{os.getpid()}-")
         token = secrets.token_hex(12)
         start = time.monotonic()
         try:
@@ -320,16 +336,18 @@ class ProcessSandbox:
     ) -> tuple[Any, bytes, bytes, str]:
         reply_r, reply_w = os.pipe()
         command = [sys.executable, "-I", "-B", "_evolve_harness.py", str(reply_w)]
+        seccomp = None
         if self._jail is not None:
             run_as, nproc = str(uid) if uid is not None else "-", str(problem.config.limits.max_processes)
-            command = self._jail.argv(workdir, problem.data_dir, [*command, run_as, nproc])
+            seccomp = seccomp_fd()
+            command = self._jail.argv(workdir, problem.data_dir, [*command, run_as, nproc], seccomp)
         try:
             proc = subprocess.Popen(
                 command,
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
-                pass_fds=(reply_w,),
+                pass_fds=(reply_w,) if seccomp is None else (reply_w, seccomp),
                 cwd=workdir,
                 env=self._env(problem, WORK if self._jail is not None else workdir, token),
                 start_new_session=True,
@@ -340,6 +358,8 @@ class ProcessSandbox:
             raise SandboxRefused(f"process sandbox: could not set up the candidate's process: {exc}") from exc
         finally:
             os.close(reply_w)
+            if seccomp is not None:
+                os.close(seccomp)
         sinks: dict[str, list[bytes]] = {"out": [], "err": [], "reply": []}
         threads = [
             threading.Thread(target=_read_capped, args=(s, cap, sinks[k]), daemon=True)
@@ -377,8 +397,9 @@ class ProcessSandbox:
         raw = b"".join(sinks["reply"])
         try:
             reply = json.loads(raw) if raw else None
-        except ValueError:
-            reply = {"kind": "bad_output", "error": "the reply was not JSON"}
+        except (ValueError, RecursionError):  # a deeply nested reply must not escape evaluate()
+            reply = {"kind": "bad_output", "error": "the reply was not JSON (or nested too deeply)"}
+        del raw
         if status == "signal SIGXCPU":
             status = "timeout"
         return reply, b"".join(sinks["out"]), b"".join(sinks["err"]), status

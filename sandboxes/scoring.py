@@ -60,7 +60,9 @@ def _score_split(problem: Problem, outputs: Any, duration_s: float, sandbox: str
             scores[case.name] = spec.failure
             case_errors[case.name] = str(got.get("error", "no output")) if isinstance(got, dict) else "no output"
             continue
-        scores[case.name], note = problem.score_case(case, got["ok"])
+        scores[case.name], note, ok = problem.score_case(case, got["ok"])
+        if not ok:
+            case_errors[case.name] = note or "score() failed"
         if note:
             notes.append(f"{case.name}: {note}")
     feedback = "\n".join(notes[:20]) or None

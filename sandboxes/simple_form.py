@@ -44,7 +44,10 @@ def check_simple(problem: Problem, reply: dict[str, Any], duration_s: float, san
     raw = reply.get("scores")
     if not isinstance(raw, dict):
         return _bad(problem, "evaluate() returned no scores", duration_s, sandbox, None)
-    numbers = {str(k): float(v) for k, v in raw.items() if isinstance(v, int | float)}
+    try:
+        numbers = {str(k): float(v) for k, v in raw.items() if isinstance(v, int | float)}
+    except OverflowError:  # an int too large for a float
+        return _bad(problem, "evaluate() returned an integer too large for a float", duration_s, sandbox, None)
     said = reply.get("feedback") if isinstance(reply.get("feedback"), str) else None
     incomplete = reply.get("incomplete") if isinstance(reply.get("incomplete"), str) else None
     stages = reply.get("stages") if isinstance(reply.get("stages"), list) else None
@@ -63,6 +66,15 @@ def check_simple(problem: Problem, reply: dict[str, Any], duration_s: float, san
     bad = [n for n in want if n in numbers and not math.isfinite(numbers[n])]
     if bad:
         return _bad(problem, f"evaluate() returned non-finite {bad[:3]}", duration_s, sandbox, said)
+    outside = [
+        c.name
+        for c in problem.components
+        if c.bounds is not None and c.name in numbers and not c.bounds[0] <= numbers[c.name] <= c.bounds[1]
+    ]
+    if outside:  # the evaluator broke its own contract (or was fooled): never let it beat an honest best
+        return _bad(
+            problem, f"evaluate() returned values outside their bounds: {outside[:3]}", duration_s, sandbox, said
+        )
     notes = [said] if said else []
     if missing:
         notes.append(f"not returned, scored as failures: {', '.join(missing[:20])}")

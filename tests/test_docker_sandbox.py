@@ -36,7 +36,7 @@ def _ok(sandbox, problem):
 
 
 def _ours(sandbox):
-    return sandbox.client.containers.list(filters={"label": f"vpo-evolve.owner={OWNER}"})
+    return sandbox.client.containers.list(filters={"label": f"vpo-evolve.owner={OWNER}"}, ignore_removed=True)
 
 
 def test_killing_pid_1_is_refused(sandbox, problem):

@@ -24,7 +24,7 @@ SIMPLE_TOML = """
 name = "s"
 description = "test problem"
 [fitness]
-components = [{ name = "c0" }, { name = "c1", fail_value = -1.0 }]
+components = [{ name = "c0", fail_value = 0.0 }, { name = "c1", fail_value = -1.0 }]
 [limits]
 timeout_s = 5
 memory_mb = 512

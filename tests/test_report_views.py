@@ -43,7 +43,10 @@ def test_pareto_front_is_the_non_dominated_set() -> None:
 
 
 def test_vectorised_cells_match_the_loops_cells() -> None:
-    components = [ComponentSpec(name="a", bounds=(0.0, 1.0)), ComponentSpec(name="b", direction="minimize")]
+    components = [
+        ComponentSpec(name="a", bounds=(0.0, 1.0)),
+        ComponentSpec(name="b", direction="minimize", fail_value=1e9),
+    ]
     rng = np.random.default_rng(1)
     for features in (["code_length", "score"], ["a", "b"], ["score"]):
         space = FeatureSpace(features, components)

@@ -76,7 +76,10 @@ def test_failed_programs_count_for_migration_but_never_enter_a_pool():
 
 
 def test_minimized_components_are_oriented():
-    comps = [ComponentSpec(name="loss", direction="minimize"), ComponentSpec(name="acc")]
+    comps = [
+        ComponentSpec(name="loss", direction="minimize", fail_value=1e9),
+        ComponentSpec(name="acc", fail_value=0.0),
+    ]
     pop = Population(comps, islands=1, features=["loss"], migration_interval=100, migration_size=1)
     m = pop.member(1, 0, 0, {"loss": 2.0, "acc": 0.5}, 0.0, 10)
     assert list(m.oriented) == [-2.0, 0.5]

@@ -45,7 +45,11 @@ class ComponentSpec(_Strict):
 
     @property
     def failure(self) -> float:
-        """What a failed case scores: `fail_value`, else the worst bound, else 0."""
+        """What a failed case scores: `fail_value`, else the worst bound.
+
+        A problem must give one of them (`ProblemConfig` refuses it otherwise); the 0 left below only serves the
+        stored configs of runs made before that rule, so their archives still read back.
+        """
         if self.fail_value is not None:
             return self.fail_value
         if self.bounds is not None:
@@ -61,6 +65,7 @@ class FitnessSection(_Strict):
     case_prefix: str = "case"
     direction: Literal["maximize", "minimize"] = "maximize"
     bounds: tuple[float, float] | None = None
+    fail_value: float | None = None  # what a failed case scores (`cases` form); default: the worst bound
 
     @model_validator(mode="after")
     def _one_form(self) -> FitnessSection:
@@ -76,7 +81,12 @@ class FitnessSection(_Strict):
             return tuple(self.components)
         assert self.cases is not None
         return tuple(
-            ComponentSpec(name=f"{self.case_prefix}_{i:03d}", direction=self.direction, bounds=self.bounds)
+            ComponentSpec(
+                name=f"{self.case_prefix}_{i:03d}",
+                direction=self.direction,
+                bounds=self.bounds,
+                fail_value=self.fail_value,
+            )
             for i in range(self.cases)
         )
 
@@ -123,3 +133,20 @@ class ProblemConfig(_Strict):
     fitness: FitnessSection
     limits: LimitsSection = LimitsSection()
     search: SearchSection = SearchSection()
+
+    @model_validator(mode="after")
+    def _failure_is_worst(self) -> ProblemConfig:
+        # Without bounds no default fail value is safely the worst (0 beats every honest `minimize` score or
+        # negative `maximize` one), so a failing program could outrank honest ones: the user must say.
+        if self.fitness.cases is not None and self.fitness.bounds is None and self.fitness.fail_value is None:
+            raise ValueError(
+                "[fitness].cases needs bounds = [low, high] or fail_value = <worse than any honest score> "
+                "so a failing program never scores best"
+            )
+        for c in self.fitness.components:
+            if c.bounds is None and c.fail_value is None:
+                raise ValueError(
+                    f"component {c.name!r} has neither bounds nor fail_value; add bounds = [low, high] or "
+                    "fail_value = <a value worse than any honest score> so a failing program never scores best"
+                )
+        return self

@@ -65,24 +65,28 @@ class Problem:
         h.update(self.evaluator_path.read_bytes())
         return h.hexdigest()[:16]
 
-    def score_case(self, case: Case, output: Any) -> tuple[float, str | None]:
-        """Run the trusted `score(case, output)`; anything odd makes the case a failure, never an exception."""
+    def score_case(self, case: Case, output: Any) -> tuple[float, str | None, bool]:
+        """Run the trusted `score(case, output)` -> (score, note, ok).
+
+        Anything odd (a raise, a non-number, NaN or infinity) makes the case a failure at its fail value with
+        `ok` False, never an exception and never a score that counts as an honest answer.
+        """
         assert self._scorer is not None
         spec = self.components[self.component_names.index(case.name)]
         try:
             result = self._scorer.score({"name": case.name, "input": case.input, **case.trusted}, output)
         except Exception as exc:  # the scorer judged the output unusable
-            return spec.failure, f"score() raised {type(exc).__name__}: {exc}"[:500]
+            return spec.failure, f"score() raised {type(exc).__name__}: {exc}"[:500], False
         feedback = None
         if isinstance(result, tuple):
             result, feedback = result[0], str(result[1])
         try:
             value = float(result)
-        except (TypeError, ValueError):
-            return spec.failure, f"score() returned {type(result).__name__}, not a number"
+        except (TypeError, ValueError, OverflowError):
+            return spec.failure, f"score() returned {type(result).__name__}, not a number", False
         if not math.isfinite(value):
-            return spec.failure, f"score() returned {value}"
-        return value, feedback
+            return spec.failure, f"score() returned {value}", False
+        return value, feedback, True
 
 
 def _fail(path: Path, what: str, fix: str) -> ProblemError:

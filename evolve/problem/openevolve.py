@@ -130,7 +130,7 @@ def load_openevolve(folder: str | Path, evaluate: Callable[[Problem], EvalOutcom
     config_path = root / CONFIG
     mapped = read_config(config_path) if config_path.is_file() else MappedConfig()
     # Profiled with no components (a placeholder satisfies the schema): every number comes back as a metric.
-    profile = _problem(root, mapped, [ComponentSpec(name="profile")], [])
+    profile = _problem(root, mapped, [ComponentSpec(name="profile", fail_value=0.0)], [])
     profile.components = ()
     # Every stage runs when profiling the seed, so later stages' metrics are known too.
     thresholds = [float("-inf")] * 3
