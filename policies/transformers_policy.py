@@ -9,11 +9,13 @@ last: what it sees is exactly what `torch.multinomial` draws from.
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Any
 
 from policies.base import SYSTEM, Generated, PolicyError, SamplingParams
 from policies.embedded import EMBEDDED_NAME, INSTALL_HINT, embedded_model_dir
+from policies.prefill import PromptPrefill
 
 
 def warper_chain(params: SamplingParams) -> list[Any]:
@@ -79,6 +81,7 @@ class TransformersPolicy:
         eos_ids = eos if isinstance(eos, list) else [eos]
         self.eos_ids = [e for e in {*eos_ids, tokenizer.eos_token_id} if e is not None]
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos_ids[0]
+        self.prefill = PromptPrefill.for_model(model)
 
     @classmethod
     def load(cls, spec: str) -> TransformersPolicy:
@@ -124,10 +127,17 @@ class TransformersPolicy:
             torch.manual_seed(params.seed)
         input_ids = torch.tensor([prompt_ids], device=self.device).repeat(n, 1)
         recorder = _LogprobRecorder()
-        with torch.no_grad():
+        # the prompt runs once, not n times; generate() feeds only the last prompt token on top of this cache
+        cached = {}
+        if len(prompt_ids) > 1:
+            cached["past_key_values"] = self.prefill.cache(self.model, self.version, prompt_ids[:-1], n)
+        with torch.no_grad(), warnings.catch_warnings():
+            # transformers 5 renamed past_key_values to `cache`; the old name is the one 4.x and 5.x both take
+            warnings.filterwarnings("ignore", message=".*past_key_values.*deprecated", category=FutureWarning)
             out = self.model.generate(
                 input_ids,
                 attention_mask=torch.ones_like(input_ids),
+                **cached,
                 do_sample=True,
                 **_NO_BUILTIN_WARPERS,
                 max_new_tokens=params.max_new_tokens,
