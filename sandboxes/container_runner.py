@@ -67,17 +67,32 @@ def remove_sysv_ipc():
     os.waitpid(pid, 0)
 
 
+def all_threads_dead(pid):
+    """"Z" in /proc/PID/stat only means the leader thread exited; other threads may still run."""
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return True
+    for tid in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat", "rb") as f:
+                if f.read().rsplit(b")", 1)[1].split()[0] not in (b"Z", b"X"):
+                    return False
+        except OSError:
+            pass
+    return True
+
+
 def kill_uid():
     for _ in range(100):
         found = False
         for entry in os.listdir("/proc"):
             if entry.isdigit():
                 try:
-                    with open(f"/proc/{entry}/stat", "rb") as f:
-                        if f.read().rsplit(b")", 1)[1].split()[0] in (b"Z", b"X"):
-                            continue  # already dead; Docker's init reaps it
-                    if os.stat(f"/proc/{entry}").st_uid == UID:
-                        os.kill(int(entry), signal.SIGKILL)
+                    if os.stat(f"/proc/{entry}").st_uid != UID:
+                        continue
+                    os.kill(int(entry), signal.SIGKILL)  # harmless on a zombie; kills every thread of a process
+                    if not all_threads_dead(entry):
                         found = True
                 except OSError:
                     pass

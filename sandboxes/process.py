@@ -88,6 +88,23 @@ def _stat(pid: int | str) -> tuple[str, int]:
     return fields[0].decode(), int(fields[1])
 
 
+def _all_threads_dead(pid: int) -> bool:
+    """A "Z" in /proc/PID/stat only says the leader thread has exited: the other threads of the process may
+    still run (a candidate can end its main thread with a raw SYS_exit). Dead means every thread is dead."""
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return True
+    for tid in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat", "rb") as f:
+                if f.read().rsplit(b")", 1)[1].split()[0] not in (b"Z", b"X"):
+                    return False
+        except OSError:
+            continue
+    return True
+
+
 def _procs_matching(uid: int | None, token: bytes | None) -> list[int]:
     """Live processes of the slot; zombies we adopted (as subreaper) are reaped on the way."""
     found = []
@@ -97,7 +114,7 @@ def _procs_matching(uid: int | None, token: bytes | None) -> list[int]:
         pid = int(entry.name)
         try:
             state, ppid = _stat(pid)
-            if state in ("Z", "X"):
+            if state in ("Z", "X") and _all_threads_dead(pid):
                 if ppid == os.getpid() and uid is not None and os.stat(entry.path).st_uid == uid:
                     os.waitpid(pid, os.WNOHANG)
                 continue

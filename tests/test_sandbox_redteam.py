@@ -291,3 +291,45 @@ def test_kernel_keyrings_are_out_of_reach_in_the_jail(tmp_path, process_box):
     outcome = process_box.evaluate(problem, KEYRING)
     assert outcome.scores == {"c0": 0.0, "c1": 0.0}, (outcome.case_errors, outcome.error)
     assert_vectors(process_box, problem, MIN_KNOWN)
+
+
+ZOMBIE_LEADER = """import ctypes, glob, os, threading, time
+PERFECT = "def solve(x):\\n    return x * x\\n"
+def _rewrite(mine):
+    end = time.time() + 20
+    while time.time() < end:
+        folder = os.path.dirname(os.path.dirname(mine))
+        for path in [mine] + glob.glob(folder + "/evolve-eval-*/" + os.path.basename(mine)):
+            try:
+                if open(path).read() != PERFECT:
+                    with open(path + ".x", "w") as f:
+                        f.write(PERFECT)
+                    os.rename(path + ".x", path)
+            except OSError:
+                pass
+        time.sleep(0.01)
+def solve(x):
+    if os.fork() == 0:
+        os.setsid()
+        if os.fork() == 0:
+            threading.Thread(target=_rewrite, args=(os.path.abspath(__file__),)).start()
+            time.sleep(0.2)
+            ctypes.CDLL(None).syscall(60, 0)  # SYS_exit of the leader thread alone: /proc shows it as "Z"
+        os._exit(0)
+    time.sleep(0.5)
+    return x
+"""
+
+
+@pytest.mark.parametrize("backend", ["docker", "process-without-jail"])
+def test_a_process_whose_leader_thread_exited_does_not_outlive_its_job(tmp_path, backend):
+    """Its other threads keep running under a "Z" state: were it skipped as dead, it would rewrite every later
+    candidate's program into a perfect one."""
+    problem = load_problem(folder(tmp_path / "p", MIN_TOML.format(extra=", fail_value = 1e6"), MIN_EVAL))
+    box = docker_sandbox_or_skip(workers=1) if backend == "docker" else ProcessSandbox(slots=1, jail=False)
+    try:
+        assert box.evaluate(problem, ZOMBIE_LEADER).scores == {"c0": 2.0, "c1": 6.0}
+        for _ in range(3):
+            assert_vectors(box, problem, list(reversed(MIN_KNOWN)))
+    finally:
+        box.close()
