@@ -11,18 +11,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from evolve.adapt import Adapter, Ask, RecentChildren
 from evolve.archive import Archive, CompletionRecord, code_hash
 from evolve.archive.models import Run
 from evolve.archive.store import code_hashes
 from evolve.fitness import scalar_view
+from evolve.interrupt import until_interrupted
 from evolve.problem import Problem
-from evolve.prompts import PromptInputs, build_prompt, parse_completion
+from evolve.prompts import PromptInputs, build_prompt, parse_completion, resolve_edit_format
 from evolve.runs import RunOptions
 from evolve.selection import Member, Population, make_selector
 from evolve.stats import LoopStats
@@ -31,7 +34,6 @@ from sandboxes.base import ErrorKind, EvalOutcome, Sandbox
 from sandboxes.runner import failed
 
 STORED_OUTPUT = 8 * 1024
-MAX_BARREN_GROUPS = 50
 
 
 @dataclass
@@ -76,10 +78,13 @@ class SearchLoop:
         self.children: asyncio.Queue[Child] = asyncio.Queue(maxsize=max(2 * options.workers, 4))
         self.results: asyncio.Queue[tuple[Child, EvalOutcome]] = asyncio.Queue()
         self.stop = asyncio.Event()
+        self.interrupted = asyncio.Event()  # Ctrl-C: also abandons a generation in flight
         self.reserved = 0  # evaluations committed plus those in flight
         self.finished_reason = ""
         self.fatal: Exception | None = None
-        self.barren_groups = 0  # consecutive groups that produced no new child
+        initial = Ask(options.edit_format, options.temperature, options.template)
+        self.adapter = Adapter.restore(initial, run.state, every=options.adapt_every, stall=options.stall_groups)
+        self.recent = RecentChildren()
         self.train_step = train_step
         self.groups_since_train = 0
         self.groups_started = 0
@@ -139,6 +144,13 @@ class SearchLoop:
             return False
         return self.reserved < self.options.max_evaluations
 
+    def _may_generate(self) -> bool:
+        """Budget left for another group (the evaluation budget, and the group budget where one is set)."""
+        if self.options.max_groups is not None and self.groups_started >= self.options.max_groups:
+            self.finished_reason = self.finished_reason or "group budget reached"
+            return False
+        return self._budget_left() and self.reserved + self.children.qsize() < self.options.max_evaluations
+
     def _pick(self, rng: np.random.Generator, island_index: int) -> tuple[Member, list[Member]]:
         island = self.population.islands[island_index]
         if not island.pool():
@@ -157,12 +169,14 @@ class SearchLoop:
 
     async def generate(self) -> None:
         m, g = self.options.variants, self.options.group_size
-        while self._budget_left() and self.reserved + self.children.qsize() < self.options.max_evaluations:
+        while self._may_generate():
             index, self.groups_started = self.groups_started, self.groups_started + 1
             rng = np.random.default_rng([self.options.seed, index])
             island = index % len(self.population.islands)
             parent, inspirations = self._pick(rng, island)
             codes = self.archive.codes([parent.id, *(i.id for i in inspirations)])
+            ask = self.adapter.ask
+            edit_format = resolve_edit_format(ask.edit_format, codes[parent.id])
             prompt = build_prompt(
                 PromptInputs(
                     self.problem.config.description,
@@ -171,18 +185,20 @@ class SearchLoop:
                     self.archive.feedback(parent.id),
                     [(codes[i.id], self._scores_of(i)) for i in inspirations],
                     m,
-                    self.options.edit_format,
+                    edit_format,
+                    self.recent.of(parent.id),
+                    ask.template,
                 )
             )
-            params = SamplingParams(
-                self.options.temperature, 0.95, self.options.max_new_tokens, int(rng.integers(2**31))
-            )
+            params = SamplingParams(ask.temperature, 0.95, self.options.max_new_tokens, int(rng.integers(2**31)))
             version_id = self._version_id()
             agenerate = getattr(self.policy, "agenerate", None)
             if agenerate is not None:  # HTTP policies: many groups in flight at once
                 group = await agenerate(prompt, params, g)
             else:
-                group = await asyncio.to_thread(self.policy.generate, prompt, params, g)
+                group = await until_interrupted(self.interrupted, self.policy.generate, prompt, params, g)
+            if group is None or any(gen.finish_reason == "interrupted" for gen in group):
+                return  # cut short by Ctrl-C: a half-made group is never committed
             records, statuses, children = [], [], []
             for gen in group:
                 self.stats.tokens += len(gen.token_ids or ())
@@ -215,23 +231,32 @@ class SearchLoop:
                 inspiration_ids=[i.id for i in inspirations],
                 island=island,
                 prompt=prompt,
-                sampling=params.as_dict(),
+                sampling={**params.as_dict(), "edit_format": edit_format, "template": ask.template},
                 completions=records,
                 variants=statuses,
             )
             self.stats.groups += 1
-            self.barren_groups = 0 if children else self.barren_groups + 1
-            if self.barren_groups >= MAX_BARREN_GROUPS:
-                self.finished_reason = (
-                    f"stalled: the last {MAX_BARREN_GROUPS} groups produced no new child "
-                    "(see parse statuses in evolve inspect)"
-                )
-                self.stop.set()
+            self.stats.completions += len(records)
+            self._adapt(index, parent.id, children, statuses)
             for i, slot, code in children:
                 await self.children.put(Child(code, parent.id, island, parent.generation + 1, ids[i][slot]))
             self.groups_since_train += 1
             if self.train_step is not None and self.groups_since_train >= self.options.train_every:
                 await self._train()
+
+    def _adapt(self, index: int, parent_id: int, children: list[tuple[int, int, str]], statuses: list) -> None:
+        """Remember what this parent produced; change the ask after barren groups; stop a stalled run."""
+        for _, _, code in children:
+            self.recent.add(parent_id, code)
+        counts = Counter(status for row in statuses for status, _, _ in row)
+        change = self.adapter.after_group(index, len(children), counts)
+        if change is not None:
+            self.stats.adaptations += 1
+            self.stats.last_adaptation = f"group {index}: {change['change']} ({change['why']})"
+        self.stats.ask = self.adapter.ask.describe()
+        if self.adapter.stalled:
+            self.finished_reason = self.adapter.stall_message()
+            self.stop.set()
 
     async def _train(self) -> None:
         """Pause generation, let the recent groups' evaluations land, update and publish the policy."""
@@ -300,6 +325,8 @@ class SearchLoop:
         member = self.population.member(pid, child.island, child.generation, outcome.scores, scalar, len(child.code))
         self.population.add(member if outcome.ok else None)
         self.stats.session_evaluations += 1
+        if outcome.ok and child.variant_id is not None:
+            self.stats.new_valid += 1
         self._count(member, outcome.error_kind)
         if outcome.error_kind:
             self.stats.errors[outcome.error_kind] += 1
@@ -326,12 +353,11 @@ class SearchLoop:
         ticker = asyncio.create_task(self._save_elapsed())
         try:
             await self._requeue_pending()  # after the workers start: the queue is bounded
-            while self._budget_left() and self.fatal is None:
+            while self._may_generate() and self.fatal is None:
                 # Training pauses generation, so it needs a single generator; HTTP policies take several.
                 parallel = 1 if self.train_step else max(1, min(self.policy.max_concurrency, 8))
                 await asyncio.gather(*(self.generate() for _ in range(parallel)))
-                await self.children.join()  # every queued child evaluated (or left pending on stop)
-                await self.results.join()  # and every result committed
+                await self._settle()
         finally:
             for task in (*workers, committer, ticker):
                 task.cancel()
@@ -347,11 +373,34 @@ class SearchLoop:
         self.archive.update_run(self.run.id, status=status)
         return self.finished_reason
 
+    async def _settle(self) -> None:
+        """Wait until every queued child is evaluated (or left pending on stop) and every result committed.
+
+        Ctrl-C cuts the wait short: evaluations in flight are abandoned, their variants stay pending in the
+        archive, and the same command evaluates them on resume.
+        """
+
+        async def drained() -> None:
+            await self.children.join()
+            await self.results.join()
+
+        waiting = asyncio.ensure_future(drained())
+        stopper = asyncio.ensure_future(self.interrupted.wait())
+        try:
+            await asyncio.wait({waiting, stopper}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            waiting.cancel()
+            stopper.cancel()
+
     def _interrupt(self) -> None:
-        if self.stop.is_set():
+        if self.stop.is_set() and self.finished_reason == "interrupted":
             raise KeyboardInterrupt
         self.finished_reason = "interrupted"
         self.stop.set()
+        self.interrupted.set()
+        interrupt = getattr(self.policy, "interrupt", None)
+        if interrupt is not None:  # cut the generation in flight short (between two tokens)
+            interrupt()
 
     async def _save_elapsed(self) -> None:
         while True:
@@ -359,7 +408,7 @@ class SearchLoop:
             await asyncio.to_thread(self._save_state)
 
     def _save_state(self) -> None:
-        state: dict[str, Any] = {**self.run.state, "elapsed_s": self.stats.elapsed_s}
+        state: dict[str, Any] = {**self.run.state, **self.adapter.state(), "elapsed_s": self.stats.elapsed_s}
         self.archive.update_run(self.run.id, state=state)
 
 

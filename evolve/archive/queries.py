@@ -10,6 +10,7 @@ from sqlalchemy import func, select
 
 from evolve.archive.models import Completion, Evaluation, Program, Prompt, Run, Variant
 from evolve.archive.store import Archive
+from evolve.yields import run_yield
 
 
 @dataclass
@@ -28,6 +29,8 @@ class RunSummary:
     best_components: dict[str, tuple[int, float]] = field(default_factory=dict)
     policy_versions: list[dict[str, Any]] = field(default_factory=list)
     elapsed_s: float = 0.0
+    yields: dict[str, float] = field(default_factory=dict)
+    adaptations: list[dict[str, Any]] = field(default_factory=list)  # changes of the ask (evolve.adapt)
 
 
 def _directions(run: Run) -> dict[str, float]:
@@ -79,6 +82,17 @@ def summarize(archive: Archive, run: Run) -> RunSummary:
         {"id": v.id, "number": v.number, "base_model": v.base_model, "adapter": v.adapter_path, "parent": v.parent_id}
         for v in archive.policy_versions(run.id)
     ]
+    y = run_yield(archive, run.id)
+    out.yields = {
+        "new_valid": y.new_valid,
+        "tokens": y.tokens,
+        "per_completion": y.per_completion,
+        "per_1k_tokens": y.per_1k_tokens,
+        "unchanged": y.unchanged,
+        "duplicate": y.duplicate,
+        "unparseable": y.unparseable,
+    }
+    out.adaptations = list(run.state.get("adaptations", []))
     return out
 
 

@@ -52,6 +52,17 @@ def inspect(db: Path, as_json: Annotated[bool, typer.Option("--json")] = False) 
             f"{s.evaluations} evaluations, {s.groups} groups, {s.completions} completions"
         )
         console.print(f"  variants {s.variants}; evaluation errors {s.errors}; islands {s.islands}")
+        y = s.yields
+        console.print(
+            f"  yield {y['new_valid']} new valid children: {y['per_completion']:.2f} per completion, "
+            f"{y['per_1k_tokens']:.2f} per 1k tokens; variants unchanged {y['unchanged']:.0%}, "
+            f"duplicate {y['duplicate']:.0%}, unparseable {y['unparseable']:.0%}",
+            highlight=False,
+        )
+        for change in s.adaptations:
+            console.print(
+                f"  adapted at group {change['group']}: {change['change']} ({change['why']})", highlight=False
+            )
         if s.best_scalar:
             console.print(f"  best scalar {s.best_scalar[1]:.6g} (program {s.best_scalar[0]})")
         table = Table("component", "best", "program", show_edge=False)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 import threading
 from pathlib import Path
 from typing import Annotated
@@ -50,7 +51,10 @@ def run(
     max_time: Annotated[float | None, typer.Option(help="seconds, summed over resumes")] = None,
     target: Annotated[float | None, typer.Option(help="stop when the scalar view reaches this")] = None,
     seed: int = 0,
-    edit_format: Annotated[str | None, typer.Option(help="diff | full")] = None,
+    edit_format: Annotated[str | None, typer.Option(help="auto | diff | full [default: the problem's]")] = None,
+    stall_groups: Annotated[
+        int, typer.Option(min=1, help="stop after this many groups in a row without a new child")
+    ] = RunOptions.stall_groups,
     max_new_tokens: Annotated[int | None, typer.Option(min=16)] = None,
     train_every: Annotated[int, typer.Option(min=0, help="update the policy after every N groups (0: never)")] = 0,
     train_method: Annotated[str, typer.Option(help="vpo | grpo | multi-rlvr")] = "vpo",
@@ -63,8 +67,8 @@ def run(
     """Run (or resume) an evolutionary search; Ctrl-C stops cleanly and the same command resumes."""
     problem = load_or_fail(problem_dir)
     search = problem.config.search
-    if edit_format not in (None, "diff", "full"):
-        fail(f"--edit-format {edit_format}: use diff or full")
+    if edit_format not in (None, "auto", "diff", "full"):
+        fail(f"--edit-format {edit_format}: use auto, diff or full")
     options = RunOptions(
         workers=workers,
         group_size=group_size or search.group_size,
@@ -79,6 +83,7 @@ def run(
         policy=policy,
         train_every=train_every,
         train_method=train_method,
+        stall_groups=stall_groups,
     )
     if train_method not in ("vpo", "grpo", "multi-rlvr"):
         fail(f"--train-method {train_method}: use vpo, grpo or multi-rlvr")
@@ -143,6 +148,12 @@ def run(
         console.print(
             f"see it with: evolve best {target_db}    or    evolve show {target_db} {best.id}", highlight=False
         )
+    if loop.interrupted.is_set():
+        # A forward pass cut short by Ctrl-C may still run in the policy's daemon thread; everything is committed,
+        # so leave now rather than let interpreter shutdown tear torch down under it.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
 
 
 def adapters_next_to(db: str | Path, name: str) -> Path:

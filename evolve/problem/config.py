@@ -88,7 +88,8 @@ class SearchSection(_Strict):
     group_size: int = Field(default=4, ge=1)
     variants: int = Field(default=3, ge=1, le=8)
     inspirations: int = Field(default=2, ge=0)
-    edit_format: Literal["diff", "full"] = "diff"
+    # auto: whole rewrites of short editable code, SEARCH/REPLACE diffs of long code (evolve.prompts.builder)
+    edit_format: Literal["auto", "diff", "full"] = "auto"
     selection: Literal["auto", "lexicase", "scalarization", "tournament"] = "auto"
     features: list[str] = Field(default_factory=lambda: ["code_length", "score"])
     max_evaluations: int = Field(default=200, ge=1)

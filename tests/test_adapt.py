@@ -1,0 +1,136 @@
+"""The ask and its adaptation: prompts that insist on change, the edit format chosen from the code, the ladder of
+changes after barren groups, the stall line, and the bounded memory of recent children."""
+
+from __future__ import annotations
+
+from evolve.adapt import Adapter, Ask, RecentChildren
+from evolve.prompts import PromptInputs, build_prompt, parse_completion, resolve_edit_format
+from evolve.yields import Yield
+
+SHORT = "import math\n# EVOLVE-BLOCK-START\ndef solve(x):\n    return x + 1\n# EVOLVE-BLOCK-END\n"
+LONG = "# EVOLVE-BLOCK-START\n" + "".join(f"v{i} = {i}\n" for i in range(60)) + "# EVOLVE-BLOCK-END\n"
+
+
+def _prompt(**kw: object) -> str:
+    base: dict[str, object] = dict(
+        description="Square the input.",
+        parent_code=SHORT,
+        parent_scores={"c0": 0.0},
+        parent_feedback=None,
+        inspirations=[],
+        variants=3,
+        edit_format="auto",
+    )
+    return build_prompt(PromptInputs(**{**base, **kw}))  # type: ignore[arg-type]
+
+
+def test_auto_edit_format_rewrites_short_code_and_diffs_long_code():
+    assert resolve_edit_format("auto", SHORT) == "full"
+    assert resolve_edit_format("auto", LONG) == "diff"
+    assert resolve_edit_format("diff", SHORT) == "diff" and resolve_edit_format("full", LONG) == "full"
+    assert "fenced block holding the complete new editable code" in _prompt()
+    assert "SEARCH" in _prompt(parent_code=LONG) and "fenced block holding" not in _prompt(parent_code=LONG)
+
+
+def test_prompt_insists_on_change_and_shows_recent_children_of_the_parent():
+    recent = [SHORT.replace("x + 1", "x * 3"), SHORT.replace("x + 1", "x - 7")]
+    text = _prompt(recent=recent)
+    assert "Every variant must change the code" in text
+    assert "differ from each other and from the recent attempts above" in text
+    assert "# Recent attempts from the current program" in text
+    assert "return x * 3" in text and "return x - 7" in text
+    assert "import math" not in text  # only the editable blocks are shown, for recent attempts too
+    assert "Recent attempts" not in _prompt()
+    # a recent attempt longer than the cap is cut, so one long child cannot crowd out the problem
+    huge = "# EVOLVE-BLOCK-START\n" + "x = 1\n" * 2000 + "# EVOLVE-BLOCK-END\n"
+    assert len(_prompt(recent=[huge])) < len(_prompt()) + 1600
+
+
+def test_directed_template_gives_each_variant_its_own_kind_of_change():
+    text = _prompt(template="directed")
+    for k in (1, 2, 3):
+        assert f"- Variant {k}: " in text
+    assert "a different method or algorithm" in text
+    assert "Variant 1:" not in _prompt(template="standard")
+
+
+def _barren(adapter: Adapter, groups: int, statuses: dict[str, int], start: int = 0) -> list[dict]:
+    return [c for g in range(start, start + groups) if (c := adapter.after_group(g, 0, statuses)) is not None]
+
+
+def test_copies_raise_temperature_then_switch_template_then_stall_with_one_line():
+    adapter = Adapter(Ask("full", 0.8, "standard"), every=2, stall=6)
+    copies = {"unchanged": 10, "duplicate": 2}
+    changes = _barren(adapter, 5, copies)
+    assert [c["change"] for c in changes] == ["temperature 0.8 -> 1", "prompt template standard -> directed"]
+    assert changes[0]["group"] == 1 and changes[0]["to"]["temperature"] == 1.0
+    assert "unchanged" in changes[0]["why"] and not adapter.stalled
+    assert adapter.ask == Ask("full", 1.0, "directed")
+    _barren(adapter, 1, copies, start=5)
+    assert adapter.stalled
+    line = adapter.stall_message()
+    assert line.startswith("stalled: 6 groups without a new child: 83% unchanged")
+    assert "temperature 0.8 -> 1; prompt template standard -> directed" in line
+    assert "\n" not in line and "--policy" in line
+
+
+def test_unparseable_diffs_switch_to_full_rewrites_first():
+    adapter = Adapter(Ask("diff", 0.8, "standard"), every=1, stall=10)
+    (change,) = _barren(adapter, 1, {"apply_error": 9, "unchanged": 1})
+    assert change["change"] == "edit format diff -> full" and adapter.ask.edit_format == "full"
+
+
+def test_a_new_child_resets_the_streak_and_keeps_the_ask_that_worked():
+    adapter = Adapter(Ask("full", 0.8, "standard"), every=2, stall=3)
+    _barren(adapter, 2, {"unchanged": 6})
+    assert adapter.ask.temperature == 1.0
+    assert adapter.after_group(2, 1, {"ok": 1, "unchanged": 5}) is None
+    assert adapter.barren == 0 and adapter.ask.temperature == 1.0
+    _barren(adapter, 2, {"unchanged": 6}, start=3)
+    assert not adapter.stalled  # the streak started again from zero
+
+
+def test_adapter_resumes_from_the_run_state():
+    adapter = Adapter(Ask("auto", 0.8, "standard"), every=1, stall=9)
+    _barren(adapter, 2, {"unchanged": 3})
+    state = adapter.state()
+    again = Adapter.restore(Ask("auto", 0.8, "standard"), state, every=1, stall=9)
+    assert again.ask == adapter.ask != Ask("auto", 0.8, "standard")
+    assert again.changes == adapter.changes and len(again.changes) == 2
+    fresh = Adapter.restore(Ask("auto", 0.8, "standard"), {}, every=1, stall=9)
+    assert fresh.ask == Ask("auto", 0.8, "standard") and fresh.changes == []
+
+
+def test_temperature_is_capped():
+    adapter = Adapter(Ask("full", 1.2, "directed"), every=1, stall=20)
+    changes = _barren(adapter, 6, {"unchanged": 3})
+    temps = [c["to"]["temperature"] for c in changes if c["change"].startswith("temperature")]
+    assert temps and max(temps) <= 1.3
+
+
+def test_recent_children_are_bounded_per_parent_and_in_parents():
+    recent = RecentChildren(per_parent=2, parents=3)
+    for code in ("a", "b", "b", "c"):
+        recent.add(1, code)
+    assert recent.of(1) == ["b", "c"]
+    for parent in (2, 3, 4):
+        recent.add(parent, "x")
+    assert recent.of(1) == [] and recent.of(4) == ["x"]  # the least recently used parent went first
+
+
+def test_yield_shares_and_rates():
+    y = Yield(
+        completions=4,
+        tokens=2000,
+        new_valid=3,
+        statuses={"ok": 4, "unchanged": 4, "duplicate": 2, "parse_error": 1, "apply_error": 1},
+    )
+    assert y.per_completion == 0.75 and y.per_1k_tokens == 1.5
+    assert (y.unchanged, y.duplicate, y.unparseable) == (4 / 12, 2 / 12, 2 / 12)
+    assert y.line().startswith("0.75 new valid children per completion, 1.50 per 1k tokens; variants unchanged 33%")
+    assert Yield().per_completion == 0.0 and Yield().unparseable == 0.0
+
+
+def test_parser_marks_an_echoed_parent_unchanged():
+    echo = f"<variant 1>\n```python\n{SHORT.split('START')[1].split('# EVOLVE')[0].strip()}\n```\n</variant 1>"
+    assert parse_completion(SHORT, echo, 1)[0].status == "unchanged"
