@@ -1,10 +1,10 @@
 """Yield of the real search loop with the embedded model on problems it has never seen.
 
 Runs `evolve run`'s machinery (SearchLoop, process sandbox, archive on disk) for a fixed number of groups with a
-fixed seed per problem, over the three shipped examples and the problems in benchmarks/problems/ (written for
-this benchmark and not tuned on). Each problem is posed with its own defaults, as a new user would run it.
-Per problem: new valid children per completion and per 1,000 tokens, the shares of unchanged, duplicate and
-unparseable variants, and the best scalar relative to the seed's.
+fixed seed per problem, over the three shipped examples, the problems in benchmarks/problems/ (written for this
+benchmark and not tuned on) and a folder fresh from `evolve init` (`evolve_init`). Each problem is posed with
+its own defaults, as a new user would run it. Per problem: new valid children per completion and per 1,000
+tokens, the shares of unchanged, duplicate and unparseable variants, and the best scalar relative to the seed's.
 
 Usage: python -m benchmarks.yield [--groups 6] [--problems roman_numerals,durations] [--max-time 600]
 """
@@ -23,6 +23,7 @@ from rich.table import Table
 from evolve.archive import Archive
 from evolve.loop import SearchLoop, run_search
 from evolve.problem import Problem, load_problem
+from evolve.problem.scaffold import scaffold
 from evolve.runs import RunOptions, open_run
 from evolve.yields import Yield, run_yield
 from policies.base import Policy
@@ -36,6 +37,7 @@ PROBLEM_DIRS = [
     ROOT / "problems" / "circle_packing",
     *sorted(p for p in (ROOT / "benchmarks" / "problems").iterdir() if (p / "problem.toml").is_file()),
 ]
+INIT = "evolve_init"  # made by `evolve init` in the work folder at run time
 
 
 def default_options(problem: Problem, groups: int, max_time: float, seed: int, policy: str) -> RunOptions:
@@ -90,10 +92,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--keep", type=Path, default=None, help="keep the archives in this folder (default: discard)")
     args = ap.parse_args(argv)
     wanted = [w for w in args.problems.split(",") if w]
-    folders = [f for f in PROBLEM_DIRS if not wanted or f.name in wanted]
-    unknown = set(wanted) - {f.name for f in folders}
+    names = [f.name for f in PROBLEM_DIRS] + [INIT]
+    unknown = set(wanted) - set(names)
     if unknown:
-        print(f"unknown problems {sorted(unknown)}; choose from {[f.name for f in PROBLEM_DIRS]}", file=sys.stderr)
+        print(f"unknown problems {sorted(unknown)}; choose from {names}", file=sys.stderr)
         return 2
     console = Console()
     policy = make_policy(args.policy)
@@ -121,6 +123,11 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         work = args.keep or Path(tmp)
         work.mkdir(parents=True, exist_ok=True)
+        folders = [f for f in PROBLEM_DIRS if not wanted or f.name in wanted]
+        if not wanted or INIT in wanted:
+            if not (work / INIT / "problem.toml").exists():
+                scaffold(work / INIT)
+            folders.append(work / INIT)
         for folder in folders:
             y, seed_scalar, best, wall, groups, reason = run_problem(
                 folder, policy, args.policy, args.groups, args.max_time, args.seed, args.sandbox, work
