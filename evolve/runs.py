@@ -28,7 +28,7 @@ class RunOptions:
     policy: str = ""
     train_every: int = 0  # groups between policy updates; 0 = never
     train_method: str = "vpo"
-    template: str = "standard"  # prompt template (evolve.prompts.TEMPLATES); the adapter may change it
+    template: str = "directed"  # prompt template (evolve.prompts.TEMPLATES); the adapter may change it
     adapt_every: int = 2  # barren groups before the ask changes
     stall_groups: int = 6  # barren groups in a row that end the run
     max_groups: int | None = None  # stop after this many groups (benchmarks use it for fixed-size runs)

@@ -134,3 +134,21 @@ def test_yield_shares_and_rates():
 def test_parser_marks_an_echoed_parent_unchanged():
     echo = f"<variant 1>\n```python\n{SHORT.split('START')[1].split('# EVOLVE')[0].strip()}\n```\n</variant 1>"
     assert parse_completion(SHORT, echo, 1)[0].status == "unchanged"
+
+
+def test_live_view_and_summary_show_yield_and_the_current_ask():
+    from rich.console import Console
+
+    from evolve.stats import LoopStats
+
+    stats = LoopStats(["c0"], 10, None)
+    stats.completions, stats.tokens, stats.new_valid = 4, 1000, 2
+    stats.parse.update({"ok": 3, "unchanged": 6, "duplicate": 1, "parse_error": 2})
+    stats.ask, stats.adaptations = "full edits, temperature 1, directed prompt", 1
+    stats.last_adaptation = "group 3: temperature 0.8 -> 1 (2 groups without a new child: ...)"
+    assert "yield 0.50 new valid children per completion, 2.00 per 1k tokens; variants unchanged 50%" in stats.summary()
+    console = Console(width=200, record=True)
+    console.print(stats.render())
+    text = console.export_text()
+    assert "0.50/completion, 2.00/1k tokens" in text and "unchanged 50%, duplicate 8%, unparseable 17%" in text
+    assert "full edits, temperature 1, directed prompt" in text and "group 3: temperature 0.8 -> 1" in text

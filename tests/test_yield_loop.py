@@ -59,7 +59,7 @@ def test_yield_from_the_archive_matches_the_live_counters_and_prompts_show_recen
     prompts = [t for (t,) in con.execute("SELECT text FROM prompts")]
     assert any("# Recent attempts from the current program" in t for t in prompts[1:])
     sampling = [json.loads(s) for (s,) in con.execute("SELECT sampling FROM completions")]
-    assert {s["edit_format"] for s in sampling} == {"full"} and {s["template"] for s in sampling} == {"standard"}
+    assert {s["edit_format"] for s in sampling} == {"full"} and {s["template"] for s in sampling} == {"directed"}
 
 
 def test_barren_groups_change_the_ask_record_it_and_stall_keeping_tokens_and_m_answers(tmp_path):
@@ -70,24 +70,24 @@ def test_barren_groups_change_the_ask_record_it_and_stall_keeping_tokens_and_m_a
     loop = SearchLoop(problem, archive, TransformersPolicy.load(str(untaught)), ProcessSandbox(2), run, options)
     reason = run_search(loop)
     assert reason.startswith("stalled: 3 groups without a new child: 0% unchanged, 0% duplicate, 100% unparseable")
-    assert "tried: prompt template standard -> directed; temperature 0.7 -> 0.9" in reason
+    assert "tried: prompt template directed -> standard; temperature 0.7 -> 0.9" in reason
     assert "\n" not in reason
     con = sqlite3.connect(tmp_path / "a.db")
     state = json.loads(con.execute("SELECT state FROM runs").fetchone()[0])
     assert [c["change"] for c in state["adaptations"]] == [
-        "prompt template standard -> directed",
+        "prompt template directed -> standard",
         "temperature 0.7 -> 0.9",
     ]
-    assert state["ask"] == {"edit_format": "full", "temperature": 0.9, "template": "directed"}
+    assert state["ask"] == {"edit_format": "full", "temperature": 0.9, "template": "standard"}
     rows = con.execute(
         "SELECT p.id, c.sampling, c.token_ids, c.logprobs, "
         "(SELECT COUNT(*) FROM variants v WHERE v.completion_id = c.id) "
         "FROM completions c JOIN prompts p ON p.id = c.prompt_id ORDER BY c.id"
     ).fetchall()
     asked = {pid: (json.loads(s)["template"], json.loads(s)["temperature"]) for pid, s, *_ in rows}
-    assert asked == {1: ("standard", 0.7), 2: ("directed", 0.7), 3: ("directed", 0.9)}
+    assert asked == {1: ("directed", 0.7), 2: ("standard", 0.7), 3: ("standard", 0.9)}
     prompts = [t for (t,) in con.execute("SELECT text FROM prompts ORDER BY id")]
-    assert "Variant 2: a different method" not in prompts[0] and "Variant 2: a different method" in prompts[1]
+    assert "Variant 2: a different method" in prompts[0] and "Variant 2: a different method" not in prompts[1]
     for _, _, ids, lps, m in rows:  # what the trainer needs survives every change of the ask
         assert len(ids) // 4 == len(lps) // 4 > 0 and m == 2
     inspect = subprocess.run(

@@ -37,7 +37,7 @@ class PromptInputs:
     variants: int
     edit_format: str  # "diff", "full" or "auto" (see resolve_edit_format)
     recent: Sequence[str] = ()  # recent children of this parent (full programs): the variants must differ
-    template: str = "standard"  # one of TEMPLATES
+    template: str = "directed"  # one of TEMPLATES
 
 
 def editable_lines(code: str) -> int:
