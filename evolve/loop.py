@@ -253,6 +253,7 @@ class SearchLoop:
         if change is not None:
             self.stats.adaptations += 1
             self.stats.last_adaptation = f"group {index}: {change['change']} ({change['why']})"
+            self._save_state()  # the change is in the archive at once, not at the next 5 s tick
         self.stats.ask = self.adapter.ask.describe()
         if self.adapter.stalled:
             self.finished_reason = self.adapter.stall_message()
