@@ -58,8 +58,11 @@ def test_yield_from_the_archive_matches_the_live_counters_and_prompts_show_recen
     assert "yield" in loop.stats.summary()
     prompts = [t for (t,) in con.execute("SELECT text FROM prompts")]
     assert any("# Recent attempts from the current program" in t for t in prompts[1:])
-    sampling = [json.loads(s) for (s,) in con.execute("SELECT sampling FROM completions")]
-    assert {s["edit_format"] for s in sampling} == {"full"} and {s["template"] for s in sampling} == {"directed"}
+    sampling = [json.loads(s) for (s,) in con.execute("SELECT sampling FROM completions ORDER BY id")]
+    assert {s["edit_format"] for s in sampling} == {"full"} and sampling[0]["template"] == "directed"
+    state = json.loads(con.execute("SELECT state FROM runs").fetchone()[0])
+    asked = {(s["template"], s["temperature"]) for s in sampling}
+    assert len(asked) == 1 + len(state.get("adaptations", []))  # every other ask was a recorded change
 
 
 def test_barren_groups_change_the_ask_record_it_and_stall_keeping_tokens_and_m_answers(tmp_path):
