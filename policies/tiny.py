@@ -28,9 +28,7 @@ def tiny_tokenizer() -> Any:
     return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=EOS, pad_token=PAD)
 
 
-def tiny_model(
-    tokenizer: Any, seed: int = 0, hidden: int = 128, layers: int = 2, vocab_size: int | None = None
-) -> Any:
+def tiny_model(tokenizer: Any, seed: int = 0, hidden: int = 128, layers: int = 2, vocab_size: int | None = None) -> Any:
     """`vocab_size` below len(tokenizer) leaves the special tokens out of reach: such a model never stops by
     itself, which is what tests of interrupting a generation need."""
     import torch
