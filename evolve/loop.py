@@ -79,6 +79,7 @@ class SearchLoop:
         self.results: asyncio.Queue[tuple[Child, EvalOutcome]] = asyncio.Queue()
         self.stop = asyncio.Event()
         self.interrupted = asyncio.Event()  # Ctrl-C: also abandons a generation in flight
+        self.no_more_groups = False
         self.reserved = 0  # evaluations committed plus those in flight
         self.finished_reason = ""
         self.fatal: Exception | None = None
@@ -144,8 +145,14 @@ class SearchLoop:
             return False
         return self.reserved < self.options.max_evaluations
 
+    def finish_generating(self) -> None:
+        """Start no further group; what is generated still gets evaluated (for fixed-size benchmark runs)."""
+        self.no_more_groups = True
+
     def _may_generate(self) -> bool:
         """Budget left for another group (the evaluation budget, and the group budget where one is set)."""
+        if self.no_more_groups:
+            return False
         if self.options.max_groups is not None and self.groups_started >= self.options.max_groups:
             self.finished_reason = self.finished_reason or "group budget reached"
             return False
