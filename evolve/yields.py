@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 # Variant statuses that produced no program at all.
-UNPARSEABLE = ("parse_error", "apply_error", "outside_block", "syntax_error")
+UNPARSEABLE = ("parse_error", "apply_error", "outside_block", "bad_blocks", "syntax_error")
 COPIES = ("unchanged", "duplicate")  # the parent echoed, or a program already known
 
 
