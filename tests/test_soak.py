@@ -57,7 +57,7 @@ description = "Return a large number."
 [program]
 entry_point = "solve"
 [fitness]
-components = [{ name = "tag" }]
+components = [{ name = "tag", fail_value = -1.0 }]  # worse than any tag or 0
 [limits]
 timeout_s = 10
 [search]
