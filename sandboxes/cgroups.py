@@ -62,10 +62,13 @@ class SlotCgroup:
     v2: bool
     _ooms: int = field(default=0, repr=False)
 
-    @property
-    def procs(self) -> str:
-        """The file a child writes its own pid into to join the group."""
-        return str(self.path / "cgroup.procs")
+    def join(self) -> None:
+        """Move the calling process into the group (a child between fork and exec: raw calls only)."""
+        fd = os.open(self.path / "cgroup.procs", os.O_WRONLY)
+        try:
+            os.write(fd, str(os.getpid()).encode())
+        finally:
+            os.close(fd)
 
     def prepare(self, limit_bytes: int) -> None:
         """Empty the group, set this job's limit, note the OOM count so that `oom_killed` sees this job only."""

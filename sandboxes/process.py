@@ -228,26 +228,23 @@ class ProcessSandbox:
         cpu = int(limits.timeout_s) + 2
         engine = os.getpid()
         jailed = self._jail is not None
-        cgroup_procs = cgroup.procs if cgroup is not None else None
+        hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+        nofile = NOFILE if hard == resource.RLIM_INFINITY else min(NOFILE, hard)
 
         def setup() -> None:
             # An engine killed with SIGKILL takes its candidates along: none runs on, unaccounted for.
             _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
             if os.getppid() != engine:
                 os._exit(1)
-            if cgroup_procs is not None:  # in the slot's memory cgroup before anything of the job runs
-                fd = os.open(cgroup_procs, os.O_WRONLY)
-                try:
-                    os.write(fd, str(os.getpid()).encode())
-                finally:
-                    os.close(fd)
+            if cgroup is not None:  # in the slot's memory cgroup before anything of the job runs
+                cgroup.join()
             if flags:
                 _checked_unshare(flags)
             resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
             resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
             resource.setrlimit(resource.RLIMIT_FSIZE, (limits.max_file_mb << 20,) * 2)
             resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-            resource.setrlimit(resource.RLIMIT_NOFILE, (NOFILE, NOFILE))
+            resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
             if uid is not None:
                 resource.setrlimit(resource.RLIMIT_NPROC, (limits.max_processes,) * 2)
                 if not jailed:  # in the jail the harness drops to `uid` itself, once the mounts are made
