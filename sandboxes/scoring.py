@@ -85,8 +85,14 @@ def _score_split(problem: Problem, outputs: Any, duration_s: float, sandbox: str
 def outcome_from(
     problem: Problem, reply: Any, status: str, stdout: str, stderr: str, duration_s: float, sandbox: str
 ) -> EvalOutcome:
-    """What every backend returns: a wall-clock `status` ("exit N", "signal X", "timeout") plus the reply."""
-    if status == "timeout":
+    """What every backend returns: a `status` ("exit N", "signal X", "timeout", or "memory" when the job's
+    memory cgroup ran out, whatever the reply says) plus the reply."""
+    if status == "memory":
+        limit = problem.config.limits.memory_mb
+        outcome = EvalOutcome.failure(
+            problem, ErrorKind.MEMORY, f"the job's processes together exceeded memory_mb={limit}", duration_s, sandbox
+        )
+    elif status == "timeout":
         outcome = EvalOutcome.failure(
             problem, ErrorKind.TIMEOUT, f"exceeded {problem.config.limits.timeout_s}s", duration_s, sandbox
         )
