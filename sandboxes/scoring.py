@@ -83,10 +83,31 @@ def _score_split(problem: Problem, outputs: Any, duration_s: float, sandbox: str
 
 
 def outcome_from(
-    problem: Problem, reply: Any, status: str, stdout: str, stderr: str, duration_s: float, sandbox: str
+    problem: Problem,
+    reply: Any,
+    status: str,
+    stdout: str,
+    stderr: str,
+    duration_s: float,
+    sandbox: str,
+    *,
+    oom_cap_mb: int | None = None,
 ) -> EvalOutcome:
-    """What every backend returns: a wall-clock `status` ("exit N", "signal X", "timeout") plus the reply."""
-    if status == "timeout":
+    """What every backend returns: a wall-clock `status` ("exit N", "signal X", "timeout") plus the reply.
+
+    `oom_cap_mb` is given when a memory cgroup of that size OOM-killed a process of the candidate: it scores
+    `memory` whatever it answered, since it got its answer by using more memory than it is allowed.
+    """
+    if oom_cap_mb is not None:
+        outcome = EvalOutcome.failure(
+            problem,
+            ErrorKind.MEMORY,
+            f"out of memory: together its processes went past the sandbox's {oom_cap_mb} MiB memory cgroup, "
+            "which killed one",
+            duration_s,
+            sandbox,
+        )
+    elif status == "timeout":
         outcome = EvalOutcome.failure(
             problem, ErrorKind.TIMEOUT, f"exceeded {problem.config.limits.timeout_s}s", duration_s, sandbox
         )
