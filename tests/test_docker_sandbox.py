@@ -103,25 +103,47 @@ def test_containers_keep_no_logs_and_are_locked_down(sandbox, problem):
 
 
 # Three processes of 200 MiB each: every one stays under RLIMIT_AS (memory_mb = 256), together they pass the
-# container's memory cgroup (memory_mb + 256 MiB, no swap). The cgroup's OOM killer takes one child; the parent
-# carries on and would answer correctly, so only the sandbox can tell that the candidate ran out of memory.
+# container's memory cgroup (memory_mb + 256 MiB, no swap). Each child holds its block until every child has
+# either allocated or died, so they overlap however slow the machine is. The cgroup's OOM killer takes one
+# child; the parent carries on and answers correctly, so only the sandbox can tell that it ran out of memory.
 SPREAD_HOG = """
-import os, time
+import os, select, signal
+KIDS = 3
 HOGGED = []
 
 def solve(x):
-    if not HOGGED:
-        HOGGED.append(True)
-        kids = []
-        for _ in range(3):
-            pid = os.fork()
+    if HOGGED:
+        return x * x
+    HOGGED.append(True)
+    r, w = os.pipe()
+    kids = []
+    for _ in range(KIDS):
+        pid = os.fork()
+        if pid == 0:
+            block = b'x' * (200 << 20)
+            os.write(w, b'+')
+            select.select([], [], [])  # hold the block until the parent is done
+            os._exit(len(block) & 1)
+        kids.append(pid)
+    os.close(w)
+    settled = 0
+    while settled < KIDS:
+        if select.select([r], [], [], 0.05)[0]:
+            settled += len(os.read(r, KIDS))
+        while settled < KIDS:
+            try:
+                pid, _ = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                break
             if pid == 0:
-                block = b'x' * (200 << 20)
-                time.sleep(0.5)
-                os._exit(len(block) & 1)
-            kids.append(pid)
-        for pid in kids:
+                break
+            settled += 1
+    for pid in kids:
+        try:
+            os.kill(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
+        except OSError:
+            pass
     return x * x
 """
 
@@ -133,7 +155,7 @@ def test_memory_spread_over_processes_meets_the_cgroup_cap_and_scores_memory(san
     (box,) = _ours(sandbox)
     host = box.attrs["HostConfig"]
     assert host["Memory"] == host["MemorySwap"] == (256 + 256) << 20
-    one_child = sandbox.evaluate(small, SPREAD_HOG.replace("range(3)", "range(1)"))
+    one_child = sandbox.evaluate(small, SPREAD_HOG.replace("KIDS = 3", "KIDS = 1"))
     assert one_child.scores == {"c0": 1.0, "c1": 1.0}, one_child.error  # under the cap: no false alarm
     outcome = sandbox.evaluate(small, SPREAD_HOG)
     assert outcome.error_kind == ErrorKind.MEMORY, (outcome.error, outcome.scores)
