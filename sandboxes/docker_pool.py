@@ -190,12 +190,18 @@ class DockerSandbox:
         self._remove_orphans()
 
     def _remove_orphans(self) -> None:
-        """Containers left by an engine on this host that is no longer alive (e.g. after kill -9)."""
+        """Containers left by an engine on this host that is no longer alive (e.g. after kill -9).
+
+        Several sandboxes may start at once (Ray actors, other engines): one that finds an orphan already gone
+        or being removed by another leaves it be."""
+        import docker.errors
+
         host = socket.gethostname()
         for c in self.client.containers.list(all=True, filters={"label": "vpo-evolve.owner"}, ignore_removed=True):
             owner_host, _, pid = c.labels.get("vpo-evolve.owner", "").partition(":")
             if owner_host == host and pid.isdigit() and not Path(f"/proc/{pid}").exists():
-                c.remove(force=True)
+                with contextlib.suppress(docker.errors.APIError):  # NotFound, or 409: removal in progress
+                    c.remove(force=True)
 
     def isolation(self) -> str:
         mode = "spawn mode" if self.spawn else "fork mode, from a zygote that never held a job"
