@@ -9,7 +9,8 @@ pipe ends (descriptors over a Unix socket); the candidate, once forked, reads it
 Protocol (one SOCK_SEQPACKET message each; descriptors travel as SCM_RIGHTS):
     runner -> zygote  b"run" with [reply_w, out_w, err_w, job_r]
     zygote -> runner  b"pid" with [pidfd of the candidate]  (the runner SIGKILLs it through that at the deadline)
-    runner -> zygote  b"clean", once the candidate has exited and the runner has killed every process of its uid
+    runner -> zygote  b"clean" (or b"clean+ipc" when System V IPC objects are left), once the candidate has
+                      exited and the runner has killed every process of its uid
     zygote -> runner  b"exit" + the candidate's wait status, once it is reaped and its IPC objects are removed
 The job pipe starts with HEADER (the limits to apply and whether to exec a fresh interpreter), then the job
 as one JSON line, which the harness reads after the candidate has become the unprivileged uid.
@@ -108,7 +109,7 @@ def remove_sysv_ipc(uid):
 
 def run_one(sock, fds, uid):
     """Fork one candidate, hand the runner its pidfd, reap it; once the runner has killed what the candidate
-    left (b"clean"), remove its IPC objects and report its wait status.
+    left (b"clean"), remove its IPC objects if asked to, and report its wait status.
 
     A function of its own, so that nothing of this job (not even its pid) stays in a frame of the zygote's loop
     for a later candidate to walk up to. The zygote reads nothing a candidate wrote: the runner, whose memory
@@ -126,9 +127,11 @@ def run_one(sock, fds, uid):
     socket.send_fds(sock, [b"pid"], [pidfd])
     os.close(pidfd)
     _, status = os.waitpid(pid, 0)
-    if sock.recv(16) != b"clean":
+    command = sock.recv(16)
+    if command not in (b"clean", b"clean+ipc"):
         os._exit(0)  # the runner is gone
-    remove_sysv_ipc(uid)
+    if command == b"clean+ipc":
+        remove_sysv_ipc(uid)
     sock.sendall(b"exit" + EXIT.pack(status))
 
 
