@@ -14,6 +14,7 @@ import contextlib
 import json
 import os
 import select
+import shutil
 import signal
 import socket
 import sys
@@ -32,12 +33,29 @@ OOM_COUNTERS = ("/sys/fs/cgroup/memory.events", "/sys/fs/cgroup/memory/memory.oo
 
 
 def wipe():
+    """Empty the scratch mounts; False when something is left (the engine then replaces the container).
+
+    `shutil.rmtree` deletes through directory descriptors, so a tree nested past PATH_MAX (which `os.walk` skips
+    in silence) goes too; whatever still survives would hold the tmpfs memory of every later job.
+    """
     for top in SCRATCH:
-        for root, dirs, files in os.walk(top, topdown=False):
-            for name in files + dirs:
-                path = os.path.join(root, name)
+        with contextlib.suppress(OSError):
+            for entry in os.scandir(top):
                 with contextlib.suppress(OSError):
-                    os.rmdir(path) if name in dirs and not os.path.islink(path) else os.unlink(path)
+                    if entry.is_dir(follow_symlinks=False):
+                        shutil.rmtree(entry.path, ignore_errors=True)
+                    else:
+                        os.unlink(entry.path)
+    return all(not _entries(top) for top in SCRATCH)
+
+
+def _entries(top):
+    try:
+        return os.listdir(top)
+    except FileNotFoundError:
+        return []
+    except OSError:
+        return ["?"]
 
 
 def oom_kills():
@@ -200,7 +218,7 @@ def run(job, channel):
         )
     for fd in buffers:
         os.close(fd)
-    wipe()
+    clean = wipe()
     oom_after = oom_kills()
     raw = b"".join(buffers[reply_r])
     try:
@@ -213,6 +231,7 @@ def run(job, channel):
         "stdout": b"".join(buffers[out_r]).decode(errors="replace"),
         "stderr": b"".join(buffers[err_r]).decode(errors="replace"),
         "oom_killed": oom_before is not None and oom_after is not None and oom_after > oom_before,
+        "dirty": not clean,
     }
 
 

@@ -31,6 +31,10 @@ LINE_CAP = 24 * 1024 * 1024  # the runner's answer: an 8 MiB reply plus capped o
 UNEXPECTED = object()  # a line on the channel that is not the answer to the job just sent
 
 
+def _runner_failed(answer: object) -> bool:
+    return isinstance(answer, dict) and str(answer.get("status", "")).startswith("runner error")
+
+
 def memory_cap_mb(memory_mb: int) -> int:
     """The container's memory cgroup: RLIMIT_AS bounds each process at `memory_mb`; this bounds the real memory
     of all of them together (candidate, its children, the runner, and what it wrote to the tmpfs scratch)."""
@@ -240,8 +244,10 @@ class DockerSandbox:
             "max_file_mb": limits.max_file_mb,
         }
         answer = box.request(job, limits.timeout_s + GRACE_S)
-        if answer is UNEXPECTED:
-            # Someone other than the runner wrote on the channel: run the job once more in a fresh container.
+        if answer is UNEXPECTED or _runner_failed(answer):
+            # Someone other than the runner wrote on the channel, or the runner itself failed (e.g. an earlier
+            # job left its scratch space full): neither is this candidate's doing, so run it once more in a
+            # fresh container.
             box.destroy()
             try:
                 assert self._spec is not None
@@ -261,7 +267,7 @@ class DockerSandbox:
             return EvalOutcome.failure(
                 problem, kind, "the sandbox container stopped answering; it was replaced", duration, self.kind
             )
-        if box.uses >= self.recycle_every or str(answer["status"]).startswith("runner error"):
+        if box.uses >= self.recycle_every or _runner_failed(answer) or answer.get("dirty") is True:
             box.destroy()
         else:
             self._idle.put(box)

@@ -376,3 +376,47 @@ def test_a_simple_form_reply_is_stored_bounded(tmp_path, process_box):
     assert outcome.scores == {"exact": 0.5, "close": 0.5}
     assert len(outcome.metrics) == 256 and len(outcome.feedback or "") <= 8192
     assert_vectors(process_box, problem, SIMPLE_KNOWN)
+
+
+DEEP_HIDDEN = """import os
+def solve(x):
+    if x != 2:
+        return x
+    for entry in os.scandir("/work"):  # our own job files go first: their pages become ours
+        if entry.is_file():
+            os.unlink(entry.path)
+    os.chdir("{top}")
+    for i in range(18):  # 18 names of 255 characters: the path is longer than PATH_MAX
+        os.mkdir(("d%02d" % i) * 85)
+        os.chdir(("d%02d" % i) * 85)
+    chunk = b"x" * (1 << 20)
+    try:
+        for k in range({mb}):
+            with open("f%d" % k, "wb") as f:
+                f.write(chunk)
+    except OSError:
+        pass
+    return x
+"""
+LEFTOVER_PROBE = """import os
+def solve(x):
+    mine = os.path.basename(__file__)
+    left = [n for n in os.listdir("/work") if n != mine] + os.listdir("/tmp") + os.listdir("/dev/shm")
+    return x * x if not left else -1
+"""
+
+
+@pytest.mark.parametrize("top,mb", [("/work", 300), ("/tmp", 200)], ids=["fill-work", "hold-tmp"])
+def test_a_tree_deeper_than_path_max_does_not_outlive_its_docker_job(tmp_path, top, mb):
+    """os.walk skips such a tree in silence: it kept /work full (the next honest job failed to be written) or
+    held tmpfs memory against every later job. The wipe deletes through directory handles, and a container that
+    still has leftovers is replaced."""
+    problem = load_problem(folder(tmp_path / "p", MIN_TOML.format(extra=", fail_value = 1e6"), MIN_EVAL))
+    box = docker_sandbox_or_skip(workers=1)
+    try:
+        box.evaluate(problem, DEEP_HIDDEN.format(top=top, mb=mb))
+        assert_vectors(box, problem, MIN_KNOWN)
+        probe = box.evaluate(problem, LEFTOVER_PROBE)
+        assert probe.scores == {"c0": 0.0, "c1": 0.0}, (probe.case_errors, probe.error)  # nothing left anywhere
+    finally:
+        box.close()
