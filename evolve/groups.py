@@ -17,13 +17,22 @@ from evolve.archive import Archive, CompletionRecord, GroupTelemetry, code_hash
 from evolve.archive.models import Run, utcnow
 from evolve.fitness import raw_scores
 from evolve.problem import Problem
-from evolve.prompts import PromptInputs, build_prompt, parse_completion
+from evolve.prompts import ParsedVariant, PromptInputs, build_prompt, parse_completion
 from evolve.runs import RunOptions
 from evolve.selection import Member, Population, Selector
 from evolve.stats import LoopStats
 from policies.base import AsyncPolicy, Generated, Policy, SamplingParams
 
 RECENT_FAILURES = 3  # failed children of the parent listed in its prompt
+
+
+def parse_texts(parent_code: str, texts: list[str], m: int) -> list[list[tuple[ParsedVariant, str | None]]]:
+    """Each completion's variants with the normalised hash of each parsed child: the group's CPU-heavy part,
+    pure so that it runs off the event loop (on a worker thread)."""
+    return [
+        [(v, None if v.code is None else code_hash(v.code)) for v in parse_completion(parent_code, text, m)]
+        for text in texts
+    ]
 
 
 class StageFailure(Exception):
@@ -69,15 +78,15 @@ class GroupMaker:
         extra = [rest[int(i)] for i in rng.choice(len(rest), size=min(k - len(elite), len(rest)), replace=False)]
         return parent, elite + extra
 
-    async def _one_group(self, index: int) -> tuple[list[tuple[str, int]], Member, int]:
-        """Prompt, sample, parse and store one group; returns ((code, variant id) of each child, parent, island)."""
+    async def _one_group(self, index: int) -> tuple[list[tuple[str, str, int]], Member, int]:
+        """Prompt, sample, parse and store one group; returns ((code, digest, variant id) of each child, parent,
+        island)."""
         stage, children = "prompt", []
         try:
             rng = np.random.default_rng([self.options.seed, index])
             island = index % len(self.population.islands)
             parent, inspirations = self._pick(rng, island)
-            codes = self.archive.codes([parent.id, *(i.id for i in inspirations)])
-            prompt = self._prompt(parent, inspirations, codes)
+            codes, prompt = await asyncio.to_thread(self._prompt, parent, inspirations)
             self._stage_ok(stage)
             stage = "sample"
             params = SamplingParams(
@@ -89,7 +98,9 @@ class GroupMaker:
             generation_s = time.monotonic() - clock
             self._stage_ok(stage)
             stage = "parse"
-            records, statuses, children = self._parse_group(group, codes[parent.id], version_id)
+            texts = [g.text for g in group]
+            parsed = await asyncio.to_thread(parse_texts, codes[parent.id], texts, self.options.variants)
+            records, statuses, children = self._parse_group(group, parsed, version_id)
             counts = Counter(st for row in statuses for st, _d, _p in row)
             known = [len(g.token_ids) for g in group if g.token_ids is not None]
             telemetry = GroupTelemetry(sum(known) if known else None, generation_s, started, dict(counts))
@@ -112,14 +123,17 @@ class GroupMaker:
             raise
         except Exception as exc:
             if stage == "store":  # these children were never stored: forget their hashes
-                for _i, _slot, code in children:
-                    self.hashes.pop(code_hash(code), None)
+                for _i, _slot, _code, digest in children:
+                    self.hashes.pop(digest, None)
             raise StageFailure(stage, exc) from exc
-        return [(code, variant_ids[i][slot]) for i, slot, code in children], parent, island
+        return [(code, digest, variant_ids[i][slot]) for i, slot, code, digest in children], parent, island
 
-    def _prompt(self, parent: Member, inspirations: list[Member], codes: dict[int, str]) -> str:
+    def _prompt(self, parent: Member, inspirations: list[Member]) -> tuple[dict[int, str], str]:
+        """The codes of the parent and inspirations (by id) and the prompt made of them: the group's archive
+        reads and its prompt, done together on a worker thread so that the event loop goes on meanwhile."""
+        codes = self.archive.codes([parent.id, *(i.id for i in inspirations)])
         context = self.archive.parent_context(parent.id)
-        return build_prompt(
+        return codes, build_prompt(
             PromptInputs(
                 self.problem.config.description,
                 codes[parent.id],
@@ -140,30 +154,28 @@ class GroupMaker:
         return await asyncio.to_thread(self.policy.generate, prompt, params, self.options.group_size)
 
     def _parse_group(
-        self, group: list[Generated], parent_code: str, version_id: int
-    ) -> tuple[list[CompletionRecord], list[list[tuple[str, str | None, int | None]]], list[tuple[int, int, str]]]:
+        self, group: list[Generated], parsed: list[list[tuple[ParsedVariant, str | None]]], version_id: int
+    ) -> tuple[list[CompletionRecord], list[list[tuple[str, str | None, int | None]]], list[tuple[int, int, str, str]]]:
         """Each completion's record, its variants' (status, detail, program id) by slot, and the new children
-        as (completion index, slot, code). A variant whose code is already known is a duplicate. The new
+        as (completion index, slot, code, digest). A variant whose code is already known is a duplicate. The new
         children's hashes join the index only when the whole group parsed."""
         records, statuses, children = [], [], []
         fresh: dict[str, None] = {}
-        for gen in group:
+        for gen, variants in zip(group, parsed, strict=True):
             self.stats.tokens += len(gen.token_ids or ())
             row_id = self._version_rows.get(gen.version, version_id)
             records.append(CompletionRecord(gen.text, gen.token_ids, gen.logprobs, gen.finish_reason, row_id))
             row = []
-            for v in parse_completion(parent_code, gen.text, self.options.variants):
+            for v, digest in variants:
                 status, pid = v.status, None
-                if v.code is not None:
-                    digest = code_hash(v.code)
+                if v.code is not None and digest is not None:
                     if digest in self.hashes or digest in fresh:
                         status, pid = "duplicate", self.hashes.get(digest)
                     else:
                         fresh[digest] = None
-                        children.append((len(records) - 1, v.slot, v.code))
+                        children.append((len(records) - 1, v.slot, v.code, digest))
                 self.stats.parse[status] += 1
                 row.append((status, v.detail, pid))
             statuses.append(row)
         self.hashes.update(fresh)
         return records, statuses, children
-

@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import signal
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,11 +33,12 @@ from evolve.selection import Member, Population, make_selector
 from evolve.stats import LoopStats
 from evolve.stopping import FailureStreaks, Patience, solved
 from policies.base import Policy
-from sandboxes.base import ErrorKind, EvalOutcome, Sandbox
+from sandboxes.base import AsyncSandbox, ErrorKind, EvalOutcome, Sandbox
 
 STORED_OUTPUT = 8 * 1024
 MAX_BARREN_GROUPS = 50
 COMMIT_BATCH = 64  # results written in one transaction at most
+ENGINE_THREADS = 12  # worker threads beside evaluations: generators (8 at most), the committer, the state saver
 
 
 @dataclass
@@ -48,6 +50,7 @@ class Child:
     island: int
     generation: int
     variant_id: int | None
+    digest: str  # its normalised-code hash, computed once when it was parsed
 
 
 class SearchLoop(GroupMaker):
@@ -62,6 +65,8 @@ class SearchLoop(GroupMaker):
         train_step: Callable[[], Any] | None = None,
     ) -> None:
         self.problem, self.archive, self.policy, self.sandbox = problem, archive, policy, sandbox
+        # cluster sandboxes evaluate without a thread per slot; asked once, not per child
+        self.async_sandbox = sandbox if isinstance(sandbox, AsyncSandbox) else None
         self.run, self.options = run, options
         search = problem.config.search
         self.population = Population(
@@ -142,15 +147,16 @@ class SearchLoop(GroupMaker):
                     raise LookupError(f"parent {parent_id} of variant {variant_id} is missing")
                 parsed = parse_completion(parent.code, text, self.options.variants)
                 code = parsed[slot].code if slot < len(parsed) else None
-                if code is None or code_hash(code) in self.hashes:
+                digest = code_hash(code) if code is not None else ""
+                if code is None or digest in self.hashes:
                     status = "duplicate" if code else (parsed[slot].status if slot < len(parsed) else "parse_error")
                     self.archive.set_variant(variant_id, status=status)
                     continue
             except Exception as exc:  # one unreadable pending variant must not stop the resume
                 self._incident(StageFailure("parse", exc))
                 continue
-            self.hashes[code_hash(code)] = None
-            await self.children.put(Child(code, parent_id, island, parent.generation + 1, variant_id))
+            self.hashes[digest] = None
+            await self.children.put(Child(code, parent_id, island, parent.generation + 1, variant_id, digest))
 
     # ---- failures and stops -----------------------------------------------------------------------------
     def _finish(self, reason: str) -> None:
@@ -197,8 +203,8 @@ class SearchLoop(GroupMaker):
                 self._incident(failure)
                 continue
             produced = bool(children)
-            for code, variant_id in children:
-                await self.children.put(Child(code, parent.id, island, parent.generation + 1, variant_id))
+            for code, digest, variant_id in children:
+                await self.children.put(Child(code, parent.id, island, parent.generation + 1, variant_id, digest))
             self._note_group(produced_children=produced)
             if not produced and self._pending_work():
                 await self.children.join()  # repeating itself: let queued children land (new parents) first
@@ -246,10 +252,9 @@ class SearchLoop(GroupMaker):
             self.reserved += 1
             self.in_flight += 1
             started = utcnow()
-            aevaluate = getattr(self.sandbox, "aevaluate", None)  # cluster sandboxes: no thread per slot
             try:
-                if aevaluate is not None:
-                    outcome = await aevaluate(self.problem, child.code)
+                if self.async_sandbox is not None:
+                    outcome = await self.async_sandbox.aevaluate(self.problem, child.code)
                 else:
                     outcome = await asyncio.to_thread(self.sandbox.evaluate, self.problem, child.code)
                 self.failures.succeeded("evaluate")
@@ -282,7 +287,7 @@ class SearchLoop(GroupMaker):
 
     def _commit_batch(self, batch: list[tuple[Child, EvalOutcome, Any, Any]]) -> None:
         scalars = [scalar_view(self.problem.components, outcome.scores) for _, outcome, _s, _f in batch]
-        digests = [code_hash(child.code) for child, *_ in batch]
+        digests = [child.digest for child, *_ in batch]
         rows = [
             NewProgram(
                 child.code,
@@ -355,11 +360,12 @@ class SearchLoop(GroupMaker):
     async def _run_session(self) -> str:
         self._rebuild()
         if self.stats.evaluations == 0:
-            self.hashes[code_hash(self.problem.seed_code)] = None
+            seed_digest = code_hash(self.problem.seed_code)
+            self.hashes[seed_digest] = None
             self.reserved += 1
             started = utcnow()
             outcome = await asyncio.to_thread(self.sandbox.evaluate, self.problem, self.problem.seed_code)
-            seed = Child(self.problem.seed_code, None, 0, 0, None)
+            seed = Child(self.problem.seed_code, None, 0, 0, None, seed_digest)
             await asyncio.to_thread(self._commit_one, seed, outcome, started, utcnow())
         loop = asyncio.get_running_loop()
         with contextlib.suppress(NotImplementedError, RuntimeError):
@@ -409,4 +415,14 @@ class SearchLoop(GroupMaker):
 
 
 def run_search(loop: SearchLoop) -> str:
-    return asyncio.run(loop.run_async())
+    """Run a search on a fresh event loop with enough worker threads for every evaluation slot of a threaded
+    sandbox plus the engine's own stages. asyncio's default pool has cores + 4 threads: a sandbox with more
+    slots than that would get fewer evaluations in flight than `--workers` asks for, and the committer and
+    the generator would queue behind them."""
+
+    async def main() -> str:
+        threads = ENGINE_THREADS + (0 if loop.async_sandbox is not None else loop.options.workers)
+        asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(threads, thread_name_prefix="evolve"))
+        return await loop.run_async()
+
+    return asyncio.run(main())

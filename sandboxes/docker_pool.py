@@ -184,12 +184,17 @@ class DockerSandbox:
         self._remove_orphans()
 
     def _remove_orphans(self) -> None:
-        """Containers left by an engine on this host that is no longer alive (e.g. after kill -9)."""
+        """Containers left by an engine on this host that is no longer alive (e.g. after kill -9). Best effort:
+        sandboxes starting together (Ray actors on one node) race to remove the same orphan, and the loser's
+        409 or 404 must not stop it from starting."""
+        import docker
+
         host = socket.gethostname()
         for c in self.client.containers.list(all=True, filters={"label": "vpo-evolve.owner"}, ignore_removed=True):
             owner_host, _, pid = c.labels.get("vpo-evolve.owner", "").partition(":")
             if owner_host == host and pid.isdigit() and not Path(f"/proc/{pid}").exists():
-                c.remove(force=True)
+                with contextlib.suppress(docker.errors.APIError):  # 404: gone already; 409: being removed
+                    c.remove(force=True)
 
     def isolation(self) -> str:
         mode = "spawn" if self.spawn else "fork"
