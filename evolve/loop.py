@@ -272,7 +272,7 @@ class SearchLoop(GroupMaker):
             while len(batch) < COMMIT_BATCH and not self.results.empty():
                 batch.append(self.results.get_nowait())
             try:
-                await asyncio.to_thread(self._commit_batch, batch)
+                await self._commit(batch)
                 self.failures.succeeded("commit")
             except Exception as exc:  # costs these children (left pending); a broken archive repeats and stops
                 self.reserved -= len(batch)
@@ -282,10 +282,18 @@ class SearchLoop(GroupMaker):
                 for _ in batch:
                     self.results.task_done()
 
-    def _commit_one(self, child: Child, outcome: EvalOutcome, started: Any = None, finished: Any = None) -> None:
-        self._commit_batch([(child, outcome, started, finished)])
+    async def _commit(self, batch: list[tuple[Child, EvalOutcome, Any, Any]]) -> None:
+        """Write the batch on a worker thread, then update the index, population and stats here, on the loop:
+        they are read by selection and the stop rules, which run on the loop, never beside a writer."""
+        scalars, written = await asyncio.to_thread(self._write_batch, batch)
+        for (child, outcome, _s, _f), scalar, (pid, created) in zip(batch, scalars, written, strict=True):
+            self.hashes[child.digest] = pid
+            self._record(child, outcome, scalar, pid, created)
 
-    def _commit_batch(self, batch: list[tuple[Child, EvalOutcome, Any, Any]]) -> None:
+    def _write_batch(
+        self, batch: list[tuple[Child, EvalOutcome, Any, Any]]
+    ) -> tuple[list[float], list[tuple[int, bool]]]:
+        """Each result's scalar, and its program's (id, created) once the batch is committed."""
         scalars = [scalar_view(self.problem.components, outcome.scores) for _, outcome, _s, _f in batch]
         digests = [child.digest for child, *_ in batch]
         rows = [
@@ -314,12 +322,7 @@ class SearchLoop(GroupMaker):
             )
             for (child, outcome, started, finished), scalar, digest in zip(batch, scalars, digests, strict=True)
         ]
-        written = add_evaluated_programs(self.archive, self.run.id, rows)
-        for (child, outcome, _s, _f), scalar, digest, (pid, created) in zip(
-            batch, scalars, digests, written, strict=True
-        ):
-            self.hashes[digest] = pid
-            self._record(child, outcome, scalar, pid, created)
+        return scalars, add_evaluated_programs(self.archive, self.run.id, rows)
 
     def _record(self, child: Child, outcome: EvalOutcome, scalar: float, pid: int, created: bool) -> None:
         if not created:
@@ -366,7 +369,7 @@ class SearchLoop(GroupMaker):
             started = utcnow()
             outcome = await asyncio.to_thread(self.sandbox.evaluate, self.problem, self.problem.seed_code)
             seed = Child(self.problem.seed_code, None, 0, 0, None, seed_digest)
-            await asyncio.to_thread(self._commit_one, seed, outcome, started, utcnow())
+            await self._commit([(seed, outcome, started, utcnow())])
         loop = asyncio.get_running_loop()
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(signal.SIGINT, self._interrupt)
