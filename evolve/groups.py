@@ -1,8 +1,9 @@
 """One group, start to stored: pick a parent and inspirations, build the prompt, sample G completions, parse
-them into variants and commit the group. A mixin of `SearchLoop` (kept apart to keep each module small).
+them into variants and commit the group; then count it towards a stall and let the adapter change the ask. A
+mixin of `SearchLoop` (kept apart to keep each module small).
 
 Each step is named, so that an unexpected exception in it becomes a `StageFailure` that costs this group
-only; the loop records it as an incident and goes on.
+only; the loop records it as an incident and goes on. A group cut short by Ctrl-C is never committed.
 """
 
 from __future__ import annotations
@@ -10,20 +11,37 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import Counter
+from dataclasses import dataclass
 
 import numpy as np
 
+from evolve.adapt import Adapter, Ask
 from evolve.archive import Archive, CompletionRecord, GroupTelemetry, code_hash
 from evolve.archive.models import Run, utcnow
 from evolve.fitness import raw_scores
+from evolve.interrupt import cancel_on, until_interrupted
 from evolve.problem import Problem
-from evolve.prompts import ParsedVariant, PromptInputs, build_prompt, parse_completion
+from evolve.prompts import ParsedVariant, PromptInputs, build_prompt, parse_completion, resolve_edit_format
 from evolve.runs import RunOptions
 from evolve.selection import Member, Population, Selector
 from evolve.stats import LoopStats
+from evolve.stopping import Stall
 from policies.base import AsyncPolicy, Generated, Policy, SamplingParams
 
 RECENT_FAILURES = 3  # failed children of the parent listed in its prompt
+RECENT_CHILDREN = 2  # newest children of the parent shown in its prompt, so that variants differ from them
+
+
+@dataclass
+class Child:
+    """A new program parsed out of one variant slot, waiting for (or under) evaluation."""
+
+    code: str
+    parent_id: int | None
+    island: int
+    generation: int
+    variant_id: int | None
+    digest: str  # its normalised-code hash, computed once when it was parsed
 
 
 def parse_texts(parent_code: str, texts: list[str], m: int) -> list[list[tuple[ParsedVariant, str | None]]]:
@@ -56,13 +74,51 @@ class GroupMaker:
     stats: LoopStats
     hashes: dict[str, int | None]
     _version_rows: dict[int, int]
+    interrupted: asyncio.Event  # Ctrl-C: a generation in flight is abandoned
+    stall: Stall
+    adapter: Adapter
+    children: asyncio.Queue[Child]
+    no_more_groups: bool
+    groups_started: int
+    reserved: int
+    finished_reason: str
 
     def _ensure_version_row(self) -> int: ...  # provided by SearchLoop
 
     def _stage_ok(self, stage: str) -> None: ...  # provided by SearchLoop
 
+    def _finish(self, reason: str) -> None: ...  # provided by SearchLoop
+
+    def _pending_work(self) -> int: ...  # provided by SearchLoop
+
+    def _save_state(self) -> None: ...  # provided by SearchLoop
+
+    def _budget_left(self) -> bool: ...  # provided by SearchLoop
+
+    def _incident(self, failure: StageFailure) -> None: ...  # provided by SearchLoop
+
     def _scores_of(self, m: Member) -> dict[str, float]:
         return raw_scores(self.problem.components, m.oriented)
+
+    async def _requeue_pending(self) -> None:
+        """On resume: the stored variants whose evaluations never landed are parsed again and queued."""
+        for variant_id, slot, parent_id, text, island in self.archive.pending_variants(self.run.id):
+            try:
+                parent = self.archive.program(parent_id)
+                if parent is None:
+                    raise LookupError(f"parent {parent_id} of variant {variant_id} is missing")
+                parsed = parse_completion(parent.code, text, self.options.variants)
+                code = parsed[slot].code if slot < len(parsed) else None
+                digest = code_hash(code) if code is not None else ""
+                if code is None or digest in self.hashes:
+                    status = "duplicate" if code else (parsed[slot].status if slot < len(parsed) else "parse_error")
+                    self.archive.set_variant(variant_id, status=status)
+                    continue
+            except Exception as exc:  # one unreadable pending variant must not stop the resume
+                self._incident(StageFailure("parse", exc))
+                continue
+            self.hashes[digest] = None
+            await self.children.put(Child(code, parent_id, island, parent.generation + 1, variant_id, digest))
 
     def _pick(self, rng: np.random.Generator, island_index: int) -> tuple[Member, list[Member]]:
         island = self.population.islands[island_index]
@@ -78,23 +134,26 @@ class GroupMaker:
         extra = [rest[int(i)] for i in rng.choice(len(rest), size=min(k - len(elite), len(rest)), replace=False)]
         return parent, elite + extra
 
-    async def _one_group(self, index: int) -> tuple[list[tuple[str, str, int]], Member, int]:
+    async def _one_group(self, index: int) -> tuple[list[tuple[str, str, int]], Member, int, Counter[str]] | None:
         """Prompt, sample, parse and store one group; returns ((code, digest, variant id) of each child, parent,
-        island)."""
+        island, variant statuses), or None when Ctrl-C cut the sampling short (nothing of the group is stored)."""
         stage, children = "prompt", []
         try:
             rng = np.random.default_rng([self.options.seed, index])
             island = index % len(self.population.islands)
             parent, inspirations = self._pick(rng, island)
-            codes, prompt = await asyncio.to_thread(self._prompt, parent, inspirations)
+            ask = self.adapter.ask  # read on the loop: the adapter changes only here, between groups
+            codes, edit_format, prompt = await asyncio.to_thread(self._prompt, parent, inspirations, ask)
             self._stage_ok(stage)
             stage = "sample"
             params = SamplingParams(
-                self.options.temperature, self.options.top_p, self.options.max_new_tokens, int(rng.integers(2**31))
+                ask.temperature, self.options.top_p, self.options.max_new_tokens, int(rng.integers(2**31))
             )
             version_id = self._ensure_version_row()
             started, clock = utcnow(), time.monotonic()
             group = await self._sample(prompt, params)
+            if group is None or any(g.finish_reason == "interrupted" for g in group):
+                return None
             generation_s = time.monotonic() - clock
             self._stage_ok(stage)
             stage = "parse"
@@ -113,7 +172,7 @@ class GroupMaker:
                 inspiration_ids=[i.id for i in inspirations],
                 island=island,
                 prompt=prompt,
-                sampling=params.as_dict(),
+                sampling={**params.as_dict(), "edit_format": edit_format, "template": ask.template},
                 completions=records,
                 variants=statuses,
                 telemetry=telemetry,
@@ -126,14 +185,16 @@ class GroupMaker:
                 for _i, _slot, _code, digest in children:
                     self.hashes.pop(digest, None)
             raise StageFailure(stage, exc) from exc
-        return [(code, digest, variant_ids[i][slot]) for i, slot, code, digest in children], parent, island
+        return [(code, digest, variant_ids[i][slot]) for i, slot, code, digest in children], parent, island, counts
 
-    def _prompt(self, parent: Member, inspirations: list[Member]) -> tuple[dict[int, str], str]:
-        """The codes of the parent and inspirations (by id) and the prompt made of them: the group's archive
-        reads and its prompt, done together on a worker thread so that the event loop goes on meanwhile."""
+    def _prompt(self, parent: Member, inspirations: list[Member], ask: Ask) -> tuple[dict[int, str], str, str]:
+        """The codes of the parent and inspirations (by id), the edit format resolved for this parent, and the
+        prompt made of them: the group's archive reads and its prompt, done together on a worker thread so that
+        the event loop goes on meanwhile."""
         codes = self.archive.codes([parent.id, *(i.id for i in inspirations)])
+        edit_format = resolve_edit_format(ask.edit_format, codes[parent.id])
         context = self.archive.parent_context(parent.id)
-        return codes, build_prompt(
+        return codes, edit_format, build_prompt(
             PromptInputs(
                 self.problem.config.description,
                 codes[parent.id],
@@ -141,17 +202,48 @@ class GroupMaker:
                 context.feedback,
                 [(codes[i.id], self._scores_of(i)) for i in inspirations],
                 self.options.variants,
-                self.options.edit_format,
+                edit_format,
                 parent_stderr=context.stderr,
                 parent_case_errors=context.case_errors,
                 recent_failures=self.archive.recent_child_failures(parent.id, RECENT_FAILURES),
+                recent=self.archive.recent_children(parent.id, RECENT_CHILDREN),
+                template=ask.template,
             )
         )
 
-    async def _sample(self, prompt: str, params: SamplingParams) -> list[Generated]:
+    async def _sample(self, prompt: str, params: SamplingParams) -> list[Generated] | None:
+        """The group's completions; None when Ctrl-C came first (the call is abandoned, not waited for)."""
+        g = self.options.group_size
         if isinstance(self.policy, AsyncPolicy):  # HTTP policies: many groups in flight at once
-            return await self.policy.agenerate(prompt, params, self.options.group_size)
-        return await asyncio.to_thread(self.policy.generate, prompt, params, self.options.group_size)
+            return await cancel_on(self.interrupted, self.policy.agenerate(prompt, params, g))
+        return await until_interrupted(self.interrupted, self.policy.generate, prompt, params, g)
+
+    def finish_generating(self) -> None:
+        """Start no further group; what is generated still gets evaluated (fixed-time benchmark runs)."""
+        self.no_more_groups = True
+
+    def _may_generate(self) -> bool:
+        """Budget left for another group: time, evaluations, and the group budget where one is set."""
+        if self.no_more_groups:
+            return False
+        if self.options.max_groups is not None and self.groups_started >= self.options.max_groups:
+            self.finished_reason = self.finished_reason or "group budget reached"
+            return False
+        return self._budget_left() and self.reserved + self.children.qsize() < self.options.max_evaluations
+
+    def _note_group(self, index: int, produced: bool, statuses: Counter[str]) -> None:
+        """Count the group towards a stall; every few barren ones change the ask (recorded with the run at
+        once); a stalled run stops with one line saying what was tried and what to change."""
+        self.stats.groups += 1
+        if self.stall.observe(produced, bool(self._pending_work()), statuses):
+            change = self.adapter.after_barren(index, self.stall)
+            if change is not None:
+                self.stats.adaptations += 1
+                self.stats.last_adaptation = f"group {index}: {change['change']} ({change['why']})"
+                self._save_state()
+        self.stats.ask = self.adapter.ask.describe()
+        if self.stall.stalled:
+            self._finish(self.stall.message(self.adapter.tried(), self.adapter.ask.describe()))
 
     def _parse_group(
         self, group: list[Generated], parsed: list[list[tuple[ParsedVariant, str | None]]], version_id: int
@@ -163,6 +255,7 @@ class GroupMaker:
         fresh: dict[str, None] = {}
         for gen, variants in zip(group, parsed, strict=True):
             self.stats.tokens += len(gen.token_ids or ())
+            self.stats.completions += 1
             row_id = self._version_rows.get(gen.version, version_id)
             records.append(CompletionRecord(gen.text, gen.token_ids, gen.logprobs, gen.finish_reason, row_id))
             row = []

@@ -9,6 +9,8 @@ Nothing a model, a candidate or an evaluator produces ends a run: an unexpected 
 prompt, sampling, parsing, storing, evaluating or committing costs that group or that child, is recorded as an
 incident in the archive, and the run goes on; only the same failure `max_failures` times in a row stops it.
 When a run ends by a budget, a target, a stall or patience, the children already queued are evaluated first.
+Ctrl-C stops within about a second, mid-generation too: the policy is told to stop between tokens and the loop
+stops waiting for it; a group cut short is never committed, and queued children stay pending for the resume.
 """
 
 from __future__ import annotations
@@ -18,39 +20,26 @@ import contextlib
 import signal
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import Any
 
+from evolve.adapt import Adapter, Ask
 from evolve.archive import Archive, code_hash
 from evolve.archive.batch import NewProgram, add_evaluated_programs
 from evolve.archive.models import Run, utcnow
 from evolve.fitness import oriented_by_name, scalar_view, signs
-from evolve.groups import GroupMaker, StageFailure
+from evolve.groups import Child, GroupMaker, StageFailure
+from evolve.interrupt import cancel_on
 from evolve.problem import Problem
-from evolve.prompts import parse_completion
 from evolve.runs import RunOptions
 from evolve.selection import Member, Population, make_selector
 from evolve.stats import LoopStats
-from evolve.stopping import FailureStreaks, Patience, solved
-from policies.base import Policy
+from evolve.stopping import FailureStreaks, Patience, Stall, solved
+from policies.base import Interruptible, Policy
 from sandboxes.base import AsyncSandbox, ErrorKind, EvalOutcome, Sandbox
 
 STORED_OUTPUT = 8 * 1024
-MAX_BARREN_GROUPS = 50
 COMMIT_BATCH = 64  # results written in one transaction at most
 ENGINE_THREADS = 12  # worker threads beside evaluations: generators (8 at most), the committer, the state saver
-
-
-@dataclass
-class Child:
-    """A new program parsed out of one variant slot, waiting for (or under) evaluation."""
-
-    code: str
-    parent_id: int | None
-    island: int
-    generation: int
-    variant_id: int | None
-    digest: str  # its normalised-code hash, computed once when it was parsed
 
 
 class SearchLoop(GroupMaker):
@@ -89,15 +78,20 @@ class SearchLoop(GroupMaker):
         self.children: asyncio.Queue[Child] = asyncio.Queue(maxsize=max(2 * options.workers, 4))
         self.results: asyncio.Queue[tuple[Child, EvalOutcome, Any, Any]] = asyncio.Queue()
         self.stop = asyncio.Event()
+        self.interrupted = asyncio.Event()  # Ctrl-C: a generation in flight is abandoned too
+        self.no_more_groups = False  # finish_generating(): no group starts, what is queued is evaluated
         self.reserved = 0  # evaluations committed plus those in flight
         self.finished_reason = ""
         self.fatal: Exception | None = None
-        self.barren_groups = 0  # consecutive groups, sampled with nothing left to evaluate, that made no child
         self.in_flight = 0  # children taken by a worker whose result is not committed yet
         self.abandon = False  # leave queued children pending (Ctrl-C, systemic failure, evaluation budget)
         self.patience = Patience(options.patience)
         self.failures = FailureStreaks(options.max_failures)
         self.systemic: str | None = None  # the one line that stopped the run, when a failure repeated
+        self.stall = Stall(options.stall_groups)
+        initial = Ask(options.edit_format, options.temperature, options.template)
+        self.adapter = Adapter.restore(initial, run.state, every=options.adapt_every)
+        self.stats.ask = self.adapter.ask.describe()
         self.train_step = train_step
         self.groups_since_train = 0
         self.groups_started = 0
@@ -139,25 +133,6 @@ class SearchLoop(GroupMaker):
         self.stats.policy_version = number
         return self._version_rows[number]
 
-    async def _requeue_pending(self) -> None:
-        for variant_id, slot, parent_id, text, island in self.archive.pending_variants(self.run.id):
-            try:
-                parent = self.archive.program(parent_id)
-                if parent is None:
-                    raise LookupError(f"parent {parent_id} of variant {variant_id} is missing")
-                parsed = parse_completion(parent.code, text, self.options.variants)
-                code = parsed[slot].code if slot < len(parsed) else None
-                digest = code_hash(code) if code is not None else ""
-                if code is None or digest in self.hashes:
-                    status = "duplicate" if code else (parsed[slot].status if slot < len(parsed) else "parse_error")
-                    self.archive.set_variant(variant_id, status=status)
-                    continue
-            except Exception as exc:  # one unreadable pending variant must not stop the resume
-                self._incident(StageFailure("parse", exc))
-                continue
-            self.hashes[digest] = None
-            await self.children.put(Child(code, parent_id, island, parent.generation + 1, variant_id, digest))
-
     # ---- failures and stops -----------------------------------------------------------------------------
     def _finish(self, reason: str) -> None:
         self.finished_reason = self.finished_reason or reason
@@ -195,37 +170,25 @@ class SearchLoop(GroupMaker):
 
     async def generate(self) -> None:
         """Sample groups until the budget is spoken for; each group is committed before its children queue."""
-        while self._budget_left() and self.reserved + self.children.qsize() < self.options.max_evaluations:
+        while self._may_generate():
             index, self.groups_started = self.groups_started, self.groups_started + 1
             try:
-                children, parent, island = await self._one_group(index)
+                made = await self._one_group(index)
             except StageFailure as failure:  # costs this group only
                 self._incident(failure)
                 continue
+            if made is None:
+                return  # cut short by Ctrl-C: nothing of the group was stored
+            children, parent, island, statuses = made
             produced = bool(children)
             for code, digest, variant_id in children:
                 await self.children.put(Child(code, parent.id, island, parent.generation + 1, variant_id, digest))
-            self._note_group(produced_children=produced)
+            self._note_group(index, produced, statuses)
             if not produced and self._pending_work():
                 await self.children.join()  # repeating itself: let queued children land (new parents) first
             self.groups_since_train += 1
             if self.train_step is not None and self.groups_since_train >= self.options.train_every:
                 await self._train()
-
-    def _note_group(self, produced_children: bool) -> None:
-        """Count the group; stop the run after MAX_BARREN_GROUPS in a row produced nothing new. A stall is
-        judged on evaluated children: a barren group counts only when no child waits or is under evaluation,
-        since the parents those children become may unblock the policy."""
-        self.stats.groups += 1
-        if produced_children:
-            self.barren_groups = 0
-        elif not self._pending_work():
-            self.barren_groups += 1
-        if self.barren_groups >= MAX_BARREN_GROUPS:
-            self._finish(
-                f"stalled: the last {MAX_BARREN_GROUPS} groups produced no new child "
-                "(see parse statuses in evolve inspect)"
-            )
 
     async def _train(self) -> None:
         """Pause generation, let the recent groups' evaluations land, update and publish the policy."""
@@ -331,6 +294,8 @@ class SearchLoop(GroupMaker):
         member = self.population.member(pid, child.island, child.generation, outcome.scores, scalar, len(child.code))
         self.population.add(member if outcome.ok else None)
         self.stats.session_evaluations += 1
+        if outcome.ok and child.parent_id is not None:
+            self.stats.new_valid += 1
         self._count(member, outcome.error_kind)
         if outcome.error_kind:
             self.stats.errors[outcome.error_kind] += 1
@@ -355,7 +320,7 @@ class SearchLoop(GroupMaker):
             raise
         finally:
             with contextlib.suppress(Exception):
-                state = {**self.run.state, "elapsed_s": self.stats.elapsed_s}
+                state = self._state()
                 state["stop_reason"] = self.systemic or self.finished_reason or f"{status} by an error"
                 self.archive.update_run(self.run.id, status=status, state=state)
                 self.run.state = state
@@ -379,12 +344,11 @@ class SearchLoop(GroupMaker):
         ticker = asyncio.create_task(self._save_elapsed())
         try:
             await self._requeue_pending()  # after the workers start: the queue is bounded
-            while self._budget_left() and self.fatal is None:
+            while self._may_generate() and self.fatal is None:
                 # Training pauses generation, so it needs a single generator; HTTP policies take several.
                 parallel = 1 if self.train_step else max(1, min(self.policy.max_concurrency, 8))
                 await asyncio.gather(*(self.generate() for _ in range(parallel)))
-                await self.children.join()  # every queued child evaluated (or left pending on stop)
-                await self.results.join()  # and every result committed
+                await self._settle()
         finally:
             for task in (*workers, committer, ticker):
                 task.cancel()
@@ -400,21 +364,38 @@ class SearchLoop(GroupMaker):
             self.finished_reason = "evaluation budget reached"
         return self.finished_reason
 
+    async def _settle(self) -> None:
+        """Wait until every queued child is evaluated (or left pending on stop) and every result committed.
+        Ctrl-C cuts the wait short: evaluations in flight are abandoned and stay pending for the resume."""
+        await cancel_on(self.interrupted, self._drained())
+
+    async def _drained(self) -> None:
+        await self.children.join()
+        await self.results.join()
+
     def _interrupt(self) -> None:
-        if self.stop.is_set():
+        if self.interrupted.is_set():  # a second Ctrl-C
             raise KeyboardInterrupt
         self.finished_reason = "interrupted"
         self.abandon = True  # queued children stay pending for the next resume
         self.stop.set()
+        self.interrupted.set()
+        if isinstance(self.policy, Interruptible):  # end the generation in flight between two tokens
+            self.policy.interrupt()
 
     async def _save_elapsed(self) -> None:
         while True:
             await asyncio.sleep(5.0)
             await asyncio.to_thread(self._save_state)
 
+    def _state(self) -> dict[str, Any]:
+        """The run's state as this session leaves it: time spent, and the ask with its recorded changes."""
+        return {**self.run.state, **self.adapter.state(), "elapsed_s": self.stats.elapsed_s}
+
     def _save_state(self) -> None:
-        state: dict[str, Any] = {**self.run.state, "elapsed_s": self.stats.elapsed_s}
+        state = self._state()
         self.archive.update_run(self.run.id, state=state)
+        self.run.state = state
 
 
 def run_search(loop: SearchLoop) -> str:

@@ -36,7 +36,7 @@ class RunOptions:
     max_time_s: float | None = None  # wall-clock budget in seconds, summed over resumes
     target: float | None = None  # stop once the best scalar view reaches this
     seed: int = 0  # seeds selection and sampling, group by group
-    edit_format: str = _SEARCH.edit_format  # diff | full
+    edit_format: str = _SEARCH.edit_format  # auto | diff | full
     temperature: float = _SEARCH.temperature
     max_new_tokens: int = _SEARCH.max_new_tokens
     policy: str = ""  # the policy spec, e.g. transformers:embedded (so `evolve train` can load it again)
@@ -51,6 +51,10 @@ class RunOptions:
     patience: int | None = None  # stop after this many evaluations without a new best scalar
     stop_when_solved: bool = True  # stop once one program scores every component at its best declared bound
     max_failures: int = 5  # the same unexpected failure this many times in a row stops the run
+    stall_groups: int = 6  # groups in a row without a new child that end the run (evolve.stopping.Stall)
+    adapt_every: int = 2  # groups in a row without a new child before the ask changes (evolve.adapt)
+    template: str = "directed"  # the prompt template first asked with (evolve.prompts.TEMPLATES)
+    max_groups: int | None = None  # stop generating after this many groups (fixed-size benchmark runs)
 
     @classmethod
     def for_problem(cls, search: SearchSection, **given: Any) -> RunOptions:

@@ -10,6 +10,8 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+from evolve.yields import Yield
+
 
 @dataclass
 class LoopStats:
@@ -22,6 +24,8 @@ class LoopStats:
     session_evaluations: int = 0
     tokens: int = 0
     groups: int = 0
+    completions: int = 0  # this session's
+    new_valid: int = 0  # this session's variants that became new programs evaluated without error
     policy_version: int = 0
     sandbox: str = ""
     parse: Counter[str] = field(default_factory=Counter)
@@ -34,6 +38,9 @@ class LoopStats:
     train_failures: int = 0
     incidents: int = 0  # unexpected exceptions that cost one group or child (see `evolve inspect`)
     last_train: str = ""
+    adaptations: int = 0
+    last_adaptation: str = ""
+    ask: str = ""  # what the loop currently asks for (edit format, temperature, template)
     policy_status: str = ""  # e.g. "waiting for the server", set by the live view from the policy
     signs: dict[str, float] = field(default_factory=dict)  # +1/-1 per component (fitness.signs); 1 when absent
 
@@ -53,6 +60,9 @@ class LoopStats:
             if name not in self.best_components or value > self.best_components[name]:
                 self.best_components[name] = value
 
+    def yields(self) -> Yield:
+        return Yield(self.completions, self.tokens, self.new_valid, dict(self.parse))
+
     def summary(self) -> str:
         best = "none" if self.best_scalar is None else f"{self.best_scalar:.6g} (program {self.best_id})"
         parsed = sum(self.parse.values())
@@ -60,7 +70,8 @@ class LoopStats:
             f"{self.evaluations} evaluations ({self.session_evaluations} this session, "
             f"{self.session_evaluations / max(self.session_s, 1e-9) * 60:.1f}/min), {self.groups} groups, "
             f"{self.tokens / max(self.session_s, 1e-9):.1f} tok/s, parse ok {self.parse['ok']}/{parsed}, "
-            f"eval errors {sum(self.errors.values())}, best scalar {best}, policy v{self.policy_version}"
+            f"eval errors {sum(self.errors.values())}, best scalar {best}, policy v{self.policy_version}; "
+            f"yield {self.yields().line()}"
             f"{self._training()}"
         )
 
@@ -89,6 +100,17 @@ class LoopStats:
             "eval errors",
             f"{sum(self.errors.values()) / max(self.session_evaluations, 1):.0%} {dict(self.errors)}",
         )
+        y = self.yields()
+        head.add_row(
+            "yield",
+            f"{y.per_completion:.2f}/completion, {y.per_1k_tokens:.2f}/1k tokens",
+            "variants",
+            f"unchanged {y.unchanged:.0%}, duplicate {y.duplicate:.0%}, unparseable {y.unparseable:.0%}",
+        )
+        if self.ask:
+            head.add_row("asking", Text(self.ask), "adaptations", str(self.adaptations))
+        if self.last_adaptation:
+            head.add_row("last change", Text(self.last_adaptation), "", "")
         head.add_row("policy version", str(self.policy_version), "sandbox", self.sandbox)
         if self.policy_status:
             head.add_row("policy", Text(self.policy_status), "", "")

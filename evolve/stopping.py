@@ -1,16 +1,20 @@
-"""When a run stops by itself: solved, target, patience, and repeated systemic failure.
+"""When a run stops by itself: solved, target, patience, a stall, and repeated systemic failure.
 
 A run left alone for days must neither die of one bad input nor spin forever on a broken part. One
 unexpected exception costs one group or one child (the loop records it and goes on); only the same kind of
-failure at the same stage `max_failures` times in a row is systemic, and stops the run with one line.
+failure at the same stage `max_failures` times in a row is systemic, and stops the run with one line. A run
+whose groups stop producing new children stalls after a few of them (minutes on a laptop, not an hour), also
+with one line that says what the policy wrote instead, what the run tried, and what to change.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from evolve.problem.config import ComponentSpec
+from evolve.yields import COPIES, UNPARSEABLE, Yield
 
 
 def solved(components: Sequence[ComponentSpec], scores: Mapping[str, float]) -> bool:
@@ -60,3 +64,52 @@ class FailureStreaks:
 
     def systemic(self, count: int) -> bool:
         return count >= self.limit
+
+
+@dataclass
+class Stall:
+    """Groups in a row that made no new child, and what their variants were instead; `limit` of them end the run.
+
+    A barren group lengthens the streak only while no child waits or is under evaluation: the parents those
+    children become may unblock the policy. The adapter (`evolve.adapt`) reads the same streak to decide what to
+    ask differently, so the stop and the changes before it agree on what "barren" means.
+    """
+
+    limit: int
+    barren: int = 0
+    statuses: Counter[str] = field(default_factory=Counter)  # variant statuses over the current streak
+
+    def observe(self, produced: bool, pending: bool, statuses: Mapping[str, int]) -> bool:
+        """Count one group; True when it lengthened the streak."""
+        if produced:
+            self.barren = 0
+            self.statuses.clear()
+            return False
+        self.statuses.update(statuses)
+        if pending:
+            return False
+        self.barren += 1
+        return True
+
+    @property
+    def stalled(self) -> bool:
+        return self.barren >= self.limit
+
+    @property
+    def copying(self) -> bool:
+        """Copies of known code outnumber (or match) answers that made no program at all."""
+        return sum(self.statuses[s] for s in COPIES) >= sum(self.statuses[s] for s in UNPARSEABLE)
+
+    def why(self) -> str:
+        return f"{self.barren} groups without a new child: {Yield(statuses=self.statuses).shares()}"
+
+    def message(self, tried: str, now: str) -> str:
+        """The one line a stalled run ends with."""
+        if self.copying:
+            fix = "the model keeps copying: say in the description what to change, or use a larger --policy"
+        else:
+            fix = "the model's answers do not parse: use a larger --policy or a shorter editable block"
+        return (
+            f"stalled: {self.why()} (tried: {tried or 'nothing else'}; now asking for {now}); {fix}, "
+            "or resume with a larger --stall-groups"
+        )

@@ -68,6 +68,13 @@ class PublishingPolicy(Protocol):
 
 
 @runtime_checkable
+class Interruptible(Protocol):
+    """Can end a generation in flight between two tokens (Ctrl-C); its completions come back `interrupted`."""
+
+    def interrupt(self) -> None: ...
+
+
+@runtime_checkable
 class StatusReporting(Protocol):
     """Has a one-line `status` for the live view ("" when all is well; else e.g. which server it waits for)."""
 

@@ -30,26 +30,31 @@ def tiny_tokenizer() -> Any:
     return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=EOS, pad_token=PAD)
 
 
-def tiny_model(tokenizer: Any, seed: int = 0, hidden: int = 128, layers: int = 2) -> Any:
+def tiny_model(tokenizer: Any, seed: int = 0, hidden: int = 128, layers: int = 2, vocab_size: int | None = None) -> Any:
+    """`vocab_size` below len(tokenizer) leaves the special tokens out of reach: such a model never stops by
+    itself, which is what tests of interrupting a generation need."""
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     torch.manual_seed(seed)
+    vocab = vocab_size or len(tokenizer)
+    eos = tokenizer.eos_token_id if tokenizer.eos_token_id < vocab else None
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id < vocab else None
     config = Qwen2Config(
-        vocab_size=len(tokenizer),
+        vocab_size=vocab,
         hidden_size=hidden,
         intermediate_size=2 * hidden,
         num_hidden_layers=layers,
         num_attention_heads=4,
         num_key_value_heads=2,
         max_position_embeddings=8192,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=eos,
+        pad_token_id=pad,
         tie_word_embeddings=True,
     )
     model = Qwen2ForCausalLM(config)
-    model.generation_config.eos_token_id = tokenizer.eos_token_id
-    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.generation_config.eos_token_id = eos
+    model.generation_config.pad_token_id = pad
     return model
 
 

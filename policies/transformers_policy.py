@@ -9,11 +9,14 @@ last: what it sees is exactly what `torch.multinomial` draws from.
 
 from __future__ import annotations
 
+import threading
+import warnings
 from pathlib import Path
 from typing import Any
 
 from policies.base import SYSTEM, Generated, PolicyError, SamplingParams
 from policies.embedded import EMBEDDED_NAME, INSTALL_HINT, embedded_model_dir
+from policies.prefill import PromptPrefill
 
 
 def warper_chain(params: SamplingParams) -> list[Any]:
@@ -68,6 +71,27 @@ class _LogprobRecorder:
         return self._torch.stack(self.steps, dim=1) if self.steps else None
 
 
+class _Interrupted:
+    """A stopping criterion checked between tokens: ends the whole batch once `interrupt()` was called."""
+
+    def __init__(self, flag: threading.Event) -> None:
+        self.flag = flag
+        self.fired = False
+
+    def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
+        import torch
+
+        self.fired = self.fired or self.flag.is_set()
+        return torch.full((input_ids.shape[0],), self.fired, dtype=torch.bool, device=input_ids.device)
+
+    def honoured(self) -> bool:
+        """Whether an interrupt ended this call (or came after its last check); the request is consumed."""
+        if not (self.fired or self.flag.is_set()):
+            return False
+        self.flag.clear()
+        return True
+
+
 class TransformersPolicy:
     max_concurrency = 1
 
@@ -79,6 +103,16 @@ class TransformersPolicy:
         eos_ids = eos if isinstance(eos, list) else [eos]
         self.eos_ids = [e for e in {*eos_ids, tokenizer.eos_token_id} if e is not None]
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos_ids[0]
+        self.prefill = PromptPrefill.for_model(model)
+        self._interrupt = threading.Event()
+
+    def interrupt(self) -> None:
+        """Stop the generation in flight within a token (Ctrl-C); its completions come back `interrupted`.
+
+        Safe from any thread. A request that arrives between two calls ends the next call at its first token,
+        so no interrupt is ever lost; each call that honours one clears it.
+        """
+        self._interrupt.set()
 
     @classmethod
     def load(cls, spec: str) -> TransformersPolicy:
@@ -118,23 +152,34 @@ class TransformersPolicy:
     def generate_ids(self, prompt_ids: list[int], params: SamplingParams, n: int) -> list[Generated]:
         """Sample n completions of an already rendered and tokenised prompt."""
         import torch
-        from transformers import LogitsProcessorList
+        from transformers import LogitsProcessorList, StoppingCriteriaList
 
         if params.seed is not None:
             torch.manual_seed(params.seed)
         input_ids = torch.tensor([prompt_ids], device=self.device).repeat(n, 1)
         recorder = _LogprobRecorder()
-        with torch.no_grad():
+        stopper = _Interrupted(self._interrupt)
+        # the prompt runs once, not n times; generate() feeds only the last prompt token on top of this cache
+        cached = {}
+        if len(prompt_ids) > 1:
+            cached["past_key_values"] = self.prefill.cache(self.model, self.version, prompt_ids[:-1], n)
+        with torch.no_grad(), warnings.catch_warnings():
+            # transformers 5 renamed past_key_values to `cache`; the old name is the one 4.x and 5.x both take
+            warnings.filterwarnings("ignore", message=".*past_key_values.*deprecated", category=FutureWarning)
             out = self.model.generate(
                 input_ids,
                 attention_mask=torch.ones_like(input_ids),
+                **cached,
                 do_sample=True,
                 **_NO_BUILTIN_WARPERS,
                 max_new_tokens=params.max_new_tokens,
                 eos_token_id=self.eos_ids,
                 pad_token_id=self.pad_id,
                 logits_processor=LogitsProcessorList([*warper_chain(params), recorder]),
+                stopping_criteria=StoppingCriteriaList([stopper]),
             )
+        if stopper.honoured():
+            return [Generated("", [], [], "interrupted", self.version) for _ in range(n)]
         new = out[:, input_ids.shape[1] :]
         logprobs = recorder.finish(new[:, -1]) if new.shape[1] else None
         return [self._completion(new[i], None if logprobs is None else logprobs[i]) for i in range(n)]

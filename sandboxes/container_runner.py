@@ -1,28 +1,34 @@
-"""Main process of a warm sandbox container: runs one job at a time, each in a fresh unprivileged child.
+"""Main process of a warm sandbox container: runs one job at a time, each in a fresh unprivileged process.
 
-Stdlib only. Speaks JSON lines: a job on stdin, one reply on stdout. Per job it forks (or, in spawn mode,
-execs a fresh interpreter), lowers the child to an unprivileged uid with rlimits and a high OOM score, reads
-its reply and output through capped pipes, then kills every process of that uid and wipes the scratch dirs,
-so nothing a candidate leaves behind can touch the next job.
+Stdlib only. Speaks JSON lines: a job on stdin, one reply on stdout. Before it reads any job it forks the
+zygote (`zygote.py`), from which every candidate is forked: a candidate's address space never held another
+job. Per job it writes the job's files, hands the zygote the new candidate's pipe ends, feeds the job down
+the candidate's own pipe and reads its reply and output through capped pipes; then it kills every process of
+the candidate uid, has the zygote remove the uid's IPC objects, and wipes the scratch dirs, so nothing a
+candidate leaves behind can touch the next job. The container's memory cgroup caps all its processes together; a job
+during which the cgroup killed a process is reported, so that it scores `memory` even when the candidate
+itself lived on.
 """
 
 import contextlib
 import json
 import os
-import resource
 import select
 import signal
+import socket
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import harness  # pre-imported so that forked children start warm
+import zygote
 
 UID = int(os.environ.get("EVOLVE_SANDBOX_UID", "1000"))
 SCRATCH = ("/work", "/tmp", "/dev/shm", "/dev/mqueue")  # POSIX message queues live on in /dev/mqueue
 OUTPUT_CAP = 64 * 1024
 REPLY_CAP = 8 * 1024 * 1024
-REPLY_FD = 3
+ZYGOTE_WAIT_S = 30.0  # the zygote answers within milliseconds; silence this long means it is gone
+# Where the container's memory cgroup counts its OOM kills: cgroup v2, then v1.
+OOM_COUNTERS = ("/sys/fs/cgroup/memory.events", "/sys/fs/cgroup/memory/memory.oom_control")
 
 
 def wipe():
@@ -34,50 +40,44 @@ def wipe():
                     os.rmdir(path) if name in dirs and not os.path.islink(path) else os.unlink(path)
 
 
-def remove_sysv_ipc():
-    """Remove every System V shared memory segment, message queue and semaphore set of the container.
+def oom_kills():
+    """How many processes the container's memory cgroup has OOM-killed so far; None where no counter is readable."""
+    for path in OOM_COUNTERS:
+        with contextlib.suppress(OSError, ValueError), open(path) as f:
+            for line in f:
+                key, _, value = line.partition(" ")
+                if key == "oom_kill":
+                    return int(value)
+    return None
 
-    They outlive the processes that made them, so a candidate could hold memory or signal later jobs. The
-    runner may not remove another uid's objects (that takes CAP_SYS_ADMIN), but their creator may: a child
-    that becomes the candidate's uid removes them all. The runner itself makes none.
-    """
-    pid = os.fork()
-    if pid == 0:
-        code = 1
+
+def all_threads_dead(pid):
+    """"Z" in /proc/PID/stat only means the leader thread exited; other threads may still run."""
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return True
+    for tid in tasks:
         try:
-            import ctypes
-
-            libc = ctypes.CDLL(None, use_errno=True)
-            os.setgroups([])
-            os.setgid(UID)
-            os.setuid(UID)
-            for kind, remove in (
-                ("shm", lambda i: libc.shmctl(i, 0, None)),  # 0 is IPC_RMID
-                ("msg", lambda i: libc.msgctl(i, 0, None)),
-                ("sem", lambda i: libc.semctl(i, 0, 0)),
-            ):
-                with contextlib.suppress(OSError), open(f"/proc/sysvipc/{kind}") as f:
-                    for line in f.readlines()[1:]:
-                        fields = line.split()
-                        if len(fields) > 1 and fields[1].isdigit():
-                            remove(int(fields[1]))
-            code = 0
-        finally:
-            os._exit(code)
-    os.waitpid(pid, 0)
+            with open(f"/proc/{pid}/task/{tid}/stat", "rb") as f:
+                if f.read().rsplit(b")", 1)[1].split()[0] not in (b"Z", b"X"):
+                    return False
+        except OSError:
+            pass
+    return True
 
 
 def kill_uid():
+    """SIGKILL every process of the candidate uid, until none is left (a fork bomb races us for a while)."""
     for _ in range(100):
         found = False
         for entry in os.listdir("/proc"):
             if entry.isdigit():
                 try:
-                    with open(f"/proc/{entry}/stat", "rb") as f:
-                        if f.read().rsplit(b")", 1)[1].split()[0] in (b"Z", b"X"):
-                            continue  # already dead; Docker's init reaps it
-                    if os.stat(f"/proc/{entry}").st_uid == UID:
-                        os.kill(int(entry), signal.SIGKILL)
+                    if os.stat(f"/proc/{entry}").st_uid != UID:
+                        continue
+                    os.kill(int(entry), signal.SIGKILL)  # harmless on a zombie; kills every thread of a process
+                    if not all_threads_dead(entry):
                         found = True
                 except OSError:
                     pass
@@ -86,48 +86,14 @@ def kill_uid():
         time.sleep(0.005)
 
 
-def reap():
-    try:
-        while os.waitpid(-1, os.WNOHANG)[0] > 0:
-            pass
-    except ChildProcessError:
-        pass
-
-
-def child(job, reply_w, out_w, err_w, job_r):
-    os.setsid()
-    try:
-        with open("/proc/self/oom_score_adj", "w") as f:
-            f.write("1000")
-    except OSError:
-        pass
-    limits = job["limits"]
-    resource.setrlimit(resource.RLIMIT_NOFILE, (256, 256))
-    cpu = int(limits["timeout_s"]) + 2
-    resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
-    resource.setrlimit(resource.RLIMIT_FSIZE, (limits["max_file_mb"] << 20,) * 2)
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    mem = limits["memory_mb"] << 20
-    resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
-    os.dup2(job_r, 0)
-    os.dup2(out_w, 1)
-    os.dup2(err_w, 2)
-    # The candidate keeps stdin/stdout/stderr and its reply pipe (as fd 3), nothing else: above all not the
-    # runner's channel to the engine, on which a forged line would be taken for a later job's answer.
-    if reply_w != REPLY_FD:
-        os.dup2(reply_w, REPLY_FD)
-    os.closerange(REPLY_FD + 1, 1 << 20)
-    reply_w = REPLY_FD
-    os.setgroups([])
-    os.setgid(UID)
-    os.setuid(UID)
-    os.chdir("/work")
-    if job.get("spawn"):
-        os.execv(sys.executable, [sys.executable, "-I", "-B", harness.__file__, str(reply_w)])
-    harness.empty_stdin()
-    reply = harness.run_job(job)
-    os.write(reply_w, (json.dumps(reply, allow_nan=True, default=str) + "\n").encode())
-    os._exit(0)
+def sysv_ipc_left():
+    """Whether a candidate left System V IPC objects (nothing else in the container makes any): the zygote's
+    removal, which costs a fork, is needed only then."""
+    for kind in ("shm", "msg", "sem"):
+        with contextlib.suppress(OSError), open(f"/proc/sysvipc/{kind}") as f:
+            if len(f.readlines()) > 1:  # a header line, then one per object
+                return True
+    return False
 
 
 def prepare(job):
@@ -139,41 +105,72 @@ def prepare(job):
     os.chown("/work", UID, UID)
 
 
-def run(job):
-    prepare(job)
+def from_zygote(channel, expected):
+    """The zygote's next message, which must start with `expected`: (rest of it, descriptors)."""
+    channel.settimeout(ZYGOTE_WAIT_S)
+    message, fds, _, _ = socket.recv_fds(channel, 64, 1)
+    if not message.startswith(expected):
+        for fd in fds:
+            os.close(fd)
+        raise RuntimeError(f"the zygote sent {message[:16]!r}, not {expected!r}")
+    return message[len(expected) :], fds
+
+
+def write_all(fd, data):
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def start_candidate(job, channel):
+    """Fork a candidate from the zygote and feed it its job; (pidfd, reply, stdout and stderr read ends)."""
     reply_r, reply_w = os.pipe()
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
     job_r, job_w = os.pipe()
-    os.set_inheritable(reply_w, True)
-    pid = os.fork()
-    if pid == 0:
-        for fd in (reply_r, out_r, err_r, job_w):
-            os.close(fd)
-        try:
-            child(job, reply_w, out_w, err_w, job_r)
-        finally:
-            os._exit(1)
+    limits = job.pop("limits")
+    header = zygote.HEADER.pack(
+        float(limits["timeout_s"]), int(limits["memory_mb"]), int(limits["max_file_mb"]), bool(job.pop("spawn", False))
+    )
+    data = header + (json.dumps(job) + "\n").encode()
+    # As much of the job as the pipe holds goes in before anyone else has its other end; the candidate reads
+    # it only once it is the candidate uid, so a large job's rest follows once it is forked.
+    os.set_blocking(job_w, False)
+    try:
+        sent = os.write(job_w, data)
+    except BlockingIOError:
+        sent = 0
+    os.set_blocking(job_w, True)
+    socket.send_fds(channel, [b"run"], [reply_w, out_w, err_w, job_r])
     for fd in (reply_w, out_w, err_w, job_r):
         os.close(fd)
-    if job.get("spawn"):
-        os.write(job_w, (json.dumps(job) + "\n").encode())
+    _, (pidfd,) = from_zygote(channel, b"pid")
+    with contextlib.suppress(BrokenPipeError):  # it died before reading all of it: the rest is moot
+        write_all(job_w, data[sent:])
     os.close(job_w)
+    return pidfd, reply_r, out_r, err_r
+
+
+def run(job, channel):
+    oom_before = oom_kills()
+    timeout_s = job["limits"]["timeout_s"]
+    prepare(job)
+    pidfd, reply_r, out_r, err_r = start_candidate(job, channel)
     buffers = {reply_r: [], out_r: [], err_r: []}
     caps = {reply_r: REPLY_CAP, out_r: OUTPUT_CAP, err_r: OUTPUT_CAP}
     kept = dict.fromkeys(buffers, 0)
-    deadline = time.monotonic() + job["limits"]["timeout_s"]
-    # Stop when the child exits, not at EOF: an orphan may hold the output pipes open for ever.
-    pidfd = os.pidfd_open(pid)
+    deadline = time.monotonic() + timeout_s
+    # Stop when the candidate has exited and its output is drained, not at EOF: an orphan may hold the output
+    # pipes open for ever (and a candidate that closed them may still be running).
     status, open_fds, exited = None, set(buffers), False
-    while open_fds:
+    while open_fds or not exited:
         left = 0.0 if exited else deadline - time.monotonic()
         if left <= 0 and not exited:
             status = "timeout"
             break
         watch = [*open_fds] if exited else [*open_fds, pidfd]
         ready, _, _ = select.select(watch, [], [], left)
-        if not ready:  # the deadline passed, or the exited child's output is drained
+        if not ready:  # the deadline passed, or the exited candidate's output is drained
             status = None if exited else "timeout"
             break
         for fd in ready:
@@ -186,9 +183,14 @@ def run(job):
             elif kept[fd] < caps[fd]:
                 buffers[fd].append(chunk[: caps[fd] - kept[fd]])
                 kept[fd] += len(buffers[fd][-1])
+    if status == "timeout":
+        with contextlib.suppress(ProcessLookupError):
+            signal.pidfd_send_signal(pidfd, signal.SIGKILL)  # it may still be root, before its uid drop
     os.close(pidfd)
+    kill_uid()
+    channel.sendall(b"clean+ipc" if sysv_ipc_left() else b"clean")
+    code = zygote.EXIT.unpack(from_zygote(channel, b"exit")[0])[0]
     if status is None:
-        _, code = os.waitpid(pid, 0)
         status = (
             f"exit {os.waitstatus_to_exitcode(code)}"
             if os.WIFEXITED(code)
@@ -196,12 +198,10 @@ def run(job):
                 "timeout" if os.WTERMSIG(code) == signal.SIGXCPU else f"signal {signal.Signals(os.WTERMSIG(code)).name}"
             )
         )
-    kill_uid()
-    reap()
     for fd in buffers:
         os.close(fd)
     wipe()
-    remove_sysv_ipc()
+    oom_after = oom_kills()
     raw = b"".join(buffers[reply_r])
     try:
         reply = json.loads(raw) if raw else None
@@ -212,11 +212,13 @@ def run(job):
         "status": status,
         "stdout": b"".join(buffers[out_r]).decode(errors="replace"),
         "stderr": b"".join(buffers[err_r]).decode(errors="replace"),
+        "oom_killed": oom_before is not None and oom_after is not None and oom_after > oom_before,
     }
 
 
 def main():
     """Answer each job with one line carrying the job's nonce: the engine takes no other line as an answer."""
+    channel_to_zygote = zygote.start(UID)  # first of all: the zygote must never see a job
     channel = os.fdopen(os.dup(1), "w")
     os.set_inheritable(channel.fileno(), False)
     os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
@@ -227,7 +229,7 @@ def main():
         try:
             job = json.loads(line)
             nonce = job.pop("nonce", None)
-            answer = run(job)
+            answer = run(job, channel_to_zygote)
         except Exception as exc:  # the runner must outlive anything a job does
             answer = {"reply": None, "status": f"runner error: {exc!r}", "stdout": "", "stderr": ""}
         answer["nonce"] = nonce

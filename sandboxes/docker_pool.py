@@ -31,6 +31,12 @@ LINE_CAP = 24 * 1024 * 1024  # the runner's answer: an 8 MiB reply plus capped o
 UNEXPECTED = object()  # a line on the channel that is not the answer to the job just sent
 
 
+def memory_cap_mb(memory_mb: int) -> int:
+    """The container's memory cgroup: RLIMIT_AS bounds each process at `memory_mb`; this bounds the real memory
+    of all of them together (candidate, its children, the runner, and what it wrote to the tmpfs scratch)."""
+    return memory_mb + 256
+
+
 def docker_available() -> str | None:
     """None when a daemon answers, else why not."""
     try:
@@ -61,8 +67,8 @@ class WarmContainer:
             network_mode="none",
             read_only=True,
             tmpfs={"/work": "size=256m,mode=1777", "/tmp": "size=256m,mode=1777", "/dev/shm": "size=64m"},
-            mem_limit=f"{limits.memory_mb + 256}m",
-            memswap_limit=f"{limits.memory_mb + 256}m",
+            mem_limit=f"{memory_cap_mb(limits.memory_mb)}m",
+            memswap_limit=f"{memory_cap_mb(limits.memory_mb)}m",  # the same: no swap to spill into
             nano_cpus=1_000_000_000,
             pids_limit=limits.max_processes + 16,
             cap_drop=["ALL"],
@@ -184,24 +190,25 @@ class DockerSandbox:
         self._remove_orphans()
 
     def _remove_orphans(self) -> None:
-        """Containers left by an engine on this host that is no longer alive (e.g. after kill -9). Best effort:
-        sandboxes starting together (Ray actors on one node) race to remove the same orphan, and the loser's
-        409 or 404 must not stop it from starting."""
-        import docker
+        """Containers left by an engine on this host that is no longer alive (e.g. after kill -9).
+
+        Several sandboxes may start at once (Ray actors, other engines): one that finds an orphan already gone
+        or being removed by another leaves it be."""
+        import docker.errors
 
         host = socket.gethostname()
         for c in self.client.containers.list(all=True, filters={"label": "vpo-evolve.owner"}, ignore_removed=True):
             owner_host, _, pid = c.labels.get("vpo-evolve.owner", "").partition(":")
             if owner_host == host and pid.isdigit() and not Path(f"/proc/{pid}").exists():
-                with contextlib.suppress(docker.errors.APIError):  # 404: gone already; 409: being removed
+                with contextlib.suppress(docker.errors.APIError):  # NotFound, or 409: removal in progress
                     c.remove(force=True)
 
     def isolation(self) -> str:
-        mode = "spawn" if self.spawn else "fork"
+        mode = "spawn mode" if self.spawn else "fork mode, from a zygote that never held a job"
         return (
-            f"docker sandbox ({mode} mode): no network, read-only root, tmpfs scratch, unprivileged uid, "
-            "memory/pids/CPU limits, capabilities dropped, no-new-privileges, no logs kept, "
-            "answers bound to a per-job nonce"
+            f"docker sandbox ({mode}): no network, read-only root, tmpfs scratch, unprivileged uid, "
+            "address-space rlimit per process and a memory cgroup (no swap) over them all, pids/CPU limits, "
+            "capabilities dropped, no-new-privileges, no logs kept, answers bound to a per-job nonce"
         )
 
     def _take(self, problem: Problem) -> WarmContainer:
@@ -266,6 +273,7 @@ class DockerSandbox:
             str(answer.get("stderr", "")),
             duration,
             self.kind,
+            oom_cap_mb=memory_cap_mb(limits.memory_mb) if answer.get("oom_killed") is True else None,
         )
 
     def close(self) -> None:

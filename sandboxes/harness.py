@@ -121,7 +121,6 @@ def main():
     no other rights); argv[3], when given, caps the processes the candidate may have.
     """
     reply_fd = int(sys.argv[1])
-    os.set_inheritable(reply_fd, False)
     if len(sys.argv) > 2 and sys.argv[2] != "-":  # started as root in a jail: become the slot's uid first
         uid = int(sys.argv[2])
         os.setgroups([])
@@ -133,7 +132,18 @@ def main():
         import resource
 
         resource.setrlimit(resource.RLIMIT_NPROC, (int(sys.argv[3]),) * 2)
-    job = json.loads(sys.stdin.readline())
+    serve(reply_fd)
+
+
+def serve(reply_fd):
+    """Read one job line from fd 0, run it, and write the reply as one JSON line to `reply_fd`.
+
+    Also the whole life of a candidate forked from the Docker sandbox's zygote: its job reaches it only here,
+    through its own pipe, so no other process's memory ever held it.
+    """
+    os.set_inheritable(reply_fd, False)  # the candidate's own subprocesses get no reply pipe
+    with open(0, "rb", closefd=False) as source:
+        job = json.loads(source.readline())
     empty_stdin()
     reply = run_job(job)
     data = (json.dumps(reply, allow_nan=True, default=str) + "\n").encode()

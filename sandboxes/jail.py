@@ -28,9 +28,16 @@ WORK, DATA = "/work", "/data"
 WORK_BYTES = 256 << 20  # what a candidate may write under /work in all, like the Docker sandbox's tmpfs
 
 
-# Kernel keyrings outlive processes and are keyed by uid, so one job could leave keys for a later job of its
-# slot: add_key, request_key and keyctl fail with EPERM. (Syscall numbers and audit arch per machine.)
-_KEY_SYSCALLS = {"x86_64": (0xC000003E, (248, 249, 250)), "aarch64": (0xC00000B7, (217, 218, 219))}
+# Refused with EPERM (numbers and audit arch per machine):
+# - add_key, request_key, keyctl: kernel keyrings outlive processes and are keyed by uid, so one job could leave
+#   keys for a later job of its slot;
+# - memfd_create, memfd_secret, shmget: memory held through them needs no mapping once written (write() to a
+#   memfd, a SysV segment attached, filled and detached), so RLIMIT_AS never sees it. Where no memory cgroup
+#   bounds the job, they would let one process hold any amount of the host's memory. Python never needs them.
+_DENIED_SYSCALLS = {
+    "x86_64": (0xC000003E, (248, 249, 250, 319, 447, 29)),
+    "aarch64": (0xC00000B7, (217, 218, 219, 279, 447, 194)),
+}
 _ALLOW, _EPERM = 0x7FFF0000, 0x00050000 | 1
 
 
@@ -39,8 +46,8 @@ def _insn(code: int, k: int, jt: int = 0, jf: int = 0) -> bytes:
 
 
 def seccomp_program() -> bytes | None:
-    """A classic-BPF seccomp filter denying the keyring syscalls (and x86's x32 ABI), or None on other machines."""
-    known = _KEY_SYSCALLS.get(platform.machine())
+    """A classic-BPF seccomp filter denying `_DENIED_SYSCALLS` (and x86's x32 ABI), or None on other machines."""
+    known = _DENIED_SYSCALLS.get(platform.machine())
     if known is None:
         return None
     arch, calls = known
@@ -48,7 +55,7 @@ def seccomp_program() -> bytes | None:
     n = len(calls)
     x32 = platform.machine() == "x86_64"
     tail = n + (1 if x32 else 0)  # tests between loading the number and `allow`
-    # Another ABI (i386's int 0x80 numbers keyctl differently) is refused outright: Python never uses one.
+    # Another ABI (i386's int 0x80 numbers these differently) is refused outright: Python never uses one.
     prog = [_insn(ld_abs, 4), _insn(jeq, arch, 0, tail + 2), _insn(ld_abs, 0)]
     if x32:
         prog.append(_insn(jge, 0x40000000, tail, 0))

@@ -5,11 +5,15 @@ its own pid/network/IPC namespaces, and as root runs as its slot's own unprivile
 fork bombs and every process of that uid is killed afterwards). Without bubblewrap the host's files stay
 readable: the sandbox says WEAK, and only the uid, an empty network namespace and rlimits remain; without root
 the process group and every process that inherited the evaluation's token are killed.
+
+Memory: where the engine can make cgroups (root, or a delegated cgroup v2), each slot has a memory cgroup
+(sandboxes/cgroups.py) that bounds all the job's processes and its tmpfs pages together, and an OOM in it makes
+the job `memory`. Elsewhere RLIMIT_AS bounds each process alone; the jail refuses memfd_create and shmget, whose
+memory RLIMIT_AS cannot see, and RLIMIT_NOFILE bounds what descriptors can hold.
 """
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import fcntl
 import json
@@ -26,19 +30,23 @@ import sys
 import tempfile
 import threading
 import time
+import weakref
 from pathlib import Path
 from typing import Any
 
 from evolve.problem import Problem
 from sandboxes.base import OUTPUT_CAP, EvalOutcome, SandboxRefused
+from sandboxes.cgroups import SlotCgroup, make_slot_cgroups, remove_all
 from sandboxes.jail import DATA, WORK, find_jail, seccomp_fd
 from sandboxes.scoring import HARNESS_PATH, make_job, outcome_from, program_filename
+from sandboxes.sweep import kill_all
 
 CLONE_NEWUSER, CLONE_NEWNET = 0x10000000, 0x40000000
 PR_SET_CHILD_SUBREAPER = 36
 PR_SET_PDEATHSIG = 1
 REPLY_CAP = 8 * 1024 * 1024  # a dense JSON reply costs the engine ~10x its size in objects
 GRACE_S = 1.0
+NOFILE = 256  # descriptors per process: each can hold kernel memory (a pipe's or socket's buffer)
 WORKDIR_PREFIX = "evolve-eval-"
 BASE_UID = 61000
 UID_RANGE = 1024
@@ -79,57 +87,6 @@ def _read_capped(stream: Any, cap: int, sink: list[bytes]) -> None:
             sink.append(chunk[: cap - kept])
             kept += len(sink[-1])
     stream.close()
-
-
-def _stat(pid: int | str) -> tuple[str, int]:
-    """(state, ppid) of a process, from /proc/PID/stat."""
-    with open(f"/proc/{pid}/stat", "rb") as f:
-        fields = f.read().rsplit(b")", 1)[1].split()
-    return fields[0].decode(), int(fields[1])
-
-
-def _procs_matching(uid: int | None, token: bytes | None) -> list[int]:
-    """Live processes of the slot; zombies we adopted (as subreaper) are reaped on the way."""
-    found = []
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        pid = int(entry.name)
-        try:
-            state, ppid = _stat(pid)
-            if state in ("Z", "X"):
-                if ppid == os.getpid() and uid is not None and os.stat(entry.path).st_uid == uid:
-                    os.waitpid(pid, os.WNOHANG)
-                continue
-            if uid is not None:
-                if os.stat(entry.path).st_uid == uid:
-                    found.append(pid)
-            elif token is not None:
-                with open(f"{entry.path}/environ", "rb") as f:
-                    if token in f.read():
-                        found.append(pid)
-        except OSError:
-            continue
-    return [p for p in found if p != os.getpid()]
-
-
-def kill_all(pgid: int, uid: int | None, token: bytes | None, rounds: int = 50) -> int:
-    """SIGKILL the group and every process of the slot until none is left; returns how many were killed."""
-    killed = 0
-    with contextlib.suppress(OSError):
-        os.killpg(pgid, signal.SIGKILL)
-    for _ in range(rounds):
-        pids = _procs_matching(uid, token)
-        if not pids:
-            break
-        for pid in pids:
-            try:
-                os.kill(pid, signal.SIGKILL)
-                killed += 1
-            except OSError:
-                pass
-        time.sleep(0.005)
-    return killed
 
 
 def _claim_slots(count: int) -> dict[int, int]:
@@ -178,7 +135,9 @@ class ProcessSandbox:
 
     kind = "process"
 
-    def __init__(self, slots: int = 4, base_uid: int = BASE_UID, *, jail: bool = True) -> None:
+    def __init__(
+        self, slots: int = 4, base_uid: int = BASE_UID, *, jail: bool = True, memory_cgroup: bool = True
+    ) -> None:
         self._root = os.geteuid() == 0
         self._base_uid = base_uid
         self._jail, self._why_no_jail = find_jail() if jail else (None, "bubblewrap was turned off")
@@ -190,6 +149,12 @@ class ProcessSandbox:
             raise SandboxRefused(f"process sandbox: prctl(PR_SET_CHILD_SUBREAPER) failed: {_errno()}")
         _remove_stale_workdirs()
         self._slot_locks = _claim_slots(slots)
+        self._cgroups, self._why_no_cgroup = (
+            make_slot_cgroups(list(self._slot_locks)) if memory_cgroup else ({}, "memory cgroups were turned off")
+        )
+        self.bounds_job_memory = bool(self._cgroups)
+        # Removed at close, or at exit when never closed (after kill -9, by the next engine's start).
+        self._remove_cgroups = weakref.finalize(self, remove_all, list(self._cgroups.values()))
         self._slots: queue.Queue[int] = queue.Queue()
         for i in self._slot_locks:
             self._slots.put(i)
@@ -228,7 +193,7 @@ class ProcessSandbox:
             return (
                 f"process sandbox (bubblewrap): {who}; sees only read-only /usr and Python, its own /work, "
                 "data/ read-only, private /tmp and /proc; own pid/network/IPC namespaces; "
-                "rlimits on memory/CPU/files/processes, scrubbed env"
+                f"rlimits on CPU/files/processes, scrubbed env; {self._memory_bound()}"
             )
         parts = [f"process sandbox: WEAK: candidates can read the host's files ({self._why_no_jail});"]
         if self.drop_uid:
@@ -238,15 +203,24 @@ class ProcessSandbox:
         else:
             parts.append("runs as your user (no uid separation),")
         parts.append("no network namespace," if not self.network_isolated else "empty network namespace,")
-        parts.append("rlimits on memory/CPU/files/processes, scrubbed env, private temp dir")
+        parts.append(f"rlimits on CPU/files/processes, scrubbed env, private temp dir; {self._memory_bound()}")
         return " ".join(parts)
 
+    def _memory_bound(self) -> str:
+        if self._cgroups:
+            version = "v2" if next(iter(self._cgroups.values())).v2 else "v1"
+            return f"memory: one cgroup ({version}) per job bounds all its processes and temp files together"
+        refused = "; memfd_create and shmget refused" if self._jail is not None else ""
+        return f"memory: bounded per process only (RLIMIT_AS; no memory cgroup: {self._why_no_cgroup}){refused}"
+
     def close(self) -> None:
+        self._remove_cgroups()
+        self._cgroups = {}
         for fd in self._slot_locks.values():
             os.close(fd)
         self._slot_locks = {}
 
-    def _preexec(self, problem: Problem, uid: int | None) -> Any:
+    def _preexec(self, problem: Problem, uid: int | None, cgroup: SlotCgroup | None) -> Any:
         """Limits set in the child before exec; any refusal raises, so Popen fails instead of running weaker."""
         limits = problem.config.limits
         flags = self._unshare_flags() if self.network_isolated and self._jail is None else 0
@@ -254,18 +228,23 @@ class ProcessSandbox:
         cpu = int(limits.timeout_s) + 2
         engine = os.getpid()
         jailed = self._jail is not None
+        hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+        nofile = NOFILE if hard == resource.RLIM_INFINITY else min(NOFILE, hard)
 
         def setup() -> None:
             # An engine killed with SIGKILL takes its candidates along: none runs on, unaccounted for.
             _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
             if os.getppid() != engine:
                 os._exit(1)
+            if cgroup is not None:  # in the slot's memory cgroup before anything of the job runs
+                cgroup.join()
             if flags:
                 _checked_unshare(flags)
             resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
             resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
             resource.setrlimit(resource.RLIMIT_FSIZE, (limits.max_file_mb << 20,) * 2)
             resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+            resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
             if uid is not None:
                 resource.setrlimit(resource.RLIMIT_NPROC, (limits.max_processes,) * 2)
                 if not jailed:  # in the jail the harness drops to `uid` itself, once the mounts are made
@@ -299,11 +278,12 @@ class ProcessSandbox:
     def evaluate(self, problem: Problem, code: str) -> EvalOutcome:
         slot = self._slots.get()
         try:
-            return self._evaluate(problem, code, self._base_uid + slot if self.drop_uid else None)
+            return self._evaluate(problem, code, slot)
         finally:
             self._slots.put(slot)
 
-    def _evaluate(self, problem: Problem, code: str, uid: int | None) -> EvalOutcome:
+    def _evaluate(self, problem: Problem, code: str, slot: int) -> EvalOutcome:
+        uid = self._base_uid + slot if self.drop_uid else None
         workdir = tempfile.mkdtemp(prefix=f"{WORKDIR_PREFIX}{os.getpid()}-")
         token = secrets.token_hex(12)
         start = time.monotonic()
@@ -325,15 +305,22 @@ class ProcessSandbox:
             else:
                 inside = workdir
             job = make_job(problem, str(program), evaluator, inside)
-            reply, stdout, stderr, status = self._run(problem, job, workdir, uid, token)
+            reply, stdout, stderr, status = self._run(problem, job, workdir, slot, token)
         finally:
             shutil.rmtree(workdir, ignore_errors=True)
         out, err = stdout.decode(errors="replace"), stderr.decode(errors="replace")
         return outcome_from(problem, reply, status, out, err, time.monotonic() - start, self.kind)
 
     def _run(
-        self, problem: Problem, job: dict[str, Any], workdir: str, uid: int | None, token: str
+        self, problem: Problem, job: dict[str, Any], workdir: str, slot: int, token: str
     ) -> tuple[Any, bytes, bytes, str]:
+        uid = self._base_uid + slot if self.drop_uid else None
+        cgroup = self._cgroups.get(slot)
+        if cgroup is not None:
+            try:
+                cgroup.prepare(problem.config.limits.memory_mb << 20)
+            except OSError as exc:
+                raise SandboxRefused(f"process sandbox: cannot set up the memory cgroup {cgroup.path}: {exc}") from exc
         reply_r, reply_w = os.pipe()
         command = [sys.executable, "-I", "-B", "_evolve_harness.py", str(reply_w)]
         seccomp = None
@@ -351,7 +338,7 @@ class ProcessSandbox:
                 cwd=workdir,
                 env=self._env(problem, WORK if self._jail is not None else workdir, token),
                 start_new_session=True,
-                preexec_fn=self._preexec(problem, uid),
+                preexec_fn=self._preexec(problem, uid, cgroup),
             )
         except (OSError, subprocess.SubprocessError) as exc:
             os.close(reply_r)
@@ -390,8 +377,12 @@ class ProcessSandbox:
             status = f"exit {code}" if code >= 0 else f"signal {_signal_name(-code)}"
         else:
             status = "timeout"
+        if cgroup is not None:
+            cgroup.kill()
         kill_all(proc.pid, uid, None if uid is not None else token.encode())
         proc.wait()
+        if cgroup is not None and cgroup.oom_killed():  # one of the job's processes, maybe not the first
+            status = "memory"
         for t in threads:
             t.join(timeout=2.0)
         raw = b"".join(sinks["reply"])

@@ -83,10 +83,32 @@ def _score_split(problem: Problem, outputs: Any, duration_s: float, sandbox: str
 
 
 def outcome_from(
-    problem: Problem, reply: Any, status: str, stdout: str, stderr: str, duration_s: float, sandbox: str
+    problem: Problem,
+    reply: Any,
+    status: str,
+    stdout: str,
+    stderr: str,
+    duration_s: float,
+    sandbox: str,
+    *,
+    oom_cap_mb: int | None = None,
 ) -> EvalOutcome:
-    """What every backend returns: a wall-clock `status` ("exit N", "signal X", "timeout") plus the reply."""
-    if status == "timeout":
+    """What every backend returns: a `status` ("exit N", "signal X", "timeout", or "memory" when the process
+    sandbox's job cgroup ran out) plus the reply.
+
+    `oom_cap_mb` is given when a Docker memory cgroup of that size OOM-killed a process of the candidate. Either
+    way the job scores `memory` whatever it answered: it got its answer by using more memory than allowed.
+    """
+    if status == "memory" or oom_cap_mb is not None:
+        cap = problem.config.limits.memory_mb if oom_cap_mb is None else oom_cap_mb
+        outcome = EvalOutcome.failure(
+            problem,
+            ErrorKind.MEMORY,
+            f"out of memory: together the job's processes went past its {cap} MiB memory cgroup",
+            duration_s,
+            sandbox,
+        )
+    elif status == "timeout":
         outcome = EvalOutcome.failure(
             problem, ErrorKind.TIMEOUT, f"exceeded {problem.config.limits.timeout_s}s", duration_s, sandbox
         )

@@ -29,4 +29,4 @@ HOME_DIR=$(getent passwd "$USER_NAME" | cut -d: -f6)
 exec setpriv --reuid="$USER_NAME" --regid="$USER_NAME" --init-groups --reset-env \
   env HOME="$HOME_DIR" PATH="$PATH" PYTHONPATH="$PWD" EVOLVE_REQUIRE_SERVICES="${EVOLVE_REQUIRE_SERVICES:-0}" \
   "$PY" -m pytest -q -p no:cacheprovider tests/test_sandbox_attacks.py tests/test_sandbox_hostile.py \
-  tests/test_docker_sandbox.py "$@"
+  tests/test_docker_sandbox.py tests/test_sandbox_memory.py "$@"

@@ -11,7 +11,7 @@ import pytest
 from evolve.problem import load_problem
 from sandboxes.base import ErrorKind
 from sandboxes.docker_pool import OWNER
-from tests.helpers import docker_sandbox_or_skip, write_problem
+from tests.helpers import SPLIT_TOML, docker_sandbox_or_skip, write_problem
 
 pytestmark = pytest.mark.docker
 TIMEOUT = 3.0
@@ -100,6 +100,68 @@ def test_containers_keep_no_logs_and_are_locked_down(sandbox, problem):
     assert host["NetworkMode"] == "none" and host["ReadonlyRootfs"] is True
     assert host["CapDrop"] == ["ALL"] and "no-new-privileges" in host["SecurityOpt"]
     assert host["Memory"] == host["MemorySwap"] > 0 and host["PidsLimit"] > 0
+
+
+# Three processes of 200 MiB each: every one stays under RLIMIT_AS (memory_mb = 256), together they pass the
+# container's memory cgroup (memory_mb + 256 MiB, no swap). Each child holds its block until every child has
+# either allocated or died, so they overlap however slow the machine is. The cgroup's OOM killer takes one
+# child; the parent carries on and answers correctly, so only the sandbox can tell that it ran out of memory.
+SPREAD_HOG = """
+import os, select, signal
+KIDS = 3
+HOGGED = []
+
+def solve(x):
+    if HOGGED:
+        return x * x
+    HOGGED.append(True)
+    r, w = os.pipe()
+    kids = []
+    for _ in range(KIDS):
+        pid = os.fork()
+        if pid == 0:
+            block = b'x' * (200 << 20)
+            os.write(w, b'+')
+            select.select([], [], [])  # hold the block until the parent is done
+            os._exit(len(block) & 1)
+        kids.append(pid)
+    os.close(w)
+    settled = 0
+    while settled < KIDS:
+        if select.select([r], [], [], 0.05)[0]:
+            settled += len(os.read(r, KIDS))
+        while settled < KIDS:
+            try:
+                pid, _ = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                break
+            if pid == 0:
+                break
+            settled += 1
+    for pid in kids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        except OSError:
+            pass
+    return x * x
+"""
+
+
+def test_memory_spread_over_processes_meets_the_cgroup_cap_and_scores_memory(sandbox, tmp_path):
+    toml = SPLIT_TOML.format(name="m", timeout=10.0).replace("memory_mb = 512", "memory_mb = 256")
+    small = load_problem(write_problem(tmp_path / "m", toml=toml))
+    _ok(sandbox, small)
+    (box,) = _ours(sandbox)
+    host = box.attrs["HostConfig"]
+    assert host["Memory"] == host["MemorySwap"] == (256 + 256) << 20
+    one_child = sandbox.evaluate(small, SPREAD_HOG.replace("KIDS = 3", "KIDS = 1"))
+    assert one_child.scores == {"c0": 1.0, "c1": 1.0}, one_child.error  # under the cap: no false alarm
+    outcome = sandbox.evaluate(small, SPREAD_HOG)
+    assert outcome.error_kind == ErrorKind.MEMORY, (outcome.error, outcome.scores)
+    assert outcome.scores == {"c0": 0.0, "c1": 0.0} and "memory cgroup" in outcome.error
+    for code, want in (("def solve(x):\n    return 9\n", {"c0": 0.0, "c1": 1.0}), (GOOD, {"c0": 1.0, "c1": 1.0})):
+        assert sandbox.evaluate(small, code).scores == want
 
 
 def test_spawn_mode_scores_like_fork_mode(problem):

@@ -246,6 +246,77 @@ def _read(path: Path) -> bytes:
         return b""
 
 
+# Scans the candidate's own memory (every string the garbage collector can reach, then every readable mapping
+# through /proc/self/mem) for any marker an earlier job carried, and every other process's memory it can open
+# (the runner's and the zygote's, were they readable). Its own code holds only the pattern, which cannot match
+# itself ('[' is no hex digit), so any hit came from another job.
+MEMORY_SEARCH = """
+import ctypes, gc, os, re
+PATTERN = re.compile(b'zygote-leak-' + b'[0-9a-f]{32}')
+TEXT = re.compile('zygote-leak-' + '[0-9a-f]{32}')
+
+def _hit(value):
+    if isinstance(value, str):
+        return TEXT.search(value) is not None
+    return isinstance(value, (bytes, bytearray)) and PATTERN.search(value) is not None
+
+def _scan(pid, found, tag):
+    scanned = 0
+    try:
+        with open(f'/proc/{pid}/maps') as maps, open(f'/proc/{pid}/mem', 'rb', 0) as mem:
+            for line in maps.read().splitlines():
+                span, perms = line.split()[:2]
+                start, end = (int(a, 16) for a in span.split('-'))
+                if perms[0] != 'r':
+                    continue
+                for pos in range(start, end, 1 << 20):
+                    try:
+                        mem.seek(pos)
+                        chunk = mem.read(min(1 << 20, end - pos) + 44)
+                    except (OSError, OverflowError, ValueError):
+                        break
+                    scanned += len(chunk)
+                    if PATTERN.search(chunk):
+                        found.add(tag)
+    except OSError:
+        pass
+    return scanned
+
+def solve(x):
+    found = set()
+    for obj in gc.get_objects():
+        try:
+            items = [*obj.keys(), *obj.values()] if isinstance(obj, dict) else obj
+            if isinstance(items, (list, tuple, set, frozenset)) and any(_hit(v) for v in items):
+                found.add('gc')
+        except Exception:
+            pass
+    ctypes.CDLL(None).prctl(4, 1, 0, 0, 0)  # PR_SET_DUMPABLE: /proc/self/mem is ours again after setuid
+    scanned = _scan('self', found, 'mem')
+    for pid in os.listdir('/proc'):
+        if pid.isdigit() and int(pid) != os.getpid():
+            _scan(pid, found, 'mem of another process')
+    return [scanned > 4 << 20, sorted(found)]  # a real scan of its own memory reads megabytes
+"""
+
+
+def test_a_candidate_finds_no_earlier_job_in_its_own_memory(sandbox, problem):
+    """Earlier candidates' code, output and replies never enter a later candidate's address space (fork mode
+    forks candidates from a zygote that never held a job)."""
+    marker = f"zygote-leak-{uuid.uuid4().hex}"
+    planted = (
+        f"import sys\nSECRET = {marker!r}\ndef solve(x):\n    print(SECRET)\n"
+        f"    print(SECRET, file=sys.stderr)\n    return x * x  # {marker}\n"
+    )
+    for _ in range(3):  # every warm container of the pool gets the marker (they are taken in turn)
+        outcome = sandbox.evaluate(problem, planted)
+        assert outcome.scores == {"c0": 1.0, "c1": 1.0} and marker in outcome.stdout, outcome.error
+    for _ in range(3):
+        outcome = sandbox.evaluate(problem, MEMORY_SEARCH)
+        assert reported(outcome) == [True, []], outcome.feedback
+    assert_known_vectors(sandbox, problem)
+
+
 def test_without_bubblewrap_the_process_sandbox_says_weak_and_run_refuses_split_problems(problem, tmp_path):
     box = ProcessSandbox(slots=1, jail=False)
     try:

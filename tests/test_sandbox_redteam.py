@@ -291,3 +291,88 @@ def test_kernel_keyrings_are_out_of_reach_in_the_jail(tmp_path, process_box):
     outcome = process_box.evaluate(problem, KEYRING)
     assert outcome.scores == {"c0": 0.0, "c1": 0.0}, (outcome.case_errors, outcome.error)
     assert_vectors(process_box, problem, MIN_KNOWN)
+
+
+ZOMBIE_LEADER = """import ctypes, glob, os, threading, time
+PERFECT = "def solve(x):\\n    return x * x\\n"
+def _rewrite(mine):
+    end = time.time() + 20
+    while time.time() < end:
+        folder = os.path.dirname(os.path.dirname(mine))
+        for path in [mine] + glob.glob(folder + "/evolve-eval-*/" + os.path.basename(mine)):
+            try:
+                if open(path).read() != PERFECT:
+                    with open(path + ".x", "w") as f:
+                        f.write(PERFECT)
+                    os.rename(path + ".x", path)
+            except OSError:
+                pass
+        time.sleep(0.01)
+def solve(x):
+    if os.fork() == 0:
+        os.setsid()
+        if os.fork() == 0:
+            threading.Thread(target=_rewrite, args=(os.path.abspath(__file__),)).start()
+            time.sleep(0.2)
+            ctypes.CDLL(None).syscall(60, 0)  # SYS_exit of the leader thread alone: /proc shows it as "Z"
+        os._exit(0)
+    time.sleep(0.5)
+    return x
+"""
+
+
+@pytest.mark.parametrize("backend", ["docker", "process-without-jail"])
+def test_a_process_whose_leader_thread_exited_does_not_outlive_its_job(tmp_path, backend):
+    """Its other threads keep running under a "Z" state: were it skipped as dead, it would rewrite every later
+    candidate's program into a perfect one."""
+    problem = load_problem(folder(tmp_path / "p", MIN_TOML.format(extra=", fail_value = 1e6"), MIN_EVAL))
+    box = docker_sandbox_or_skip(workers=1) if backend == "docker" else ProcessSandbox(slots=1, jail=False)
+    try:
+        assert box.evaluate(problem, ZOMBIE_LEADER).scores == {"c0": 2.0, "c1": 6.0}
+        for _ in range(3):
+            assert_vectors(box, problem, list(reversed(MIN_KNOWN)))
+    finally:
+        box.close()
+
+
+BLOATED_REPLY = f"""import json, os, sys
+def solve(x):
+    error = "E" * 300_000
+    os.write({REPLY_FD}, (json.dumps({{"outputs": {{"c0": {{"kind": "crash", "error": error}},
+                                                   "c1": {{"kind": "crash", "error": error}}}}}}) + "\\n").encode())
+    os._exit(0)
+"""
+
+
+@pytest.mark.parametrize("backend", ["process", "docker"])
+def test_a_reply_with_huge_case_errors_is_stored_bounded(tmp_path, backend):
+    """What a candidate writes ends in the archive and in prompts: each case error is cut to 500 characters."""
+    problem = load_problem(folder(tmp_path / "p", MIN_TOML.format(extra=", fail_value = 1e6"), MIN_EVAL))
+    if backend == "docker":
+        box = docker_sandbox_or_skip(workers=1)
+    else:
+        if find_jail()[0] is None:
+            missing("bubblewrap", find_jail()[1])
+        box = ProcessSandbox(slots=1)
+    try:
+        outcome = box.evaluate(problem, BLOATED_REPLY)
+        assert outcome.scores == {"c0": 1e6, "c1": 1e6}
+        assert sorted(outcome.case_errors) == ["c0", "c1"]
+        assert all(len(e) == 500 and set(e) == {"E"} for e in outcome.case_errors.values())
+        assert_vectors(box, problem, MIN_KNOWN)
+    finally:
+        box.close()
+
+
+def test_a_simple_form_reply_is_stored_bounded(tmp_path, process_box):
+    """The simple form's evaluator runs beside the candidate, so its feedback, metrics and stages are bounded."""
+    problem = load_problem(folder(tmp_path / "s", SIMPLE_TOML, SIMPLE_EVAL))
+    forged = (
+        "def forged():\n"
+        "    big = {f'm{i}': float(i) for i in range(5000)}\n"
+        "    return {'exact': 0.5, 'close': 0.5, 'error': 'x' * 100_000, **big}\n"
+    )
+    outcome = process_box.evaluate(problem, forged)
+    assert outcome.scores == {"exact": 0.5, "close": 0.5}
+    assert len(outcome.metrics) == 256 and len(outcome.feedback or "") <= 8192
+    assert_vectors(process_box, problem, SIMPLE_KNOWN)

@@ -1,13 +1,13 @@
 """The archive: every program, prompt, completion and evaluation of a search, in SQL."""
 
 from evolve.archive.codehash import code_hash, normalize
-from evolve.archive.queries import GroupRows, RunSummary
+from evolve.archive.parents import ParentContext
+from evolve.archive.queries import GroupRows, RunSummary, summary_yield
 from evolve.archive.store import (
     Archive,
     ArchiveError,
     CompletionRecord,
     GroupTelemetry,
-    ParentContext,
     ScoredProgram,
 )
 from evolve.archive.urls import archive_url, sqlite_file
@@ -25,4 +25,5 @@ __all__ = [
     "code_hash",
     "normalize",
     "sqlite_file",
+    "summary_yield",
 ]

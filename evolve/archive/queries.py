@@ -29,6 +29,7 @@ from evolve.archive.models import (
 )
 from evolve.fitness import better
 from evolve.problem.config import FitnessSection
+from evolve.yields import Yield
 
 
 @dataclass
@@ -54,6 +55,14 @@ class RunSummary:
     incidents: dict[str, int] = field(default_factory=dict)  # "stage: kind" → count
     last_incident: str | None = None
     telemetry: dict[str, float | int | None] = field(default_factory=dict)
+    yields: dict[str, float | int] = field(default_factory=dict)  # evolve.yields.Yield.as_dict()
+    adaptations: list[dict[str, Any]] = field(default_factory=list)  # changes of the ask (evolve.adapt)
+
+
+def summary_yield(s: RunSummary) -> Yield:
+    """The run's yield from its summary's counts: completions, tokens, valid children, variant statuses."""
+    tokens, valid = s.telemetry.get("tokens"), s.telemetry.get("valid_children")
+    return Yield(s.completions, int(tokens or 0), int(valid or 0), s.variants)
 
 
 HEARTBEAT_STALE_S = 60.0  # a `running` run not heard from for this long was killed
@@ -96,6 +105,7 @@ class ArchiveQueries:
             interruptions=int(run.state.get("interruptions", 0)),
             options=dict(run.config.get("options", {})),
             overrides=list(run.config.get("overrides", [])),
+            adaptations=list(run.state.get("adaptations", [])),
         )
         components = {c.name: c for c in FitnessSection.model_validate(run.config["problem"]["fitness"]).resolved()}
         with self.session() as s:
@@ -183,6 +193,7 @@ class ArchiveQueries:
             "valid_children": valid_children,
             "valid_children_per_1k_tokens": 1000.0 * valid_children / tokens if tokens else None,
         }
+        out.yields = summary_yield(out).as_dict()
 
     def best_program(self, run: Run, component: str | None = None) -> Program | None:
         """The best by scalar view, or by one component (in its own direction)."""

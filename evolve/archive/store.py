@@ -25,6 +25,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from evolve.archive.codehash import code_hash
 from evolve.archive.inserts import CompletionRecord, GroupTelemetry, write_group
 from evolve.archive.models import Completion, Evaluation, Incident, PolicyVersion, Program, Prompt, Run, Variant
+from evolve.archive.parents import ParentReads
 from evolve.archive.queries import ArchiveQueries
 from evolve.archive.urls import ArchiveUrlError, archive_url, display_url, missing_driver_hint, sqlite_file
 
@@ -48,13 +49,6 @@ class ScoredProgram:
     scalar: float | None
     error_kind: str | None
     code_length: int
-
-
-@dataclass(frozen=True)
-class ParentContext:
-    feedback: str | None
-    stderr: str | None
-    case_errors: dict[str, str] | None
 
 
 def to_url(target: str | Path) -> str:
@@ -88,8 +82,9 @@ def _file_lock(path: Path | None) -> Iterator[None]:
         os.close(fd)
 
 
-class Archive(ArchiveQueries):
-    """Writes and single-row reads here; reads over whole runs come from `ArchiveQueries`."""
+class Archive(ArchiveQueries, ParentReads):
+    """Writes and single-row reads here; reads over whole runs come from `ArchiveQueries`, what a prompt shows
+    about a parent from `ParentReads`."""
 
     def __init__(self, target: str | Path, *, create: bool = True) -> None:
         try:
@@ -253,32 +248,6 @@ class Archive(ArchiveQueries):
         with self.session() as s:
             rows = s.execute(select(Program.id, Program.code).where(Program.id.in_(list(program_ids))))
             return dict(rows.all())
-
-    def feedback(self, program_id: int) -> str | None:
-        with self.session() as s:
-            return s.scalar(select(Evaluation.feedback).where(Evaluation.program_id == program_id))
-
-    def parent_context(self, program_id: int) -> ParentContext:
-        """What a prompt shows about a parent beyond its code: feedback, stderr, failed cases."""
-        with self.session() as s:
-            row = s.execute(
-                select(Evaluation.feedback, Evaluation.stderr, Evaluation.case_errors).where(
-                    Evaluation.program_id == program_id
-                )
-            ).first()
-        return ParentContext(*row) if row else ParentContext(None, None, None)
-
-    def recent_child_failures(self, parent_id: int, limit: int = 3) -> list[tuple[str, str]]:
-        """(error kind, error) of the newest failed children of a parent (index on parent_id: no scan)."""
-        q = (
-            select(Evaluation.error_kind, Evaluation.error)
-            .join(Program, Program.id == Evaluation.program_id)
-            .where(Program.parent_id == parent_id, Evaluation.error_kind.is_not(None))
-            .order_by(Program.id.desc())
-            .limit(limit)
-        )
-        with self.session() as s:
-            return [(kind, error or "") for kind, error in s.execute(q)]
 
     def add_incident(self, run_id: int, stage: str, kind: str, message: str) -> None:
         with self.session() as s:

@@ -41,7 +41,8 @@ def pick_run(archive: Archive, run_id: int | None) -> Run:
 
 
 def inspect(db: DbArg, as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
-    """Per run: counts, errors by kind, best per component and scalar, islands, policy versions."""
+    """Per run: counts, errors by kind, yield, changes the run made to its ask, best per component and scalar,
+    islands, policy versions."""
     archive = open_archive(db)
     summaries = [archive.summarize(run) for run in archive.runs()]
     if as_json:
@@ -63,12 +64,20 @@ def inspect(db: DbArg, as_json: Annotated[bool, typer.Option("--json")] = False)
         for o in s.overrides:
             changes = ", ".join(f"{k} {old!r} -> {new!r}" for k, (old, new) in o["changes"].items())
             console.print(f"  resumed {o['at']} with {changes}", highlight=False, markup=False)
-        t = s.telemetry
+        t, y = s.telemetry, s.yields
         if t.get("tokens"):
+            console.print(f"  {t['tokens']} tokens ({t['tokens_per_s'] or 0:.1f}/s while sampling)", highlight=False)
+        console.print(
+            f"  yield {y['new_valid']} new valid children: {y['per_completion']:.2f} per completion, "
+            f"{y['per_1k_tokens']:.2f} per 1k tokens; variants unchanged {y['unchanged']:.0%}, "
+            f"duplicate {y['duplicate']:.0%}, unparseable {y['unparseable']:.0%}",
+            highlight=False,
+        )
+        for change in s.adaptations:
             console.print(
-                f"  {t['tokens']} tokens ({t['tokens_per_s'] or 0:.1f}/s while sampling), "
-                f"{t['valid_children_per_1k_tokens'] or 0:.2f} valid children per 1k tokens",
+                f"  adapted at group {change['group']}: {change['change']} ({change['why']})",
                 highlight=False,
+                markup=False,
             )
         if s.best_scalar:
             console.print(f"  best scalar {s.best_scalar[1]:.6g} (program {s.best_scalar[0]})")

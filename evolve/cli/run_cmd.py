@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 import threading
 from pathlib import Path
 from typing import Annotated, Any
@@ -94,6 +95,12 @@ def _report(search: Search, reason: str, problem: Problem) -> None:
         console.print(
             f"see it with: evolve best {search.db}    or    evolve show {search.db} {best.id}", highlight=False
         )
+    if loop.interrupted.is_set():
+        # A forward pass cut short by Ctrl-C may still run in the policy's daemon thread; everything is committed,
+        # so leave now rather than let interpreter shutdown tear torch down under it.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
 
 
 def run(
@@ -116,8 +123,13 @@ def run(
         ),
     ] = None,
     seed: Annotated[int | None, typer.Option(help="[default: 0]")] = None,
-    edit_format: Annotated[str | None, typer.Option(help="diff | full")] = None,
+    edit_format: Annotated[
+        str | None, typer.Option(help="auto | diff | full (auto: rewrite short code whole) [default: the problem's]")
+    ] = None,
     temperature: Annotated[float | None, typer.Option(min=0.0)] = None,
+    stall_groups: Annotated[
+        int | None, typer.Option(min=1, help="stop after N groups in a row without a new child [default: 6]")
+    ] = None,
     max_new_tokens: Annotated[int | None, typer.Option(min=16)] = None,
     train_every: Annotated[int | None, typer.Option(min=0, help="update the policy every N groups (0: never)")] = None,
     train_method: Annotated[str | None, typer.Option(help="vpo | grpo | multi-rlvr [default: vpo]")] = None,
@@ -154,6 +166,7 @@ def run(
         seed=seed,
         edit_format=edit_format,
         temperature=temperature,
+        stall_groups=stall_groups,
         max_new_tokens=max_new_tokens,
         train_every=train_every,
         train_method=train_method,
@@ -167,8 +180,8 @@ def run(
 
 
 def check_given(given: dict[str, Any]) -> None:
-    if given.get("edit_format") not in (None, "diff", "full"):
-        fail(f"--edit-format {given['edit_format']}: use diff or full")
+    if given.get("edit_format") not in (None, "auto", "diff", "full"):
+        fail(f"--edit-format {given['edit_format']}: use auto, diff or full")
     if given.get("train_method") not in (None, *TRAIN_METHODS):
         fail(f"--train-method {given['train_method']}: use vpo, grpo or multi-rlvr")
 
@@ -194,6 +207,7 @@ def resume(
     max_time: Annotated[float | None, typer.Option(help="extend the time budget (seconds, summed)")] = None,
     target: Annotated[float | None, typer.Option()] = None,
     patience: Annotated[int | None, typer.Option(min=1)] = None,
+    stall_groups: Annotated[int | None, typer.Option(min=1, help="groups without a new child that end it")] = None,
     workers: Annotated[int | None, typer.Option(min=1)] = None,
     policy: Annotated[str | None, typer.Option(help=POLICY_HELP)] = None,
 ) -> None:
@@ -210,6 +224,7 @@ def resume(
         max_time_s=max_time,
         target=target,
         patience=patience,
+        stall_groups=stall_groups,
         workers=workers,
         policy=policy,
     )

@@ -111,7 +111,11 @@ class SearchSection(_Strict):
     group_size: int = Field(default=4, ge=1, description="completions sampled per prompt (G)")
     variants: int = Field(default=3, ge=1, le=8, description="variants written per completion (m)")
     inspirations: int = Field(default=2, ge=0, description="other programs shown in the prompt beside the parent")
-    edit_format: Literal["diff", "full"] = Field(default="diff", description="variants as SEARCH/REPLACE or code")
+    edit_format: Literal["auto", "diff", "full"] = Field(
+        default="auto",
+        description="variants as SEARCH/REPLACE (diff) or whole code (full); auto: full for editable code of at "
+        "most 40 lines, else diff",
+    )
     selection: Literal["auto", "lexicase", "scalarization", "tournament"] = Field(
         default="auto", description="how a parent is picked from an island's elites"
     )

@@ -1,8 +1,13 @@
-"""The prompt: problem, parent blocks with their named score vector, feedback and failures, inspirations, the ask.
+"""The prompt: problem, parent blocks with their named score vector, feedback and failures, inspirations, the
+parent's recent children, and the ask.
 
 Failures teach: the parent's evaluator feedback, the tail of its stderr, its per-case errors and the most recent
 failures among its children are shown (each bounded), so the next completion can avoid them. Nothing here
 raises on a stored program: a program whose markers are broken is shown whole.
+
+Small models mostly echo the code they are shown. So the ask says plainly that a copy is wasted, shows what was
+already tried from this parent, and (in the `directed` template) gives each variant its own kind of change, which
+is what makes the m answers of one completion differ from each other.
 """
 
 from __future__ import annotations
@@ -18,6 +23,17 @@ CASE_ERRORS_SHOWN = 5
 CASE_ERROR_CAP = 160
 FAILURE_LINES = 3  # first lines of each recent child failure
 FAILURE_CAP = 300
+RECENT_CAP = 1200  # characters of one recent attempt shown
+FULL_REWRITE_MAX_LINES = 40  # editable code up to this long is rewritten whole under edit_format "auto"
+TEMPLATES = ("standard", "directed")
+
+# One kind of change per variant slot (the `directed` template); cycled when m exceeds the list.
+DIRECTIONS = (
+    "a small, careful improvement: fix what the feedback shows is wrong, or tune a number or a detail",
+    "a different method or algorithm for the same job",
+    "a bolder idea, or a combination of the best parts of the other programs",
+    "a simpler, cleaner version that scores at least as well",
+)
 
 
 @dataclass(frozen=True)
@@ -28,10 +44,24 @@ class PromptInputs:
     parent_feedback: str | None
     inspirations: Sequence[tuple[str, Mapping[str, float]]]  # (code, scores)
     variants: int
-    edit_format: str  # "diff" or "full"
+    edit_format: str  # "diff", "full" or "auto" (see resolve_edit_format)
     parent_stderr: str | None = None  # the parent's stderr / traceback (its tail is shown)
     parent_case_errors: Mapping[str, str] | None = None  # case name → error, for cases the parent failed
     recent_failures: Sequence[tuple[str, str]] = ()  # (error kind, error) of this parent's latest failed children
+    recent: Sequence[str] = ()  # the code of this parent's latest children: the variants must differ from them
+    template: str = "directed"  # one of TEMPLATES
+
+
+def editable_lines(code: str) -> int:
+    return sum(b.text.strip("\n").count("\n") + 1 for b in _safe_blocks(code) if b.text.strip())
+
+
+def resolve_edit_format(edit_format: str, parent_code: str) -> str:
+    """`auto`: a whole rewrite for short editable code (easier for a small model than an exact SEARCH copy),
+    SEARCH/REPLACE edits for long code (where a rewrite costs many tokens and invites accidental changes)."""
+    if edit_format != "auto":
+        return edit_format
+    return "full" if editable_lines(parent_code) <= FULL_REWRITE_MAX_LINES else "diff"
 
 
 def _vector(scores: Mapping[str, float], limit: int = 24) -> str:
@@ -47,26 +77,42 @@ def _safe_blocks(code: str) -> list[EditableBlock]:
         return [EditableBlock(0, 0, len(code), code)]
 
 
-def _blocks(code: str) -> str:
+def _blocks(code: str, cap: int | None = None) -> str:
     blocks = _safe_blocks(code)
+
+    def body(text: str) -> str:
+        text = text.rstrip()
+        return text if cap is None or len(text) <= cap else text[:cap] + "\n# … (cut)"
+
     if len(blocks) == 1:
-        return f"```python\n{blocks[0].text.rstrip()}\n```"
-    return "\n".join(f"Block {b.index + 1}:\n```python\n{b.text.rstrip()}\n```" for b in blocks)
+        return f"```python\n{body(blocks[0].text)}\n```"
+    return "\n".join(f"Block {b.index + 1}:\n```python\n{body(b.text)}\n```" for b in blocks)
 
 
-def _ask(m: int, edit_format: str, n_blocks: int) -> str:
+def _ask(m: int, edit_format: str, n_blocks: int, template: str, has_recent: bool) -> str:
     tags = " ".join(f"<variant {k}>…</variant {k}>" for k in range(1, m + 1))
     many = "s" if m > 1 else ""
-    head = (
-        f"Write {m} variant{many} of the editable code. "
-        + ("Each variant must try a clearly different idea. " if m > 1 else "")
-        + f"Wrap each one in its tag: {tags}.\n"
-    )
+    rules = [
+        f"Write {m} new variant{many} of the editable code, each meant to score better than the current program.",
+        "Every variant must change the code: a copy of the current code is wasted and scores nothing.",
+    ]
+    if m > 1:
+        rules.append(
+            "The variants must differ from each other" + (" and from the recent children above." if has_recent else ".")
+        )
+    elif has_recent:
+        rules.append("The variant must differ from the recent children above.")
+    if template == "directed":
+        rules += [f"Variant {k}: {DIRECTIONS[(k - 1) % len(DIRECTIONS)]}." for k in range(1, m + 1)]
+    elif m > 1:
+        rules.append("Each variant must try a clearly different idea.")
+    rules.append(f"Wrap each one in its tag: {tags}.")
+    head = "\n".join(f"- {r}" for r in rules) + "\n"
     if edit_format == "diff":
         return head + (
             "Inside a variant, give one or more edits in exactly this form, where SEARCH copies lines of the "
-            "current editable code exactly:\n<<<<<<< SEARCH\n(lines to find)\n=======\n(new lines)\n"
-            ">>>>>>> REPLACE\n"
+            "current editable code exactly and REPLACE differs from it:\n<<<<<<< SEARCH\n(lines to find)\n"
+            "=======\n(new lines)\n>>>>>>> REPLACE\n"
         )
     blocks = "one ```python fenced block" if n_blocks == 1 else f"{n_blocks} ```python fenced blocks, in order"
     return head + f"Inside a variant, give {blocks} holding the complete new editable code.\n"
@@ -86,7 +132,11 @@ def build_prompt(p: PromptInputs) -> str:
     parts += _failures(p)
     for i, (code, scores) in enumerate(p.inspirations, 1):
         parts += [f"# Other program {i}", f"Scores: {_vector(scores)}", _blocks(code)]
-    parts += ["# Task", _ask(p.variants, p.edit_format, len(_safe_blocks(p.parent_code)))]
+    if p.recent:
+        parts.append("# Recent children of the current program (already tried: do not repeat them)")
+        parts += [_blocks(code, RECENT_CAP) for code in p.recent]
+    fmt = resolve_edit_format(p.edit_format, p.parent_code)
+    parts += ["# Task", _ask(p.variants, fmt, len(_safe_blocks(p.parent_code)), p.template, bool(p.recent))]
     return "\n\n".join(parts)
 
 

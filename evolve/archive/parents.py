@@ -1,0 +1,58 @@
+"""What a prompt shows about its parent beyond the code: its evaluation's feedback, stderr and failed cases, and
+its newest children (their code, and the errors of those that failed). Methods of `Archive`, mixed in here to
+keep `store.py` small. Each is one query on an indexed column (`programs.parent_id`, `evaluations.program_id`)
+bounded by a limit, so asking per group costs the same in an archive of any size.
+"""
+
+from __future__ import annotations
+
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from evolve.archive.models import Evaluation, Program
+
+
+@dataclass(frozen=True)
+class ParentContext:
+    feedback: str | None
+    stderr: str | None
+    case_errors: dict[str, str] | None
+
+
+class ParentReads:
+    def session(self) -> AbstractContextManager[Session]: ...  # provided by Archive
+
+    def feedback(self, program_id: int) -> str | None:
+        with self.session() as s:
+            return s.scalar(select(Evaluation.feedback).where(Evaluation.program_id == program_id))
+
+    def parent_context(self, program_id: int) -> ParentContext:
+        """What a prompt shows about a parent beyond its code: feedback, stderr, failed cases."""
+        with self.session() as s:
+            row = s.execute(
+                select(Evaluation.feedback, Evaluation.stderr, Evaluation.case_errors).where(
+                    Evaluation.program_id == program_id
+                )
+            ).first()
+        return ParentContext(*row) if row else ParentContext(None, None, None)
+
+    def recent_child_failures(self, parent_id: int, limit: int = 3) -> list[tuple[str, str]]:
+        """(error kind, error) of the newest failed children of a parent (index on parent_id: no scan)."""
+        q = (
+            select(Evaluation.error_kind, Evaluation.error)
+            .join(Program, Program.id == Evaluation.program_id)
+            .where(Program.parent_id == parent_id, Evaluation.error_kind.is_not(None))
+            .order_by(Program.id.desc())
+            .limit(limit)
+        )
+        with self.session() as s:
+            return [(kind, error or "") for kind, error in s.execute(q)]
+
+    def recent_children(self, parent_id: int, limit: int = 2) -> list[str]:
+        """The code of a parent's newest children, oldest first: what was already tried from it."""
+        q = select(Program.code).where(Program.parent_id == parent_id).order_by(Program.id.desc()).limit(limit)
+        with self.session() as s:
+            return list(reversed(s.scalars(q).all()))

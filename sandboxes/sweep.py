@@ -1,0 +1,81 @@
+"""Finding and killing every process a job left behind, by the slot's uid or by the job's token.
+
+A candidate may fork, call setsid, or end its leader thread alone: the process group is not enough, so the
+sweep walks /proc and kills until nothing of the slot is left. Zombies the engine adopted as subreaper are
+reaped on the way, so they never count against the slot's process limit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+
+
+def _stat(pid: int | str) -> tuple[str, int]:
+    """(state, ppid) of a process, from /proc/PID/stat."""
+    with open(f"/proc/{pid}/stat", "rb") as f:
+        fields = f.read().rsplit(b")", 1)[1].split()
+    return fields[0].decode(), int(fields[1])
+
+
+def _all_threads_dead(pid: int) -> bool:
+    """A "Z" in /proc/PID/stat only says the leader thread has exited: the other threads of the process may
+    still run (a candidate can end its main thread with a raw SYS_exit). Dead means every thread is dead."""
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return True
+    for tid in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat", "rb") as f:
+                if f.read().rsplit(b")", 1)[1].split()[0] not in (b"Z", b"X"):
+                    return False
+        except OSError:
+            continue
+    return True
+
+
+def procs_matching(uid: int | None, token: bytes | None) -> list[int]:
+    """Live processes of the slot; zombies we adopted (as subreaper) are reaped on the way."""
+    found = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        pid = int(entry.name)
+        try:
+            state, ppid = _stat(pid)
+            if state in ("Z", "X") and _all_threads_dead(pid):
+                if ppid == os.getpid() and uid is not None and os.stat(entry.path).st_uid == uid:
+                    os.waitpid(pid, os.WNOHANG)
+                continue
+            if uid is not None:
+                if os.stat(entry.path).st_uid == uid:
+                    found.append(pid)
+            elif token is not None:
+                with open(f"{entry.path}/environ", "rb") as f:
+                    if token in f.read():
+                        found.append(pid)
+        except OSError:
+            continue
+    return [p for p in found if p != os.getpid()]
+
+
+def kill_all(pgid: int, uid: int | None, token: bytes | None, rounds: int = 50) -> int:
+    """SIGKILL the group and every process of the slot until none is left; returns how many were killed."""
+    killed = 0
+    with contextlib.suppress(OSError):
+        os.killpg(pgid, signal.SIGKILL)
+    for _ in range(rounds):
+        pids = procs_matching(uid, token)
+        if not pids:
+            break
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                killed += 1
+            except OSError:
+                pass
+        time.sleep(0.005)
+    return killed

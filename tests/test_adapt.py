@@ -1,0 +1,178 @@
+"""The ask and its adaptation: prompts that insist on change, the edit format chosen from the code, the ladder of
+changes after barren groups, the stall that counts them and its line, and the parent's recent children."""
+
+from __future__ import annotations
+
+from evolve.adapt import Adapter, Ask
+from evolve.prompts import PromptInputs, build_prompt, parse_completion, resolve_edit_format
+from evolve.stopping import Stall
+from evolve.yields import Yield
+
+SHORT = "import math\n# EVOLVE-BLOCK-START\ndef solve(x):\n    return x + 1\n# EVOLVE-BLOCK-END\n"
+LONG = "# EVOLVE-BLOCK-START\n" + "".join(f"v{i} = {i}\n" for i in range(60)) + "# EVOLVE-BLOCK-END\n"
+
+
+def _prompt(**kw: object) -> str:
+    base: dict[str, object] = dict(
+        description="Square the input.",
+        parent_code=SHORT,
+        parent_scores={"c0": 0.0},
+        parent_feedback=None,
+        inspirations=[],
+        variants=3,
+        edit_format="auto",
+    )
+    return build_prompt(PromptInputs(**{**base, **kw}))  # type: ignore[arg-type]
+
+
+def test_auto_edit_format_rewrites_short_code_and_diffs_long_code():
+    assert resolve_edit_format("auto", SHORT) == "full"
+    assert resolve_edit_format("auto", LONG) == "diff"
+    assert resolve_edit_format("diff", SHORT) == "diff" and resolve_edit_format("full", LONG) == "full"
+    assert "fenced block holding the complete new editable code" in _prompt()
+    assert "SEARCH" in _prompt(parent_code=LONG) and "fenced block holding" not in _prompt(parent_code=LONG)
+
+
+def test_prompt_insists_on_change_and_shows_recent_children_of_the_parent():
+    recent = [SHORT.replace("x + 1", "x * 3"), SHORT.replace("x + 1", "x - 7")]
+    text = _prompt(recent=recent)
+    assert "Every variant must change the code" in text
+    assert "differ from each other and from the recent children above" in text
+    assert "# Recent children of the current program" in text
+    assert text.index("return x * 3") < text.index("return x - 7") < text.index("# Task")
+    assert "import math" not in text  # only the editable blocks are shown, for recent children too
+    assert "Recent children" not in _prompt() and "recent children above" not in _prompt()
+    # a recent attempt longer than the cap is cut, so one long child cannot crowd out the problem
+    huge = "# EVOLVE-BLOCK-START\n" + "x = 1\n" * 2000 + "# EVOLVE-BLOCK-END\n"
+    assert len(_prompt(recent=[huge])) < len(_prompt()) + 1600
+
+
+def test_directed_template_gives_each_variant_its_own_kind_of_change():
+    text = _prompt(template="directed")
+    for k in (1, 2, 3):
+        assert f"- Variant {k}: " in text
+    assert "a different method or algorithm" in text
+    assert "Variant 1:" not in _prompt(template="standard")
+
+
+def _barren(adapter: Adapter, stall: Stall, groups: int, statuses: dict[str, int], start: int = 0) -> list[dict]:
+    """Feed `groups` barren groups (nothing pending) to the stall and the adapter; the changes made."""
+    made = []
+    for g in range(start, start + groups):
+        assert stall.observe(False, False, statuses)
+        if (change := adapter.after_barren(g, stall)) is not None:
+            made.append(change)
+    return made
+
+
+def test_copies_raise_temperature_then_switch_template_then_stall_with_one_line():
+    adapter, stall = Adapter(Ask("full", 0.8, "standard"), every=2), Stall(6)
+    copies = {"unchanged": 10, "duplicate": 2}
+    changes = _barren(adapter, stall, 5, copies)
+    assert [c["change"] for c in changes] == ["temperature 0.8 -> 1", "prompt template standard -> directed"]
+    assert changes[0]["group"] == 1 and changes[0]["to"]["temperature"] == 1.0
+    assert changes[0]["why"] == "2 groups without a new child: 83% unchanged, 17% duplicate, 0% unparseable"
+    assert not stall.stalled and adapter.ask == Ask("full", 1.0, "directed")
+    assert _barren(adapter, stall, 1, copies, start=5) == []  # the stalling group changes nothing more
+    assert stall.stalled
+    line = stall.message(adapter.tried(), adapter.ask.describe())
+    assert line.startswith("stalled: 6 groups without a new child: 83% unchanged")
+    assert "tried: temperature 0.8 -> 1; prompt template standard -> directed" in line
+    assert "now asking for full edits, temperature 1, directed prompt" in line
+    assert "\n" not in line and "keeps copying" in line and "--stall-groups" in line
+
+
+def test_unparseable_diffs_switch_to_full_rewrites_first_and_the_stall_line_says_so():
+    adapter, stall = Adapter(Ask("diff", 0.8, "standard"), every=1), Stall(2)
+    (change,) = _barren(adapter, stall, 1, {"apply_error": 9, "unchanged": 1})
+    assert change["change"] == "edit format diff -> full" and adapter.ask.edit_format == "full"
+    _barren(adapter, stall, 1, {"parse_error": 3})
+    assert "do not parse" in stall.message(adapter.tried(), adapter.ask.describe())
+
+
+def test_a_new_child_resets_the_streak_and_keeps_the_ask_that_worked():
+    adapter, stall = Adapter(Ask("full", 0.8, "standard"), every=2), Stall(3)
+    _barren(adapter, stall, 2, {"unchanged": 6})
+    assert adapter.ask.temperature == 1.0
+    assert not stall.observe(True, False, {"ok": 1, "unchanged": 5})
+    assert stall.barren == 0 and not stall.statuses and adapter.ask.temperature == 1.0
+    _barren(adapter, stall, 2, {"unchanged": 6}, start=3)
+    assert not stall.stalled  # the streak started again from zero
+
+
+def test_a_barren_group_with_children_still_pending_does_not_count():
+    stall = Stall(2)
+    assert not stall.observe(False, True, {"unchanged": 3})  # its parents-to-be may unblock the policy
+    assert stall.barren == 0 and stall.statuses["unchanged"] == 3
+    assert stall.observe(False, False, {"unchanged": 3}) and stall.barren == 1 and not stall.stalled
+
+
+def test_adapter_resumes_from_the_run_state_unless_its_options_were_changed():
+    adapter, stall = Adapter(Ask("auto", 0.8, "standard"), every=1), Stall(9)
+    _barren(adapter, stall, 2, {"unchanged": 3})
+    state = adapter.state()
+    again = Adapter.restore(Ask("auto", 0.8, "standard"), state, every=1)
+    assert again.ask == adapter.ask != Ask("auto", 0.8, "standard")
+    assert again.changes == adapter.changes and len(again.changes) == 2
+    fresh = Adapter.restore(Ask("auto", 0.8, "standard"), {}, every=1)
+    assert fresh.ask == Ask("auto", 0.8, "standard") and fresh.changes == []
+    # resumed with `--temperature 1.1`: the given option wins over the ask the run had arrived at
+    given = Adapter.restore(Ask("auto", 1.1, "standard"), state, every=1)
+    assert given.ask == Ask("auto", 1.1, "standard") and len(given.changes) == 2
+
+
+def test_temperature_is_capped():
+    adapter, stall = Adapter(Ask("full", 1.2, "directed"), every=1), Stall(20)
+    changes = _barren(adapter, stall, 6, {"unchanged": 3})
+    temps = [c["to"]["temperature"] for c in changes if c["change"].startswith("temperature")]
+    assert temps and max(temps) <= 1.3
+
+
+def test_recent_children_come_from_the_archive_newest_two_oldest_first(tmp_path):
+    from evolve.archive import Archive
+
+    archive = Archive(tmp_path / "a.db")
+    run = archive.create_run("p", str(tmp_path), "x" * 64, {"problem": {}, "options": {}}, 0)
+    ok = dict(scores={"c0": 1.0}, scalar=1.0, error_kind=None, error=None, duration_s=0.1, sandbox="process")
+    seed, _ = archive.add_evaluated_program(run.id, SHORT, parent_id=None, island=0, generation=0, evaluation=ok)
+    for k in (2, 3, 4):
+        code = SHORT.replace("x + 1", f"x * {k}")
+        archive.add_evaluated_program(run.id, code, parent_id=seed, island=0, generation=1, evaluation=ok)
+    assert [c.split("return ")[1].split("\n")[0] for c in archive.recent_children(seed, 2)] == ["x * 3", "x * 4"]
+    assert archive.recent_children(seed + 100, 2) == []
+
+
+def test_yield_shares_and_rates():
+    y = Yield(
+        completions=4,
+        tokens=2000,
+        new_valid=3,
+        statuses={"ok": 4, "unchanged": 4, "duplicate": 2, "parse_error": 1, "apply_error": 1},
+    )
+    assert y.per_completion == 0.75 and y.per_1k_tokens == 1.5
+    assert (y.unchanged, y.duplicate, y.unparseable) == (4 / 12, 2 / 12, 2 / 12)
+    assert y.line().startswith("0.75 new valid children per completion, 1.50 per 1k tokens; variants unchanged 33%")
+    assert Yield().per_completion == 0.0 and Yield().unparseable == 0.0
+
+
+def test_parser_marks_an_echoed_parent_unchanged():
+    echo = f"<variant 1>\n```python\n{SHORT.split('START')[1].split('# EVOLVE')[0].strip()}\n```\n</variant 1>"
+    assert parse_completion(SHORT, echo, 1)[0].status == "unchanged"
+
+
+def test_live_view_and_summary_show_yield_and_the_current_ask():
+    from rich.console import Console
+
+    from evolve.stats import LoopStats
+
+    stats = LoopStats(["c0"], 10, None)
+    stats.completions, stats.tokens, stats.new_valid = 4, 1000, 2
+    stats.parse.update({"ok": 3, "unchanged": 6, "duplicate": 1, "parse_error": 2})
+    stats.ask, stats.adaptations = "full edits, temperature 1, directed prompt", 1
+    stats.last_adaptation = "group 3: temperature 0.8 -> 1 (2 groups without a new child: ...)"
+    assert "yield 0.50 new valid children per completion, 2.00 per 1k tokens; variants unchanged 50%" in stats.summary()
+    console = Console(width=200, record=True)
+    console.print(stats.render())
+    text = console.export_text()
+    assert "0.50/completion, 2.00/1k tokens" in text and "unchanged 50%, duplicate 8%, unparseable 17%" in text
+    assert "full edits, temperature 1, directed prompt" in text and "group 3: temperature 0.8 -> 1" in text
