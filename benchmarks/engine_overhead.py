@@ -102,12 +102,19 @@ def measure(size: int, children: int) -> tuple[float, float]:
     options = RunOptions(workers=2, group_size=4, variants=3, max_evaluations=size + children, edit_format="full")
     run, _ = open_run(archive, problem, options)
     prefill(archive, run.id, size, problem.component_names, problem.config.search.islands)
-    t0 = time.perf_counter()
-    SearchLoop(problem, archive, ReplayPolicy(["x"]), InstantSandbox(), run, options)._rebuild()
-    rebuild = time.perf_counter() - t0
     loop = SearchLoop(problem, archive, ReplayPolicy(completions(children, 3)), InstantSandbox(), run, options)
+    spent: dict[str, float] = {}
+    rebuild_index = loop._rebuild
+
+    def timed_rebuild() -> None:  # the run's own rebuild, timed where it happens and taken out of the wall time
+        t0 = time.perf_counter()
+        rebuild_index()
+        spent["rebuild"] = time.perf_counter() - t0
+
+    loop._rebuild = timed_rebuild  # type: ignore[method-assign]
     t1 = time.perf_counter()
     run_search(loop)  # rebuilds its index first, then makes `children` children
+    rebuild = spent["rebuild"]
     wall = time.perf_counter() - t1 - rebuild
     made = loop.stats.session_evaluations
     archive.close()

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import math
+import os
 import random
 import tempfile
 import time
@@ -58,8 +59,10 @@ class SleepSandbox:
         pass
 
 
-def rate(url: str, slots: int, delay: float, evaluations: int) -> float:
-    """Evaluations per second of one run with `slots` evaluations in flight."""
+def rate(url: str, slots: int, delay: float, evaluations: int) -> tuple[float, float]:
+    """Evaluations per second of one run with `slots` evaluations in flight, and the engine process's CPU
+    milliseconds per evaluation (all its threads; a database server's own CPU is not counted). The CPU figure
+    hardly moves with the machine's load, so it compares runs made on a busy machine."""
     folder = Path(tempfile.mkdtemp())
     problem = load_problem(write_problem(folder / "p", seed=SEED))
     archive = Archive(url)
@@ -67,17 +70,16 @@ def rate(url: str, slots: int, delay: float, evaluations: int) -> float:
     run, _ = open_run(archive, problem, options)
     policy = ReplayPolicy(completions(evaluations // 4 + 64, 4))
     loop = SearchLoop(problem, archive, policy, SleepSandbox(delay), run, options)
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), time.process_time()
     run_search(loop)
-    wall = time.perf_counter() - t0
+    wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
     archive.close()
-    return loop.stats.session_evaluations / wall
+    done = loop.stats.session_evaluations
+    return done / wall, 1000 * cpu / max(done, 1)
 
 
 def ray_overhead_ms(calls: int = 200) -> float:
     """Mean extra milliseconds per evaluation through a local Ray actor, against the same call in process."""
-    import os
-
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     import ray
 
@@ -122,7 +124,8 @@ def main() -> None:
     table.add_column("slots", justify="right")
     table.add_column("ideal", justify="right")
     for name in databases:
-        table.add_column(name, justify="right")
+        table.add_column(f"{name} evals/s", justify="right")
+        table.add_column(f"{name} cpu ms/eval", justify="right")
     best: dict[str, tuple[float, int]] = {name: (0.0, 0) for name in databases}
     rows: dict[int, list[str]] = {}
     try:
@@ -132,11 +135,12 @@ def main() -> None:
             rows[slots] = [str(slots), f"{ideal:.0f}"]
             for name, server in databases.items():
                 url = str(Path(tempfile.mkdtemp()) / "a.db") if server is None else server.new_database("bench")
-                r = rate(url, slots, args.delay, evaluations)
+                r, cpu_ms = rate(url, slots, args.delay, evaluations)
                 if r > best[name][0]:
                     best[name] = (r, slots)
-                rows[slots].append(f"{r:.0f}")
-                print(f"  {name} {slots} slots: {r:.0f} evals/s", flush=True)
+                rows[slots] += [f"{r:.0f}", f"{cpu_ms:.2f}"]
+                load = os.getloadavg()[0]
+                print(f"  {name} {slots} slots: {r:.0f} evals/s, {cpu_ms:.2f} cpu ms/eval, load {load:.1f}", flush=True)
     finally:
         if cluster is not None:
             cluster.stop()
@@ -145,6 +149,7 @@ def main() -> None:
     Console().print(table)
     for name, (r, slots) in best.items():
         print(f"{name}: ceiling {r:.0f} evals/s, first reached at {slots} slots")
+    print(f"machine load (1-min average) at the end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     overhead = math.nan if args.no_ray else ray_overhead_ms()
     pg = best.get("postgres", (math.nan, 0))[0]
     print(

@@ -21,7 +21,7 @@ from evolve.archive.models import Run, utcnow
 from evolve.fitness import raw_scores
 from evolve.interrupt import cancel_on, until_interrupted
 from evolve.problem import Problem
-from evolve.prompts import PromptInputs, build_prompt, parse_completion, resolve_edit_format
+from evolve.prompts import ParsedVariant, PromptInputs, build_prompt, parse_completion, resolve_edit_format
 from evolve.runs import RunOptions
 from evolve.selection import Member, Population, Selector
 from evolve.stats import LoopStats
@@ -41,6 +41,16 @@ class Child:
     island: int
     generation: int
     variant_id: int | None
+    digest: str  # its normalised-code hash, computed once when it was parsed
+
+
+def parse_texts(parent_code: str, texts: list[str], m: int) -> list[list[tuple[ParsedVariant, str | None]]]:
+    """Each completion's variants with the normalised hash of each parsed child: the group's CPU-heavy part,
+    pure so that it runs off the event loop (on a worker thread)."""
+    return [
+        [(v, None if v.code is None else code_hash(v.code)) for v in parse_completion(parent_code, text, m)]
+        for text in texts
+    ]
 
 
 class StageFailure(Exception):
@@ -99,15 +109,16 @@ class GroupMaker:
                     raise LookupError(f"parent {parent_id} of variant {variant_id} is missing")
                 parsed = parse_completion(parent.code, text, self.options.variants)
                 code = parsed[slot].code if slot < len(parsed) else None
-                if code is None or code_hash(code) in self.hashes:
+                digest = code_hash(code) if code is not None else ""
+                if code is None or digest in self.hashes:
                     status = "duplicate" if code else (parsed[slot].status if slot < len(parsed) else "parse_error")
                     self.archive.set_variant(variant_id, status=status)
                     continue
             except Exception as exc:  # one unreadable pending variant must not stop the resume
                 self._incident(StageFailure("parse", exc))
                 continue
-            self.hashes[code_hash(code)] = None
-            await self.children.put(Child(code, parent_id, island, parent.generation + 1, variant_id))
+            self.hashes[digest] = None
+            await self.children.put(Child(code, parent_id, island, parent.generation + 1, variant_id, digest))
 
     def _pick(self, rng: np.random.Generator, island_index: int) -> tuple[Member, list[Member]]:
         island = self.population.islands[island_index]
@@ -123,18 +134,16 @@ class GroupMaker:
         extra = [rest[int(i)] for i in rng.choice(len(rest), size=min(k - len(elite), len(rest)), replace=False)]
         return parent, elite + extra
 
-    async def _one_group(self, index: int) -> tuple[list[tuple[str, int]], Member, int, Counter[str]] | None:
-        """Prompt, sample, parse and store one group; returns ((code, variant id) of each child, parent, island,
-        variant statuses), or None when Ctrl-C cut the sampling short (nothing of the group is stored)."""
+    async def _one_group(self, index: int) -> tuple[list[tuple[str, str, int]], Member, int, Counter[str]] | None:
+        """Prompt, sample, parse and store one group; returns ((code, digest, variant id) of each child, parent,
+        island, variant statuses), or None when Ctrl-C cut the sampling short (nothing of the group is stored)."""
         stage, children = "prompt", []
         try:
             rng = np.random.default_rng([self.options.seed, index])
             island = index % len(self.population.islands)
             parent, inspirations = self._pick(rng, island)
-            codes = self.archive.codes([parent.id, *(i.id for i in inspirations)])
-            ask = self.adapter.ask
-            edit_format = resolve_edit_format(ask.edit_format, codes[parent.id])
-            prompt = self._prompt(parent, inspirations, codes, ask, edit_format)
+            ask = self.adapter.ask  # read on the loop: the adapter changes only here, between groups
+            codes, edit_format, prompt = await asyncio.to_thread(self._prompt, parent, inspirations, ask)
             self._stage_ok(stage)
             stage = "sample"
             params = SamplingParams(
@@ -148,7 +157,9 @@ class GroupMaker:
             generation_s = time.monotonic() - clock
             self._stage_ok(stage)
             stage = "parse"
-            records, statuses, children = self._parse_group(group, codes[parent.id], version_id)
+            texts = [g.text for g in group]
+            parsed = await asyncio.to_thread(parse_texts, codes[parent.id], texts, self.options.variants)
+            records, statuses, children = self._parse_group(group, parsed, version_id)
             counts = Counter(st for row in statuses for st, _d, _p in row)
             known = [len(g.token_ids) for g in group if g.token_ids is not None]
             telemetry = GroupTelemetry(sum(known) if known else None, generation_s, started, dict(counts))
@@ -171,16 +182,19 @@ class GroupMaker:
             raise
         except Exception as exc:
             if stage == "store":  # these children were never stored: forget their hashes
-                for _i, _slot, code in children:
-                    self.hashes.pop(code_hash(code), None)
+                for _i, _slot, _code, digest in children:
+                    self.hashes.pop(digest, None)
             raise StageFailure(stage, exc) from exc
-        return [(code, variant_ids[i][slot]) for i, slot, code in children], parent, island, counts
+        return [(code, digest, variant_ids[i][slot]) for i, slot, code, digest in children], parent, island, counts
 
-    def _prompt(
-        self, parent: Member, inspirations: list[Member], codes: dict[int, str], ask: Ask, edit_format: str
-    ) -> str:
+    def _prompt(self, parent: Member, inspirations: list[Member], ask: Ask) -> tuple[dict[int, str], str, str]:
+        """The codes of the parent and inspirations (by id), the edit format resolved for this parent, and the
+        prompt made of them: the group's archive reads and its prompt, done together on a worker thread so that
+        the event loop goes on meanwhile."""
+        codes = self.archive.codes([parent.id, *(i.id for i in inspirations)])
+        edit_format = resolve_edit_format(ask.edit_format, codes[parent.id])
         context = self.archive.parent_context(parent.id)
-        return build_prompt(
+        return codes, edit_format, build_prompt(
             PromptInputs(
                 self.problem.config.description,
                 codes[parent.id],
@@ -232,28 +246,27 @@ class GroupMaker:
             self._finish(self.stall.message(self.adapter.tried(), self.adapter.ask.describe()))
 
     def _parse_group(
-        self, group: list[Generated], parent_code: str, version_id: int
-    ) -> tuple[list[CompletionRecord], list[list[tuple[str, str | None, int | None]]], list[tuple[int, int, str]]]:
+        self, group: list[Generated], parsed: list[list[tuple[ParsedVariant, str | None]]], version_id: int
+    ) -> tuple[list[CompletionRecord], list[list[tuple[str, str | None, int | None]]], list[tuple[int, int, str, str]]]:
         """Each completion's record, its variants' (status, detail, program id) by slot, and the new children
-        as (completion index, slot, code). A variant whose code is already known is a duplicate. The new
+        as (completion index, slot, code, digest). A variant whose code is already known is a duplicate. The new
         children's hashes join the index only when the whole group parsed."""
         records, statuses, children = [], [], []
         fresh: dict[str, None] = {}
-        for gen in group:
+        for gen, variants in zip(group, parsed, strict=True):
             self.stats.tokens += len(gen.token_ids or ())
             self.stats.completions += 1
             row_id = self._version_rows.get(gen.version, version_id)
             records.append(CompletionRecord(gen.text, gen.token_ids, gen.logprobs, gen.finish_reason, row_id))
             row = []
-            for v in parse_completion(parent_code, gen.text, self.options.variants):
+            for v, digest in variants:
                 status, pid = v.status, None
-                if v.code is not None:
-                    digest = code_hash(v.code)
+                if v.code is not None and digest is not None:
                     if digest in self.hashes or digest in fresh:
                         status, pid = "duplicate", self.hashes.get(digest)
                     else:
                         fresh[digest] = None
-                        children.append((len(records) - 1, v.slot, v.code))
+                        children.append((len(records) - 1, v.slot, v.code, digest))
                 self.stats.parse[status] += 1
                 row.append((status, v.detail, pid))
             statuses.append(row)

@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import signal
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from evolve.adapt import Adapter, Ask
@@ -34,10 +35,11 @@ from evolve.selection import Member, Population, make_selector
 from evolve.stats import LoopStats
 from evolve.stopping import FailureStreaks, Patience, Stall, solved
 from policies.base import Interruptible, Policy
-from sandboxes.base import ErrorKind, EvalOutcome, Sandbox
+from sandboxes.base import AsyncSandbox, ErrorKind, EvalOutcome, Sandbox
 
 STORED_OUTPUT = 8 * 1024
 COMMIT_BATCH = 64  # results written in one transaction at most
+ENGINE_THREADS = 12  # worker threads beside evaluations: generators (8 at most), the committer, the state saver
 
 
 class SearchLoop(GroupMaker):
@@ -52,6 +54,8 @@ class SearchLoop(GroupMaker):
         train_step: Callable[[], Any] | None = None,
     ) -> None:
         self.problem, self.archive, self.policy, self.sandbox = problem, archive, policy, sandbox
+        # cluster sandboxes evaluate without a thread per slot; asked once, not per child
+        self.async_sandbox = sandbox if isinstance(sandbox, AsyncSandbox) else None
         self.run, self.options = run, options
         search = problem.config.search
         self.population = Population(
@@ -177,8 +181,8 @@ class SearchLoop(GroupMaker):
                 return  # cut short by Ctrl-C: nothing of the group was stored
             children, parent, island, statuses = made
             produced = bool(children)
-            for code, variant_id in children:
-                await self.children.put(Child(code, parent.id, island, parent.generation + 1, variant_id))
+            for code, digest, variant_id in children:
+                await self.children.put(Child(code, parent.id, island, parent.generation + 1, variant_id, digest))
             self._note_group(index, produced, statuses)
             if not produced and self._pending_work():
                 await self.children.join()  # repeating itself: let queued children land (new parents) first
@@ -211,10 +215,9 @@ class SearchLoop(GroupMaker):
             self.reserved += 1
             self.in_flight += 1
             started = utcnow()
-            aevaluate = getattr(self.sandbox, "aevaluate", None)  # cluster sandboxes: no thread per slot
             try:
-                if aevaluate is not None:
-                    outcome = await aevaluate(self.problem, child.code)
+                if self.async_sandbox is not None:
+                    outcome = await self.async_sandbox.aevaluate(self.problem, child.code)
                 else:
                     outcome = await asyncio.to_thread(self.sandbox.evaluate, self.problem, child.code)
                 self.failures.succeeded("evaluate")
@@ -232,7 +235,7 @@ class SearchLoop(GroupMaker):
             while len(batch) < COMMIT_BATCH and not self.results.empty():
                 batch.append(self.results.get_nowait())
             try:
-                await asyncio.to_thread(self._commit_batch, batch)
+                await self._commit(batch)
                 self.failures.succeeded("commit")
             except Exception as exc:  # costs these children (left pending); a broken archive repeats and stops
                 self.reserved -= len(batch)
@@ -242,12 +245,20 @@ class SearchLoop(GroupMaker):
                 for _ in batch:
                     self.results.task_done()
 
-    def _commit_one(self, child: Child, outcome: EvalOutcome, started: Any = None, finished: Any = None) -> None:
-        self._commit_batch([(child, outcome, started, finished)])
+    async def _commit(self, batch: list[tuple[Child, EvalOutcome, Any, Any]]) -> None:
+        """Write the batch on a worker thread, then update the index, population and stats here, on the loop:
+        they are read by selection and the stop rules, which run on the loop, never beside a writer."""
+        scalars, written = await asyncio.to_thread(self._write_batch, batch)
+        for (child, outcome, _s, _f), scalar, (pid, created) in zip(batch, scalars, written, strict=True):
+            self.hashes[child.digest] = pid
+            self._record(child, outcome, scalar, pid, created)
 
-    def _commit_batch(self, batch: list[tuple[Child, EvalOutcome, Any, Any]]) -> None:
+    def _write_batch(
+        self, batch: list[tuple[Child, EvalOutcome, Any, Any]]
+    ) -> tuple[list[float], list[tuple[int, bool]]]:
+        """Each result's scalar, and its program's (id, created) once the batch is committed."""
         scalars = [scalar_view(self.problem.components, outcome.scores) for _, outcome, _s, _f in batch]
-        digests = [code_hash(child.code) for child, *_ in batch]
+        digests = [child.digest for child, *_ in batch]
         rows = [
             NewProgram(
                 child.code,
@@ -274,12 +285,7 @@ class SearchLoop(GroupMaker):
             )
             for (child, outcome, started, finished), scalar, digest in zip(batch, scalars, digests, strict=True)
         ]
-        written = add_evaluated_programs(self.archive, self.run.id, rows)
-        for (child, outcome, _s, _f), scalar, digest, (pid, created) in zip(
-            batch, scalars, digests, written, strict=True
-        ):
-            self.hashes[digest] = pid
-            self._record(child, outcome, scalar, pid, created)
+        return scalars, add_evaluated_programs(self.archive, self.run.id, rows)
 
     def _record(self, child: Child, outcome: EvalOutcome, scalar: float, pid: int, created: bool) -> None:
         if not created:
@@ -322,12 +328,13 @@ class SearchLoop(GroupMaker):
     async def _run_session(self) -> str:
         self._rebuild()
         if self.stats.evaluations == 0:
-            self.hashes[code_hash(self.problem.seed_code)] = None
+            seed_digest = code_hash(self.problem.seed_code)
+            self.hashes[seed_digest] = None
             self.reserved += 1
             started = utcnow()
             outcome = await asyncio.to_thread(self.sandbox.evaluate, self.problem, self.problem.seed_code)
-            seed = Child(self.problem.seed_code, None, 0, 0, None)
-            await asyncio.to_thread(self._commit_one, seed, outcome, started, utcnow())
+            seed = Child(self.problem.seed_code, None, 0, 0, None, seed_digest)
+            await self._commit([(seed, outcome, started, utcnow())])
         loop = asyncio.get_running_loop()
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(signal.SIGINT, self._interrupt)
@@ -392,4 +399,14 @@ class SearchLoop(GroupMaker):
 
 
 def run_search(loop: SearchLoop) -> str:
-    return asyncio.run(loop.run_async())
+    """Run a search on a fresh event loop with enough worker threads for every evaluation slot of a threaded
+    sandbox plus the engine's own stages. asyncio's default pool has cores + 4 threads: a sandbox with more
+    slots than that would get fewer evaluations in flight than `--workers` asks for, and the committer and
+    the generator would queue behind them."""
+
+    async def main() -> str:
+        threads = ENGINE_THREADS + (0 if loop.async_sandbox is not None else loop.options.workers)
+        asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(threads, thread_name_prefix="evolve"))
+        return await loop.run_async()
+
+    return asyncio.run(main())

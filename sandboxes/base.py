@@ -105,3 +105,12 @@ class Sandbox(Protocol):
     def evaluate(self, problem: Problem, code: str) -> EvalOutcome: ...
 
     def close(self) -> None: ...
+
+
+# ---- capabilities a sandbox may offer beyond `Sandbox`; the engine asks with isinstance, never getattr ------
+@runtime_checkable
+class AsyncSandbox(Protocol):
+    """Evaluates without holding a thread (a cluster sandbox: the work runs elsewhere), so the loop awaits it
+    directly and thousands of evaluations may be in flight at once."""
+
+    async def aevaluate(self, problem: Problem, code: str) -> EvalOutcome: ...

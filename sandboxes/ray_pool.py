@@ -19,7 +19,7 @@ import os
 import tarfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,6 +30,7 @@ from sandboxes.base import ErrorKind, EvalOutcome, Sandbox
 UNPACK_ROOT = Path("/tmp/vpo-evolve-ray-problems")
 NO_ACTOR_WAIT_S = 600.0  # how long a job waits for any live actor before it is scored as a crash
 MAX_ATTEMPTS = 8
+POLL_S = 0.5  # how often a job with no live actor looks again
 
 
 class RayUnavailable(Exception):
@@ -134,6 +135,8 @@ class RaySandbox:
         )
         self._factory = factory
         self._lock = threading.Lock()
+        self._closed = threading.Event()
+        self._replacers: list[threading.Thread] = []  # background starts of actors that replace lost ones
         self._bundles: dict[str, list[Any]] = {}
         self._slots = [_Slot(self._actor_class.remote(factory), 0) for _ in range(count)]
         self.nodes: set[str] = set()
@@ -182,19 +185,37 @@ class RaySandbox:
             generation = slot.generation + 1
         with contextlib.suppress(Exception):  # merely unreachable (not dead) actors must not linger
             self._ray.kill(slot.handle)
-        threading.Thread(target=self._replace, args=(index, generation), daemon=True).start()
+        replacer = threading.Thread(target=self._replace, args=(index, generation), daemon=True)
+        self._replacers.append(replacer)
+        replacer.start()
 
     def _replace(self, index: int, generation: int) -> None:
-        while True:
+        """Start a new actor for slot `index` until one answers; gives up when the sandbox closes, so that no
+        thread touches Ray after `close()` shut it down (Ray ends the whole process when one does)."""
+        while not self._closed.is_set():
+            handle = None
             try:
                 handle = self._actor_class.remote(self._factory)
-                self._ray.get(handle.ready.remote(), timeout=NO_ACTOR_WAIT_S)
-                break
+                ready = handle.ready.remote()
+                deadline = time.monotonic() + NO_ACTOR_WAIT_S
+                while not self._ray.wait([ready], timeout=POLL_S)[0]:
+                    if self._closed.is_set() or time.monotonic() > deadline:
+                        raise TimeoutError("the replacement actor did not start")
+                self._ray.get(ready)
             except Exception:
-                time.sleep(1.0)
-        with self._lock:
-            self._slots[index] = _Slot(handle, generation)
-            self.replacements += 1
+                if handle is not None:
+                    with contextlib.suppress(Exception):
+                        self._ray.kill(handle)
+                self._closed.wait(1.0)
+                continue
+            with self._lock:
+                if not self._closed.is_set():
+                    self._slots[index] = _Slot(handle, generation)
+                    self.replacements += 1
+                    return
+            with contextlib.suppress(Exception):  # closed while it started: close() no longer sees it
+                self._ray.kill(handle)
+            return
 
     def _is_lost_actor(self, exc: BaseException) -> bool:
         errors = self._ray.exceptions
@@ -207,21 +228,23 @@ class RaySandbox:
         return failed(problem, ErrorKind.CRASH, message, 0.0, self.kind)
 
     # ---- evaluation -------------------------------------------------------------------------------------
-    async def aevaluate(self, problem: Problem, code: str) -> EvalOutcome:
-        """Evaluate on a live actor without holding a thread; a lost actor's job goes to another one."""
+    def _attempts(self, problem: Problem, code: str) -> Generator[Any, Any, EvalOutcome]:
+        """The retry loop, written once for both paths: it yields `POLL_S` to wait for a live actor, or a Ray
+        object ref to be resolved (the result, or the exception its resolution raised, is sent back in); a
+        lost actor's job goes to another one. `evaluate` and `aevaluate` only carry out the waits."""
         fingerprint, bundle = self._bundle(problem)
         waited = 0.0
         for _ in range(MAX_ATTEMPTS):
             taken = self._take()
             while taken is None:
                 if waited > NO_ACTOR_WAIT_S:
-                    return self._crash(problem, "no live Ray evaluator for 600 s")
-                await asyncio.sleep(0.5)
-                waited += 0.5
+                    return self._crash(problem, f"no live Ray evaluator for {NO_ACTOR_WAIT_S:.0f} s")
+                yield POLL_S
+                waited += POLL_S
                 taken = self._take()
             index, slot = taken
             try:
-                return await slot.handle.evaluate.remote(fingerprint, str(problem.root), bundle, code)
+                return (yield slot.handle.evaluate.remote(fingerprint, str(problem.root), bundle, code))
             except Exception as exc:
                 if not self._is_lost_actor(exc):
                     raise
@@ -229,29 +252,55 @@ class RaySandbox:
             finally:
                 self._give_back(slot)
         return self._crash(problem, f"the evaluation's Ray actor died {MAX_ATTEMPTS} times")
+
+    async def aevaluate(self, problem: Problem, code: str) -> EvalOutcome:
+        """Evaluate on a live actor without holding a thread (the engine awaits this: `AsyncSandbox`)."""
+        steps = self._attempts(problem, code)
+        try:
+            step = next(steps)
+            while True:
+                if isinstance(step, float):
+                    await asyncio.sleep(step)
+                    step = steps.send(None)
+                    continue
+                try:
+                    result = await step
+                except Exception as exc:
+                    step = steps.throw(exc)
+                else:
+                    step = steps.send(result)
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+        finally:
+            steps.close()  # cancelled mid-wait: the slot is given back now, not when the generator is collected
 
     def evaluate(self, problem: Problem, code: str) -> EvalOutcome:
-        fingerprint, bundle = self._bundle(problem)
-        for _ in range(MAX_ATTEMPTS):
-            deadline = time.monotonic() + NO_ACTOR_WAIT_S
-            taken = self._take()
-            while taken is None and time.monotonic() < deadline:
-                time.sleep(0.5)
-                taken = self._take()
-            if taken is None:
-                return self._crash(problem, "no live Ray evaluator for 600 s")
-            index, slot = taken
-            try:
-                return self._ray.get(slot.handle.evaluate.remote(fingerprint, str(problem.root), bundle, code))
-            except Exception as exc:
-                if not self._is_lost_actor(exc):
-                    raise
-                self._lost(index, slot)
-            finally:
-                self._give_back(slot)
-        return self._crash(problem, f"the evaluation's Ray actor died {MAX_ATTEMPTS} times")
+        """The same, blocking this thread (the Ray overhead benchmark, or a caller without an event loop)."""
+        steps = self._attempts(problem, code)
+        try:
+            step = next(steps)
+            while True:
+                if isinstance(step, float):
+                    time.sleep(step)
+                    step = steps.send(None)
+                    continue
+                try:
+                    result = self._ray.get(step)
+                except Exception as exc:
+                    step = steps.throw(exc)
+                else:
+                    step = steps.send(result)
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+        finally:
+            steps.close()  # interrupted mid-wait: the slot is given back now, not when the generator is collected
 
     def close(self) -> None:
+        closed = getattr(self, "_closed", None)
+        if closed is not None:
+            closed.set()
+            for replacer in self._replacers:  # each notices within POLL_S; Ray must outlive them
+                replacer.join(timeout=30)
         for slot in getattr(self, "_slots", []):
             with contextlib.suppress(Exception):  # already gone with its node
                 self._ray.kill(slot.handle)

@@ -209,3 +209,58 @@ def test_a_batch_commits_together_and_dedups_against_archive_and_itself(archive)
             [NewProgram("w = 4\n", first, 0, 1, None, _eval()), NewProgram("v = 5\n", first, 0, 1, None, {"bogus": 1})],
         )
     assert archive.count_programs(run.id) == 3
+
+
+def test_a_batch_links_each_variant_to_its_program_or_marks_it_a_duplicate(archive):
+    """The committer's multi-row path: a new child's variant points at its program; a child already in the
+    archive (or earlier in the batch) makes its variant a duplicate of that program, and nothing stays pending."""
+    from evolve.archive.batch import NewProgram, add_evaluated_programs
+    from evolve.archive.models import Variant
+
+    run = archive.create_run("p", "/p", "fp", {}, 0)
+    seed, _ = archive.add_evaluated_program(
+        run.id, "x = 1\n", parent_id=None, island=0, generation=0, evaluation=_eval()
+    )
+    [slots] = archive.add_group(
+        run.id,
+        parent_id=seed,
+        inspiration_ids=[],
+        island=0,
+        prompt="P",
+        sampling={},
+        completions=[CompletionRecord("t", None, None, "stop", None)],
+        variants=[[("ok", None, None)] * 4],
+    )
+    codes = ["y = 2\n", "x = 1  # the seed\n", "y  =  2\n", "z = 3\n"]
+    items = [
+        NewProgram(code, seed, 0, 1, vid, _eval(float(k)))
+        for k, (code, vid) in enumerate(zip(codes, slots, strict=True))
+    ]
+    results = add_evaluated_programs(archive, run.id, items)
+    assert [created for _, created in results] == [True, False, False, True]
+    with archive.session() as s:
+        rows = {v.id: (v.status, v.program_id) for v in s.query(Variant)}
+    assert [rows[vid] for vid in slots] == [
+        ("ok", results[0][0]),
+        ("duplicate", seed),
+        ("duplicate", results[0][0]),
+        ("ok", results[3][0]),
+    ]
+    assert archive.pending_variants(run.id) == []
+    assert sorted(p.scalar for p in archive.scored_programs(run.id)) == [0.0, 1.0, 3.0]
+
+
+def test_code_hash_memo_gives_the_parsed_hash_and_stays_bounded(monkeypatch):
+    """Text seen before is hashed from the memo, to the same value a fresh parse gives; the memo forgets its
+    oldest entries at its bound."""
+    from evolve.archive import codehash
+
+    monkeypatch.setattr(codehash, "_memo", {})
+    monkeypatch.setattr(codehash, "MEMO_SIZE", 8)
+    texts = [f"def f(x):\n    return x + {i}  # note {i}\n" for i in range(20)]
+    first = [codehash.code_hash(t) for t in texts]
+    assert first == [codehash._normalized_hash(t) for t in texts]
+    assert len(codehash._memo) == 8
+    assert [codehash.code_hash(t) for t in texts] == first  # forgotten ones parse again, remembered ones do not
+    assert codehash.code_hash("def f(x):\n    return x + 3\n") == first[3]  # layout and comments do not count
+    assert codehash.code_hash("def f(:\n") == codehash.code_hash("def f(:   \n\n")  # unparseable: by lines

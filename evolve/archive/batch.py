@@ -3,6 +3,10 @@
 One transaction per evaluation caps a run at a few hundred evaluations per second (each commit is a
 round trip and, on a server database, a WAL flush). Results that land together are written together; a kill
 loses only the batch not yet committed, whose variants stay pending and are evaluated again on resume.
+
+The rows go in through SQLAlchemy Core (multi-row INSERT ... RETURNING where the database has it), not the
+ORM's unit of work: the committer is the engine's one writer, and the ORM's per-object bookkeeping cost more
+than everything else a child costs the engine put together.
 """
 
 from __future__ import annotations
@@ -11,12 +15,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import Connection, Table, bindparam, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from evolve.archive.codehash import code_hash
+from evolve.archive.inserts import insert_returning_ids
 from evolve.archive.models import Evaluation, Program, Variant
 from evolve.archive.store import Archive
+
+PROGRAMS: Table = Program.__table__  # type: ignore[assignment]
+EVALUATIONS: Table = Evaluation.__table__  # type: ignore[assignment]
+VARIANTS: Table = Variant.__table__  # type: ignore[assignment]
+EVALUATION_FIELDS = frozenset(EVALUATIONS.c.keys()) - {"id", "program_id"}
 
 
 @dataclass(frozen=True)
@@ -30,14 +40,88 @@ class NewProgram:
     digest: str | None = None  # the normalised-code hash when the caller has it already (it costs a parse)
 
 
+def _check_fields(items: Sequence[NewProgram]) -> None:
+    """An unknown evaluation field is a caller's bug: refuse the whole batch before anything is written."""
+    for item in items:
+        unknown = set(item.evaluation) - EVALUATION_FIELDS
+        if unknown:
+            raise TypeError(f"unknown evaluation field(s) {sorted(unknown)}")
+
+
+def _insert_programs(conn: Connection, rows: list[dict[str, Any]]) -> dict[str, int]:
+    """Insert program rows (distinct hashes); returns hash → new id. The hash, unique in a run, says which id
+    is whose, so one multi-row INSERT ... RETURNING serves even where the database returns rows in any order."""
+    if not rows:
+        return {}
+    if conn.dialect.insert_executemany_returning:
+        stmt = insert(PROGRAMS).returning(PROGRAMS.c.code_hash, PROGRAMS.c.id)
+        return dict(conn.execute(stmt, rows).all())  # type: ignore[arg-type]
+    ids = insert_returning_ids(conn, PROGRAMS, rows)
+    return {row["code_hash"]: pid for row, pid in zip(rows, ids, strict=True)}
+
+
+def _evaluation_rows(items: Sequence[NewProgram], program_ids: list[int]) -> list[dict[str, Any]]:
+    """One parameter set per evaluation, all with the same keys (a multi-row statement needs that); a field
+    some items leave out is NULL for them, as it would be row by row."""
+    fields = {key for item in items for key in item.evaluation}
+    return [
+        {**dict.fromkeys(fields), **item.evaluation, "program_id": pid}
+        for item, pid in zip(items, program_ids, strict=True)
+    ]
+
+
 def add_evaluated_programs(archive: Archive, run_id: int, items: Sequence[NewProgram]) -> list[tuple[int, bool]]:
     """Insert programs with their evaluations in one transaction; returns (id, created) per item, in order.
 
     A program whose normalised code is already in the run (or earlier in the batch) is not inserted; its
     variant is marked a duplicate of the existing program, as `Archive.add_evaluated_program` does.
     """
-    if len(items) == 1:
-        item = items[0]
+    if not items:
+        return []
+    _check_fields(items)
+    digests = [item.digest or code_hash(item.code) for item in items]
+    try:
+        with archive.engine.begin() as conn:
+            known: dict[str, int] = dict(
+                conn.execute(  # type: ignore[arg-type]
+                    select(PROGRAMS.c.code_hash, PROGRAMS.c.id).where(
+                        PROGRAMS.c.run_id == run_id, PROGRAMS.c.code_hash.in_(set(digests))
+                    )
+                ).all()
+            )
+            fresh: dict[str, int] = {}  # digest → index of the first item that brings it
+            for index, digest in enumerate(digests):
+                if digest not in known and digest not in fresh:
+                    fresh[digest] = index
+            new = [items[i] for i in fresh.values()]
+            created = _insert_programs(
+                conn,
+                [
+                    dict(
+                        run_id=run_id,
+                        code=item.code,
+                        code_hash=digest,
+                        parent_id=item.parent_id,
+                        island=item.island,
+                        generation=item.generation,
+                    )
+                    for item, digest in zip(new, fresh, strict=True)
+                ],
+            )
+            if new:
+                conn.execute(insert(EVALUATIONS), _evaluation_rows(new, [created[digest] for digest in fresh]))
+            results: list[tuple[int, bool]] = []
+            made: list[dict[str, int]] = []  # variants whose child is a new program
+            repeats: list[dict[str, int]] = []  # variants whose child was there already: duplicates
+            for index, (item, digest) in enumerate(zip(items, digests, strict=True)):
+                is_new = fresh.get(digest) == index
+                pid = created[digest] if digest in created else known[digest]
+                results.append((pid, is_new))
+                if item.variant_id is not None:
+                    (made if is_new else repeats).append({"v_id": item.variant_id, "v_program": pid})
+            _link_variants(conn, made, repeats)
+            return results
+    except IntegrityError:  # another writer inserted one of these meanwhile: fall back to one at a time
         return [
             archive.add_evaluated_program(
                 run_id,
@@ -48,43 +132,14 @@ def add_evaluated_programs(archive: Archive, run_id: int, items: Sequence[NewPro
                 evaluation=item.evaluation,
                 variant_id=item.variant_id,
             )
+            for item in items
         ]
-    digests = [item.digest or code_hash(item.code) for item in items]
-    try:
-        with archive.session() as s:
-            known = dict(
-                s.execute(
-                    select(Program.code_hash, Program.id).where(
-                        Program.run_id == run_id, Program.code_hash.in_(set(digests))
-                    )
-                ).all()
-            )
-            results: list[tuple[int, bool]] = []
-            for item, digest in zip(items, digests, strict=True):
-                if digest in known:
-                    results.append((known[digest], False))
-                    if item.variant_id is not None:
-                        s.execute(
-                            update(Variant)
-                            .where(Variant.id == item.variant_id)
-                            .values(status="duplicate", program_id=known[digest])
-                        )
-                    continue
-                program = Program(
-                    run_id=run_id,
-                    code=item.code,
-                    code_hash=digest,
-                    parent_id=item.parent_id,
-                    island=item.island,
-                    generation=item.generation,
-                )
-                s.add(program)
-                s.flush()
-                s.add(Evaluation(program_id=program.id, **item.evaluation))
-                if item.variant_id is not None:
-                    s.execute(update(Variant).where(Variant.id == item.variant_id).values(program_id=program.id))
-                known[digest] = program.id
-                results.append((program.id, True))
-            return results
-    except IntegrityError:  # another writer inserted one of these meanwhile: fall back to one at a time
-        return [add_evaluated_programs(archive, run_id, [item])[0] for item in items]
+
+
+def _link_variants(conn: Connection, made: list[dict[str, int]], repeats: list[dict[str, int]]) -> None:
+    """Point each variant at its program; a variant whose program was already there becomes a duplicate."""
+    target = update(VARIANTS).where(VARIANTS.c.id == bindparam("v_id"))
+    if made:
+        conn.execute(target.values(program_id=bindparam("v_program")), made)
+    if repeats:
+        conn.execute(target.values(program_id=bindparam("v_program"), status="duplicate"), repeats)

@@ -23,18 +23,8 @@ from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
 from evolve.archive.codehash import code_hash
-from evolve.archive.models import (
-    Completion,
-    Evaluation,
-    Incident,
-    PolicyVersion,
-    Program,
-    Prompt,
-    Run,
-    Variant,
-    pack_floats,
-    pack_ints,
-)
+from evolve.archive.inserts import CompletionRecord, GroupTelemetry, write_group
+from evolve.archive.models import Completion, Evaluation, Incident, PolicyVersion, Program, Prompt, Run, Variant
 from evolve.archive.parents import ParentReads
 from evolve.archive.queries import ArchiveQueries
 from evolve.archive.urls import ArchiveUrlError, archive_url, display_url, missing_driver_hint, sqlite_file
@@ -59,25 +49,6 @@ class ScoredProgram:
     scalar: float | None
     error_kind: str | None
     code_length: int
-
-
-@dataclass(frozen=True)
-class GroupTelemetry:
-    """How one group was sampled: tokens, seconds, when it began, and its variants' parse outcomes."""
-
-    tokens: int | None = None
-    generation_s: float | None = None
-    started_at: Any = None  # datetime (naive UTC)
-    parse_counts: dict[str, int] | None = None
-
-
-@dataclass(frozen=True)
-class CompletionRecord:
-    text: str
-    token_ids: list[int] | None
-    logprobs: list[float] | None
-    finish_reason: str | None
-    policy_version_id: int | None
 
 
 def to_url(target: str | Path) -> str:
@@ -300,46 +271,21 @@ class Archive(ArchiveQueries, ParentReads):
         variants: Sequence[Sequence[tuple[str, str | None, int | None]]],
         telemetry: GroupTelemetry | None = None,
     ) -> list[list[int]]:
-        """Store a prompt with its G completions and their parsed variants; returns the variant ids.
-
-        `variants[i]` lists (status, detail, program_id) for completion i, in slot order.
-        """
-        t = telemetry or GroupTelemetry()
-        with self.session() as s:
-            p = Prompt(
-                run_id=run_id,
+        """Store a prompt with its G completions and their parsed variants in one transaction; returns the
+        variant ids. `variants[i]` lists (status, detail, program_id) for completion i, in slot order."""
+        with self.engine.begin() as conn:
+            return write_group(
+                conn,
+                run_id,
                 parent_id=parent_id,
                 inspiration_ids=inspiration_ids,
                 island=island,
-                text=prompt,
-                tokens=t.tokens,
-                generation_s=t.generation_s,
-                parse_counts=t.parse_counts,
-                started_at=t.started_at,
+                prompt=prompt,
+                sampling=sampling,
+                completions=completions,
+                variants=variants,
+                telemetry=telemetry or GroupTelemetry(),
             )
-            s.add(p)
-            s.flush()
-            ids: list[list[int]] = []
-            for record, slots in zip(completions, variants, strict=True):
-                c = Completion(
-                    prompt_id=p.id,
-                    policy_version_id=record.policy_version_id,
-                    sampling=sampling,
-                    text=record.text,
-                    token_ids=pack_ints(record.token_ids),
-                    logprobs=pack_floats(record.logprobs),
-                    finish_reason=record.finish_reason,
-                )
-                s.add(c)
-                s.flush()
-                rows = [
-                    Variant(completion_id=c.id, slot=k, status=st, detail=d, program_id=pid)
-                    for k, (st, d, pid) in enumerate(slots)
-                ]
-                s.add_all(rows)
-                s.flush()
-                ids.append([v.id for v in rows])
-            return ids
 
     def set_variant(self, variant_id: int, **values: Any) -> None:
         with self.session() as s:
