@@ -384,9 +384,14 @@ class SearchLoop(GroupMaker):
             self.policy.interrupt()
 
     async def _save_elapsed(self) -> None:
+        """Every 5 s: the state is read on the event loop, where the adapter changes it; only the write is
+        threaded. A failed write is tried again 5 s later: the committer reports a database that is gone."""
         while True:
             await asyncio.sleep(5.0)
-            await asyncio.to_thread(self._save_state)
+            state = self._state()
+            with contextlib.suppress(Exception):
+                await asyncio.to_thread(self.archive.update_run, self.run.id, state=state)
+                self.run.state = state
 
     def _state(self) -> dict[str, Any]:
         """The run's state as this session leaves it: time spent, and the ask with its recorded changes."""

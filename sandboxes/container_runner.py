@@ -94,8 +94,11 @@ def kill_uid():
                 try:
                     if os.stat(f"/proc/{entry}").st_uid != UID:
                         continue
-                    os.kill(int(entry), signal.SIGKILL)  # harmless on a zombie; kills every thread of a process
-                    if not all_threads_dead(entry):
+                    with open(f"/proc/{entry}/stat", "rb") as f:
+                        state = f.read().rsplit(b")", 1)[1].split()[0]
+                    # "Z" may be a leader thread that exited while other threads of the process still run
+                    if state not in (b"Z", b"X") or not all_threads_dead(entry):
+                        os.kill(int(entry), signal.SIGKILL)
                         found = True
                 except OSError:
                     pass
