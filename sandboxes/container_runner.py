@@ -22,6 +22,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import zygote
+from sweep import all_threads_dead  # stdlib only, like zygote: both run inside the container
 
 UID = int(os.environ.get("EVOLVE_SANDBOX_UID", "1000"))
 SCRATCH = ("/work", "/tmp", "/dev/shm", "/dev/mqueue")  # POSIX message queues live on in /dev/mqueue
@@ -67,22 +68,6 @@ def oom_kills():
                 if key == "oom_kill":
                     return int(value)
     return None
-
-
-def all_threads_dead(pid):
-    """"Z" in /proc/PID/stat only means the leader thread exited; other threads may still run."""
-    try:
-        tasks = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return True
-    for tid in tasks:
-        try:
-            with open(f"/proc/{pid}/task/{tid}/stat", "rb") as f:
-                if f.read().rsplit(b")", 1)[1].split()[0] not in (b"Z", b"X"):
-                    return False
-        except OSError:
-            pass
-    return True
 
 
 def kill_uid():

@@ -20,7 +20,7 @@ def _stat(pid: int | str) -> tuple[str, int]:
     return fields[0].decode(), int(fields[1])
 
 
-def _all_threads_dead(pid: int) -> bool:
+def all_threads_dead(pid: int | str) -> bool:
     """A "Z" in /proc/PID/stat only says the leader thread has exited: the other threads of the process may
     still run (a candidate can end its main thread with a raw SYS_exit). Dead means every thread is dead."""
     try:
@@ -46,7 +46,7 @@ def procs_matching(uid: int | None, token: bytes | None) -> list[int]:
         pid = int(entry.name)
         try:
             state, ppid = _stat(pid)
-            if state in ("Z", "X") and _all_threads_dead(pid):
+            if state in ("Z", "X") and all_threads_dead(pid):
                 if ppid == os.getpid() and uid is not None and os.stat(entry.path).st_uid == uid:
                     os.waitpid(pid, os.WNOHANG)
                 continue
