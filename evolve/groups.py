@@ -21,7 +21,15 @@ from evolve.archive.models import Run, utcnow
 from evolve.fitness import raw_scores
 from evolve.interrupt import cancel_on, until_interrupted
 from evolve.problem import Problem
-from evolve.prompts import ParsedVariant, PromptInputs, build_prompt, parse_completion, resolve_edit_format
+from evolve.prompts import (
+    ParsedVariant,
+    PromptInputs,
+    build_prompt,
+    completion_budget,
+    completion_stop,
+    parse_completion,
+    resolve_edit_format,
+)
 from evolve.runs import RunOptions
 from evolve.selection import Member, Population, Selector
 from evolve.stats import LoopStats
@@ -146,8 +154,14 @@ class GroupMaker:
             codes, edit_format, prompt = await asyncio.to_thread(self._prompt, parent, inspirations, ask)
             self._stage_ok(stage)
             stage = "sample"
+            ceiling = self.options.max_new_tokens
+            budget = completion_budget(codes[parent.id], self.options.variants, edit_format, ceiling)
             params = SamplingParams(
-                ask.temperature, self.options.top_p, self.options.max_new_tokens, int(rng.integers(2**31))
+                ask.temperature,
+                self.options.top_p,
+                budget,
+                int(rng.integers(2**31)),
+                stop=completion_stop(self.options.variants),
             )
             version_id = self._ensure_version_row()
             started, clock = utcnow(), time.monotonic()

@@ -22,6 +22,7 @@ class SamplingParams:
     max_new_tokens: int
     seed: int | None = None  # None: unseeded
     top_k: int = 0  # 0: no top-k cut
+    stop: tuple[str, ...] = ()  # a completion ends once its text holds one of these (kept in the text)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)

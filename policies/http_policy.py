@@ -129,6 +129,11 @@ class HttpPolicy:
             "max_tokens": params.max_new_tokens,
             "seed": params.seed,
         }
+        if params.stop:  # vLLM keeps the stop string in the text with its flag; an OpenAI server drops it (and
+            # rejects unknown flags), and the parser reads an unclosed last variant all the same
+            sampling["stop"] = list(params.stop)
+            if self.flavor == "vllm":
+                sampling["include_stop_str_in_output"] = True
         if self.flavor == "openai":
             body = await self._post(
                 "/v1/chat/completions",

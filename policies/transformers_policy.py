@@ -17,6 +17,7 @@ from typing import Any
 from policies.base import SYSTEM, Generated, PolicyError, SamplingParams
 from policies.embedded import EMBEDDED_NAME, INSTALL_HINT, embedded_model_dir
 from policies.prefill import PromptPrefill
+from policies.stops import RowStops
 
 
 def warper_chain(params: SamplingParams) -> list[Any]:
@@ -159,6 +160,7 @@ class TransformersPolicy:
         input_ids = torch.tensor([prompt_ids], device=self.device).repeat(n, 1)
         recorder = _LogprobRecorder()
         stopper = _Interrupted(self._interrupt)
+        rows = RowStops(self.tokenizer, input_ids.shape[1], params.stop)
         # the prompt runs once, not n times; generate() feeds only the last prompt token on top of this cache
         cached = {}
         if len(prompt_ids) > 1:
@@ -176,21 +178,28 @@ class TransformersPolicy:
                 eos_token_id=self.eos_ids,
                 pad_token_id=self.pad_id,
                 logits_processor=LogitsProcessorList([*warper_chain(params), recorder]),
-                stopping_criteria=StoppingCriteriaList([stopper]),
+                stopping_criteria=StoppingCriteriaList([stopper, rows]),
             )
         if stopper.honoured():
             return [Generated("", [], [], "interrupted", self.version) for _ in range(n)]
         new = out[:, input_ids.shape[1] :]
         logprobs = recorder.finish(new[:, -1]) if new.shape[1] else None
-        return [self._completion(new[i], None if logprobs is None else logprobs[i]) for i in range(n)]
+        return [
+            self._completion(new[i], None if logprobs is None else logprobs[i], rows.ended.get(i), rows.reasons.get(i))
+            for i in range(n)
+        ]
 
-    def _completion(self, tokens: Any, logprobs: Any) -> Generated:
+    def _completion(self, tokens: Any, logprobs: Any, ended: int | None, reason: str | None) -> Generated:
+        """Cut a row at its first EOS or where `RowStops` ended it, whichever came first: every later position
+        holds padding, not a sampled token."""
         ids = tokens.tolist()
         finish = "length"
         for pos, tok in enumerate(ids):
             if tok in self.eos_ids:
                 ids, finish = ids[: pos + 1], "stop"
                 break
+        if ended is not None and (ended < len(ids) or (ended == len(ids) and finish == "length")):
+            ids, finish = ids[:ended], reason or "stop"
         lps = [] if logprobs is None else logprobs[: len(ids)].tolist()
         text = self.tokenizer.decode(ids, skip_special_tokens=True)
         return Generated(text, ids, lps, finish, self.version)

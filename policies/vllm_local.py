@@ -41,6 +41,8 @@ class VLLMLocalPolicy:
             max_tokens=params.max_new_tokens,
             seed=params.seed,
             logprobs=0,
+            stop=list(params.stop) or None,
+            include_stop_str_in_output=True,
         )
         version, lora = self.version, self._lora
         (result,) = self.llm.generate([{"prompt_token_ids": ids}], sampling, lora_request=lora, use_tqdm=False)

@@ -74,6 +74,7 @@ class LoopbackServer:
             int(body.get("max_tokens", 16)),
             body.get("seed"),
             max(0, int(body.get("top_k", 0))),  # vLLM: -1 or 0 means no top-k cut
+            tuple(body.get("stop") or ()),
         )
         with self._lock:
             ctx = self._select(model)
@@ -81,6 +82,8 @@ class LoopbackServer:
                 return None
             with ctx:
                 out = self.policy.generate_ids(prompt_ids, params, int(body.get("n", 1)))
+                if params.stop and not body.get("include_stop_str_in_output"):  # OpenAI's and vLLM's default
+                    out = [replace(g, text=_before_stop(g.text, params.stop)) for g in out]
                 if self.logprobs_mode == "raw_logprobs":
                     out = [replace(g, logprobs=self._raw_logprobs(prompt_ids, g.token_ids)) for g in out]
                 return out
@@ -116,6 +119,11 @@ class LoopbackServer:
             self.policy.model.delete_adapter(name)
             del self.adapters[name]
             return True
+
+
+def _before_stop(text: str, stop: tuple[str, ...]) -> str:
+    cuts = [text.find(s) for s in stop if s in text]
+    return text[: min(cuts)] if cuts else text
 
 
 class _Handler(BaseHTTPRequestHandler):

@@ -118,6 +118,43 @@ CORPUS = [
         ["ok"],
         "return 5",
     ),
+    (
+        "untagged variants under comment headings in one fence",
+        "```python\n# Variant 1: a fix\ndef solve(x):\n    return x * 2\n\n# Variant 2: another method\n"
+        "def solve(x):\n    return x * 3\n```\nBoth should score better.",
+        2,
+        ["ok", "ok"],
+        "return x * 2",
+    ),
+    (
+        "untagged variants under markdown headings",
+        "Sure.\n\n#### Variant 1: careful\n**Code:**\n```python\ndef solve(x):\n    return 7\n```\n\n"
+        "#### Variant 2: bolder\n```python\ndef solve(x):\n    return 8\n```\nDone.",
+        3,
+        ["ok", "ok", "parse_error"],
+        "return 7",
+    ),
+    (
+        "one heading is not a split",
+        "### Variant 1\n```python\ndef solve(x):\n    return 11\n```",
+        2,
+        ["ok", "parse_error"],
+        "return 11",
+    ),
+    (
+        "renamed entry point",
+        "<variant 1>\n```python\ndef compute_value(x):\n    return x * 5\n```\n</variant 1>",
+        1,
+        ["ok"],
+        "def solve(x):\n    return x * 5",
+    ),
+    (
+        "renamed entry point otherwise unchanged",
+        "<variant 1>\n```python\ndef solve_it(x):\n    y = x + 1\n    return y\n```\n</variant 1>",
+        1,
+        ["unchanged"],
+        None,
+    ),
     ("garbage bytes", "<variant 1>\x00\x01<<<<<<< SEARCH\n=======\n>>>>>>> REPLACE", 1, ["apply_error"], None),
 ]
 
@@ -169,3 +206,14 @@ def test_prompt_carries_vector_feedback_inspirations_and_the_ask():
     ):
         assert piece in text
     assert "helper" not in text  # only the editable blocks are shown
+
+
+def test_a_rename_is_undone_only_when_it_is_unambiguous():
+    two_new = "<variant 1>\n```python\ndef a(x):\n    return 1\n\ndef b(x):\n    return a(x)\n```"
+    (kept,) = parse_completion(PARENT, two_new, 1)
+    assert kept.status == "ok" and "def solve" not in kept.code and kept.detail is None
+    calls_itself = "<variant 1>\n```python\ndef fact(x):\n    return 1 if x < 2 else x * fact(x - 1)\n```"
+    (renamed,) = parse_completion(PARENT, calls_itself, 1)
+    assert "def solve(x):\n    return 1 if x < 2 else x * solve(x - 1)" in renamed.code
+    assert renamed.detail == "renamed fact back to solve"
+    assert renamed.code.endswith('def helper():\n    return "outside"\n')

@@ -1,6 +1,22 @@
 """Prompts that ask for m diverse variants, and the parser that turns completions into child programs."""
 
-from evolve.prompts.builder import TEMPLATES, PromptInputs, build_prompt, resolve_edit_format
+from evolve.prompts.builder import (
+    TEMPLATES,
+    PromptInputs,
+    build_prompt,
+    completion_budget,
+    completion_stop,
+    resolve_edit_format,
+)
 from evolve.prompts.parser import ParsedVariant, parse_completion
 
-__all__ = ["TEMPLATES", "ParsedVariant", "PromptInputs", "build_prompt", "parse_completion", "resolve_edit_format"]
+__all__ = [
+    "TEMPLATES",
+    "ParsedVariant",
+    "PromptInputs",
+    "build_prompt",
+    "completion_budget",
+    "completion_stop",
+    "parse_completion",
+    "resolve_edit_format",
+]

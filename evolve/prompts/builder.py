@@ -64,6 +64,26 @@ def resolve_edit_format(edit_format: str, parent_code: str) -> str:
     return "full" if editable_lines(parent_code) <= FULL_REWRITE_MAX_LINES else "diff"
 
 
+CHARS_PER_TOKEN = 3  # code tokenises at 3-4 characters a token; the lower figure errs towards a longer budget
+VARIANT_OVERHEAD_TOKENS = 48  # tags, a fence and a sentence around each variant
+MIN_COMPLETION_TOKENS = 160
+
+
+def completion_budget(parent_code: str, variants: int, edit_format: str, ceiling: int) -> int:
+    """How many tokens a completion may take: room for `variants` answers, each up to 1.5x the editable code
+    (a whole rewrite) or 1x (SEARCH/REPLACE copies part of it twice at most), never more than `ceiling` (the
+    problem's max_new_tokens). Why: a group decodes until its longest row ends, and a small model that runs on
+    past its last answer would otherwise cost every group the full ceiling."""
+    code_tokens = sum(len(b.text) for b in _safe_blocks(parent_code)) / CHARS_PER_TOKEN
+    per_variant = (1.5 if edit_format == "full" else 1.0) * code_tokens + VARIANT_OVERHEAD_TOKENS
+    return min(ceiling, max(MIN_COMPLETION_TOKENS, int(variants * per_variant)))
+
+
+def completion_stop(variants: int) -> tuple[str, ...]:
+    """The closing tag of the last variant asked for: whatever follows it is never parsed."""
+    return (f"</variant {variants}>",)
+
+
 def _vector(scores: Mapping[str, float], limit: int = 24) -> str:
     items = list(scores.items())
     text = ", ".join(f"{k}={v:.4g}" for k, v in items[:limit])

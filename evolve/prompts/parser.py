@@ -22,6 +22,8 @@ _EDIT = re.compile(
     r"(?:\n?>{5,9}\s*REPLACE[^\n]*|(?=<{5,9}\s*SEARCH)|\Z)",  # closing marker, next edit, or end of text
     re.S,
 )
+_HEADING = re.compile(r"^[ \t]*(?:#{1,6}|//)?[ \t]*\**[ \t]*variant[ \t]*(\d+)\b[^\n]*$", re.M | re.I)
+_FENCE_LINE = re.compile(r"^[ \t]*```[^\n]*$", re.M)
 _FENCE = re.compile(r"```[ \t]*(?:python|py)?[ \t]*\n(.*?)(?:```|\Z)", re.S | re.I)
 
 
@@ -34,14 +36,31 @@ class ParsedVariant:
 
 
 def split_variants(text: str, m: int) -> list[str]:
-    """Bodies of <variant k> sections in order; untagged text counts as a single variant."""
+    """Bodies of <variant k> sections in order. Untagged text split by numbered headings ("### Variant 2",
+    "# Variant 2: ...", "**Variant 2**") when it has at least two of them, else a single variant."""
     found = [(int(k), body) for k, body in _TAG.findall(text)]
+    if not found:
+        found = _headed_sections(text)
     if not found:
         return [text] if text.strip() else []
     bodies: dict[int, str] = {}
     for k, body in found:
         bodies.setdefault(k, body)
     return [bodies[k] for k in sorted(bodies)][:m]
+
+
+def _headed_sections(text: str) -> list[tuple[int, str]]:
+    heads = list(_HEADING.finditer(text))
+    if len({h.group(1) for h in heads}) < 2:
+        return []
+    ends = [h.start() for h in heads[1:]] + [len(text)]
+    sections = []
+    for head, end in zip(heads, ends, strict=True):
+        body = text[head.end() : end]
+        if len(_FENCE_LINE.findall(text, 0, head.start())) % 2:  # a heading comment inside a fenced block
+            body = "```python\n" + body
+        sections.append((int(head.group(1)), body))
+    return sections
 
 
 def _strip_fences(s: str) -> str:
@@ -105,6 +124,7 @@ def _apply_edits(code: str, edits: list[tuple[str, str]]) -> tuple[str | None, s
 
 def _bare_code(body: str) -> str | None:
     """Small models often skip the fence inside a variant tag: accept a body that is Python by itself."""
+    body = _FENCE_LINE.split(body.strip("\n"), maxsplit=1)[0]  # a stray closing fence and any prose after it
     code = textwrap.dedent(body.strip("\n"))
     if not code.strip() or "\n" not in code.strip():
         return None
@@ -146,6 +166,7 @@ def _parse_variant(parent: str, body: str, slot: int) -> ParsedVariant:
     code, status, detail = _apply_edits(parent, edits) if edits else _full_rewrite(parent, body)
     if code is None:
         return ParsedVariant(slot, status, None, detail)
+    code, renamed = _restore_renamed_function(parent, code)
     if code == parent:
         return ParsedVariant(slot, "unchanged", None, "the variant changes nothing")
     broken = frame_changes(parent, code)
@@ -155,7 +176,29 @@ def _parse_variant(parent: str, body: str, slot: int) -> ParsedVariant:
         ast.parse(code)
     except SyntaxError as exc:
         return ParsedVariant(slot, "syntax_error", None, f"line {exc.lineno}: {exc.msg}")
-    return ParsedVariant(slot, "ok", code, None)
+    return ParsedVariant(slot, "ok", code, renamed)
+
+
+def _top_level_functions(code: str) -> set[str]:
+    tree = ast.parse(code)
+    return {n.name for n in tree.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)}
+
+
+def _restore_renamed_function(parent: str, code: str) -> tuple[str, str | None]:
+    """Small models rename the function they rewrite (`solve` becomes `parse_duration`), and the evaluator then
+    finds no entry point. When exactly one top-level function of the parent is gone and exactly one new one
+    appeared, the new name is put back inside the editable blocks (outside code is never touched)."""
+    try:
+        before, after = _top_level_functions(parent), _top_level_functions(code)
+    except SyntaxError:
+        return code, None
+    gone, new = before - after, after - before
+    if len(gone) != 1 or len(new) != 1:
+        return code, None
+    (old_name,), (new_name,) = gone, new
+    word = re.compile(rf"\b{re.escape(new_name)}\b")
+    renamed = replace_blocks(code, [word.sub(old_name, b.text) for b in find_blocks(code)])
+    return renamed, f"renamed {new_name} back to {old_name}"
 
 
 def parse_completion(parent: str, text: str, m: int) -> list[ParsedVariant]:
