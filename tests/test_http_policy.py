@@ -66,6 +66,24 @@ def test_5xx_and_malformed_json_are_retried(server):
     assert len(group) == 2 and server.faults == []
 
 
+def test_stop_string_reaches_the_server_and_stays_in_vllm_text(server):
+    """vLLM is asked to keep the stop string (the token ids then match the text); an OpenAI server drops it."""
+    from dataclasses import replace
+
+    from tests.conftest import tiny_pairs
+
+    prompt, stop = tiny_pairs()[0][0], replace(PARAMS, stop=("</variant 1>",))
+    vllm_group = HttpPolicy(server.url, server.model_name, max_wait_s=30).generate(prompt, stop, 3)
+    stopped = [g for g in vllm_group if g.finish_reason == "stop" and g.text.endswith("</variant 1>")]
+    assert stopped  # the taught model writes the tag: at least one row ends right after it
+    for g in vllm_group:
+        assert g.text.count("</variant 1>") <= 1 and len(g.token_ids) == len(g.logprobs)
+        assert server.policy.tokenizer.decode(g.token_ids, skip_special_tokens=True) == g.text
+    chat_policy = HttpPolicy(server.url, server.model_name, flavor="openai", max_wait_s=30)
+    chat = chat_policy.generate(prompt, stop, 3)
+    assert all("</variant 1>" not in g.text for g in chat)
+
+
 def test_server_down_gives_up_with_a_clear_error_after_max_wait():
     policy = HttpPolicy(f"http://127.0.0.1:{_free_port()}", "m", max_wait_s=1.5)
     with pytest.raises(PolicyError, match="is the server up"):
