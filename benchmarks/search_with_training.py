@@ -38,7 +38,7 @@ from evolve.archive import Archive
 from evolve.fitness import scalar_view
 from evolve.loop import SearchLoop, run_search
 from evolve.problem import Problem, load_problem
-from evolve.prompts import PromptInputs, build_prompt, parse_completion
+from evolve.prompts import PromptInputs, build_prompt, completion_stop, parse_completion
 from evolve.runs import RunOptions, open_run
 from evolve.training import ArchiveTrainer
 from policies.base import SamplingParams
@@ -87,6 +87,7 @@ TAUGHT = [
 HELD_OUT_PARENTS = ["x - 3", "2 * x + 1", "x // 2"]
 ARMS = ("none", "grpo", "vpo")
 VARIANTS, GROUP_SIZE = 2, 4
+MAX_GROUPS = 60
 
 
 def program(expr: str) -> str:
@@ -153,7 +154,7 @@ def best_at_k(policy: TransformersPolicy, problem: Problem, sandbox: ProcessSand
     """Mean over held-out prompts of the best scalar among the k = GROUP_SIZE x VARIANTS answers sampled."""
     bests = []
     for p, text in enumerate(held_out_prompts()):
-        params = SamplingParams(0.7, 0.95, 120, 90_000 + seed * 100 + p)
+        params = SamplingParams(0.7, 0.95, 200, 90_000 + seed * 100 + p, stop=completion_stop(VARIANTS))
         best = 0.0
         for g in policy.generate(text, params, GROUP_SIZE):
             for v in parse_completion(program(HELD_OUT_PARENTS[p]), g.text, VARIANTS):
@@ -176,7 +177,10 @@ def run_arm(arm: str, seed: int, model_dir: Path, work: Path, budget: int, train
         max_evaluations=budget,
         edit_format="full",
         temperature=0.7,
-        max_new_tokens=120,
+        max_new_tokens=200,  # two taught answers take ~150 byte-level tokens
+        stall_groups=0,  # the arms differ in training only: the budget alone ends a run, and the ask never
+        adapt_every=0,  # changes (the taught model knows only the directed prompt)
+        max_groups=MAX_GROUPS,  # a safety net, the same for every arm
         seed=seed,
         train_every=train_every if arm != "none" else 0,
         train_method=arm if arm != "none" else "vpo",

@@ -61,7 +61,7 @@ class Adapter:
     def after_barren(self, group: int, stall: Stall) -> dict[str, Any] | None:
         """Called when `group` lengthened the barren streak; every `every`-th such group changes one thing.
         Returns the change (also appended to `changes`), if any."""
-        if stall.stalled or stall.barren % self.every:
+        if self.every <= 0 or stall.stalled or stall.barren % self.every:  # every 0: the ask never changes
             return None
         change = self._next(self.ask, stall.copying)
         if change is None:

@@ -51,8 +51,8 @@ class RunOptions:
     patience: int | None = None  # stop after this many evaluations without a new best scalar
     stop_when_solved: bool = True  # stop once one program scores every component at its best declared bound
     max_failures: int = 5  # the same unexpected failure this many times in a row stops the run
-    stall_groups: int = 6  # groups in a row without a new child that end the run (evolve.stopping.Stall)
-    adapt_every: int = 2  # groups in a row without a new child before the ask changes (evolve.adapt)
+    stall_groups: int = 6  # groups in a row without a new child that end the run (evolve.stopping.Stall); 0: never
+    adapt_every: int = 2  # groups in a row without a new child before the ask changes (evolve.adapt); 0: never
     template: str = "directed"  # the prompt template first asked with (evolve.prompts.TEMPLATES)
     max_groups: int | None = None  # stop generating after this many groups (fixed-size benchmark runs)
 

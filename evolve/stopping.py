@@ -93,7 +93,7 @@ class Stall:
 
     @property
     def stalled(self) -> bool:
-        return self.barren >= self.limit
+        return self.limit > 0 and self.barren >= self.limit  # 0: never
 
     @property
     def copying(self) -> bool:
