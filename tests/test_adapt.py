@@ -176,3 +176,12 @@ def test_live_view_and_summary_show_yield_and_the_current_ask():
     text = console.export_text()
     assert "0.50/completion, 2.00/1k tokens" in text and "unchanged 50%, duplicate 8%, unparseable 17%" in text
     assert "full edits, temperature 1, directed prompt" in text and "group 3: temperature 0.8 -> 1" in text
+
+
+def test_zero_means_never_for_the_stall_and_the_adapter():
+    """A benchmark that compares something else holds the ask fixed and lets only its budget end the run."""
+    stall, adapter = Stall(0), Adapter(Ask("auto", 0.8, "directed"), every=0)
+    for group in range(50):
+        stall.observe(False, False, {"unchanged": 3})
+        assert adapter.after_barren(group, stall) is None
+    assert stall.barren == 50 and not stall.stalled and adapter.ask == Ask("auto", 0.8, "directed")
