@@ -134,20 +134,24 @@ def held_out_prompts() -> list[str]:
     return out
 
 
-def archive_figures(db: Path, problem: Problem) -> tuple[float, int, float]:
-    """(best scalar, components at their best bound, mean pairwise distance of valid score vectors)."""
+def archive_figures(db: Path, problem: Problem) -> tuple[float, int, float, int]:
+    """(best scalar, components at their best bound, mean pairwise distance of valid score vectors, evaluations
+    stored when the first program at every bound was, or all of them when none is)."""
     import json
 
     con = sqlite3.connect(db)
-    rows = [json.loads(s) for (s,) in con.execute("SELECT scores FROM evaluations WHERE error_kind IS NULL")]
+    stored = [(json.loads(s), e) for s, e in con.execute("SELECT scores, error_kind FROM evaluations ORDER BY id")]
     con.close()
+    rows = [r for r, error in stored if error is None]
+    at_bounds = [i for i, (r, error) in enumerate(stored) if error is None and r and min(r.values()) >= 1.0]
+    to_solve = at_bounds[0] + 1 if at_bounds else len(stored)
     names = [c.name for c in problem.components]
     vectors = np.array([[float(r.get(n, 0.0)) for n in names] for r in rows]) if rows else np.zeros((0, len(names)))
     best = max((scalar_view(problem.components, r) for r in rows), default=0.0)
     solved = int((vectors >= 1.0).any(axis=0).sum()) if len(vectors) else 0
     pairs = list(combinations(range(len(vectors)), 2))
     diversity = float(np.mean([np.linalg.norm(vectors[a] - vectors[b]) for a, b in pairs])) if pairs else 0.0
-    return best, solved, diversity
+    return best, solved, diversity, to_solve
 
 
 def best_at_k(policy: TransformersPolicy, problem: Problem, sandbox: ProcessSandbox, seed: int) -> float:
@@ -195,11 +199,12 @@ def run_arm(arm: str, seed: int, model_dir: Path, work: Path, budget: int, train
         step = trainer.step
     loop = SearchLoop(problem, archive, policy, sandbox, run, options, step)
     reason = run_search(loop)
-    best, solved, diversity = archive_figures(work / "a.db", problem)
+    best, solved, diversity, to_solve = archive_figures(work / "a.db", problem)
     return {
         "best": best,
         "solved": solved,
         "diversity": diversity,
+        "to_solve": to_solve,
         "best@k": best_at_k(policy, problem, sandbox, seed),
         "updates": loop.stats.train_updates,
         "failures": loop.stats.train_failures,
@@ -232,7 +237,8 @@ def main() -> None:
         title=f"search with training ({args.seeds} seeds, {args.budget} evaluations, update every "
         f"{args.train_every} group(s), lr {args.lr}; mean ± std over seeds)"
     )
-    for col in ("arm", "best scalar", "components solved", "archive diversity", f"held-out best@{k}", "updates"):
+    columns = ("arm", "best scalar", "components solved", "evaluations to solve", "archive diversity")
+    for col in (*columns, f"held-out best@{k}", "updates", "groups"):
         table.add_column(col, justify="left" if col == "arm" else "right")
 
     def cell(rows: list[dict], key: str) -> str:
@@ -240,7 +246,8 @@ def main() -> None:
         return f"{np.mean(vals):.3f}±{np.std(vals):.3f}"
 
     for arm, rows in results.items():
-        table.add_row(arm, *(cell(rows, key) for key in ("best", "solved", "diversity", "best@k", "updates")))
+        keys = ("best", "solved", "to_solve", "diversity", "best@k", "updates", "groups")
+        table.add_row(arm, *(cell(rows, key) for key in keys))
     Console(width=160).print(table)
     print(f"elapsed {time.time() - started:.0f}s")
 
@@ -253,6 +260,10 @@ def main() -> None:
         + " ".join(f"{arm}={ms(arm, 'best')}" for arm in ARMS)
         + " solved "
         + " ".join(f"{arm}={ms(arm, 'solved')}" for arm in ARMS)
+        + " evaluations_to_solve "
+        + " ".join(f"{arm}={ms(arm, 'to_solve')}" for arm in ARMS)
+        + " best@k "
+        + " ".join(f"{arm}={ms(arm, 'best@k')}" for arm in ARMS)
     )
 
 
