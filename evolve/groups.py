@@ -155,7 +155,9 @@ class GroupMaker:
             self._stage_ok(stage)
             stage = "sample"
             ceiling = self.options.max_new_tokens
-            budget = completion_budget(codes[parent.id], self.options.variants, edit_format, ceiling)
+            budget = ceiling
+            if self.options.fit_tokens_to_code:
+                budget = completion_budget(codes[parent.id], self.options.variants, edit_format, ceiling)
             params = SamplingParams(
                 ask.temperature,
                 self.options.top_p,

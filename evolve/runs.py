@@ -39,6 +39,7 @@ class RunOptions:
     edit_format: str = _SEARCH.edit_format  # auto | diff | full
     temperature: float = _SEARCH.temperature
     max_new_tokens: int = _SEARCH.max_new_tokens
+    fit_tokens_to_code: bool = _SEARCH.fit_tokens_to_code  # max_new_tokens is a ceiling, fitted to the parent
     policy: str = ""  # the policy spec, e.g. transformers:embedded (so `evolve train` can load it again)
     train_every: int = 0  # groups between policy updates; 0 = never
     train_method: str = "vpo"  # vpo | grpo | multi-rlvr
@@ -68,6 +69,7 @@ class RunOptions:
                 "edit_format",
                 "temperature",
                 "max_new_tokens",
+                "fit_tokens_to_code",
                 "top_p",
             )
         }

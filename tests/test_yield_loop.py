@@ -133,7 +133,9 @@ def test_interrupt_ends_a_generation_between_tokens_and_is_never_lost(endless_mo
 def test_ctrl_c_mid_generation_stops_within_a_second_or_so_and_commits_no_half_group(tmp_path, endless_model_dir):
     folder = write_square_problem(tmp_path / "sq")
     db = tmp_path / "run.db"
-    cmd = evolve_run_cmd(folder, db, f"transformers:{endless_model_dir}", 20, "--max-new-tokens", "100000")
+    cmd = evolve_run_cmd(
+        folder, db, f"transformers:{endless_model_dir}", 20, "--max-new-tokens", "100000", "--no-fit-tokens-to-code"
+    )
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and proc.poll() is None:

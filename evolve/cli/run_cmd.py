@@ -131,6 +131,13 @@ def run(
         int | None, typer.Option(min=1, help="stop after N groups in a row without a new child [default: 6]")
     ] = None,
     max_new_tokens: Annotated[int | None, typer.Option(min=16)] = None,
+    fit_tokens_to_code: Annotated[
+        bool | None,
+        typer.Option(
+            "--fit-tokens-to-code/--no-fit-tokens-to-code",
+            help="cap max_new_tokens at what the answers for the parent's code need (off for reasoning models)",
+        ),
+    ] = None,
     train_every: Annotated[int | None, typer.Option(min=0, help="update the policy every N groups (0: never)")] = None,
     train_method: Annotated[str | None, typer.Option(help="vpo | grpo | multi-rlvr [default: vpo]")] = None,
     learning_rate: Annotated[float | None, typer.Option(help="LoRA learning rate [default: 2e-5]")] = None,
@@ -168,6 +175,7 @@ def run(
         temperature=temperature,
         stall_groups=stall_groups,
         max_new_tokens=max_new_tokens,
+        fit_tokens_to_code=fit_tokens_to_code,
         train_every=train_every,
         train_method=train_method,
         learning_rate=learning_rate,

@@ -127,6 +127,11 @@ class SearchSection(_Strict):
     temperature: float = Field(default=0.8, gt=0, description="sampling temperature of the policy")
     top_p: float = Field(default=0.95, gt=0, le=1, description="nucleus sampling mass")
     max_new_tokens: int = Field(default=768, ge=16, description="longest completion sampled")
+    fit_tokens_to_code: bool = Field(
+        default=True,
+        description="cap each group's max_new_tokens at what m answers for its parent's editable code need "
+        "(evolve.prompts.completion_budget); false for a model that reasons at length before it answers",
+    )
 
 
 class ProblemConfig(_Strict):
