@@ -197,7 +197,10 @@ def _restore_renamed_function(parent: str, code: str) -> tuple[str, str | None]:
         return code, None
     (old_name,), (new_name,) = gone, new
     word = re.compile(rf"\b{re.escape(new_name)}\b")
-    renamed = replace_blocks(code, [word.sub(old_name, b.text) for b in find_blocks(code)])
+    try:  # a child whose markers broke is left as it is: the block check names that (`bad_blocks`)
+        renamed = replace_blocks(code, [word.sub(old_name, b.text) for b in find_blocks(code)])
+    except BlockError:
+        return code, None
     return renamed, f"renamed {new_name} back to {old_name}"
 
 
