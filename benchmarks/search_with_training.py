@@ -4,19 +4,23 @@ Same problem, same evaluation budget, same seeds; the arms differ only in what h
 groups: nothing, a GRPO update, or a VPO update (this project's ArchiveTrainer: the adapter is saved, published
 into the sampling policy and recorded as a policy version, exactly as `evolve run --train-every` does).
 
-The problem, fixed before any run: `solve(x)` should return x squared; each of five inputs (0, 2, 3, -2, 5) is
-one component, scored 1/(1 + |error|), so a program can be exactly right on some inputs and far off on others.
-The policy is a tiny model taught, on this problem's own prompt shapes, eight answers that pull apart: `x + x`
-is exact on 0 and 2, `x * 3` on 0 and 3, `abs(x) * 2` on 0, 2 and -2, `x + 6` on 3 and -2, `4` on 2 and -2, and
-so on. None of them is exact on 5, nor is the right answer `x * x` among them: the search only gets there by
-sampling something it was not taught.
+Two problems (`--task`), each fixed before its first run: `solve(x)` should equal a target on each of five
+inputs (0, 2, 3, -2, 5); each input is one component, scored 1/(1 + |error|), so a program can be exactly right
+on some inputs and far off on others. The policy is a tiny model taught, on the problem's own prompt shapes, a
+few answers that pull apart, each exact on some inputs only; the target is never taught, so the search only gets
+there by sampling something it was not taught.
+- `square` (x * x): taught `x + x` (exact on 0 and 2), `x * 3` (0 and 3), `abs(x) * 2` (0, 2, -2), `x + 6` (3, -2),
+  `4`, `x`, `x - 1`, `1`. The target is one token away from `x * 3`.
+- `square_plus_x` (x * x + x), chosen after `square` proved too easy: taught `x * 3` (0, 2), `x * 4` (0, 3),
+  `x * 6` (0, 5), `abs(x)` (0, -2), `6`, `12`, `x + x`. The target takes two untaught steps.
 
 Reported per arm, mean ± std over seeds: the best scalar (mean component) in the archive at the budget; the
 number of components some program has at its best bound (1.0); the archive's reward-space diversity (mean
 pairwise distance between the score vectors of its valid programs); and the final policy's best@k on held-out
 prompts (parents and feedback the run never showed it; k = completions x variants answers each, scored in the
 same sandbox), averaged over those prompts. Settings (learning rate, rank, budget) are the same for every arm
-and were set before the first run. Usage: python -m benchmarks.search_with_training [--seeds 5]
+and were set before the first run.
+Usage: python -m benchmarks.search_with_training [--task square|square_plus_x] [--seeds 5]
 """
 
 from __future__ import annotations
@@ -24,8 +28,8 @@ from __future__ import annotations
 import argparse
 import sqlite3
 import tempfile
-import textwrap
 import time
+from dataclasses import dataclass
 from itertools import combinations
 from pathlib import Path
 
@@ -47,16 +51,70 @@ from policies.trainer import TrainConfig
 from policies.transformers_policy import TransformersPolicy
 from sandboxes.process import ProcessSandbox
 
-INPUTS = (0, 2, 3, -2, 5)
-DESCRIPTION = "Return the square of x. Each input is one fitness component."
-TOML = f"""
-name = "pull_apart"
-description = "{DESCRIPTION}"
+
+@dataclass(frozen=True)
+class Task:
+    """One problem of this benchmark: `solve(x)` should equal `target` on each input (one component each), and
+    the tiny model is taught answer pairs that are each exact on some inputs only; `target` is never taught."""
+
+    name: str
+    description: str
+    target: str
+    inputs: tuple[int, ...]
+    taught: tuple[tuple[str, str], ...]
+    teaching_parents: tuple[str, ...]
+    held_out_parents: tuple[str, ...] = ("x - 3", "2 * x + 1", "x // 2")
+
+    def toml(self) -> str:
+        components = ", ".join(f'{{ name = "c{i}", bounds = [0.0, 1.0] }}' for i in range(len(self.inputs)))
+        return TOML.format(name=self.name, description=self.description, components=components)
+
+    def evaluator(self) -> str:
+        return EVALUATE.format(inputs=self.inputs, target=self.target)
+
+
+TASKS = {
+    # x * x is one token away from the taught `x * 3`: every arm solved it within 13 evaluations (docs/training.md)
+    "square": Task(
+        "pull_apart",
+        "Return the square of x. Each input is one fitness component.",
+        "x * x",
+        (0, 2, 3, -2, 5),
+        (
+            ("x + x", "x * 3"),
+            ("abs(x) * 2", "x + 6"),
+            ("4", "x"),
+            ("x - 1", "1"),
+            ("x * 3", "4"),
+            ("x + 6", "x + x"),
+        ),
+        ("x + 1", "x + x", "x * 3", "4", "abs(x) * 2", "x - 1"),
+    ),
+    # two untaught steps: `x * ` followed by `x`, then the tail of the taught `x + x`
+    "square_plus_x": Task(
+        "pull_apart_plus",
+        "Return x squared plus x. Each input is one fitness component.",
+        "x * x + x",
+        (0, 2, 3, -2, 5),
+        (
+            ("x * 3", "x * 4"),
+            ("abs(x)", "x * 6"),
+            ("6", "x + x"),
+            ("12", "x * 3"),
+            ("x * 4", "abs(x)"),
+            ("x * 6", "6"),
+        ),
+        ("x + 1", "x * 3", "x * 4", "6", "abs(x)", "x + x"),
+    ),
+}
+TOML = """
+name = "{name}"
+description = "{description}"
 [program]
 file = "seed.py"
 entry_point = "solve"
 [fitness]
-components = [{", ".join(f'{{ name = "c{i}", bounds = [0.0, 1.0] }}' for i in range(len(INPUTS)))}]
+components = [{components}]
 [limits]
 timeout_s = 5
 memory_mb = 512
@@ -64,11 +122,11 @@ memory_mb = 512
 islands = 2
 migration_interval = 4
 """
-EVALUATE = f"""
-INPUTS = {INPUTS!r}
+EVALUATE = """
+INPUTS = {inputs!r}
 
 def cases():
-    return [{{"name": f"c{{i}}", "input": x, "expected": x * x}} for i, x in enumerate(INPUTS)]
+    return [{{"name": f"c{{i}}", "input": x, "expected": {target}}} for i, x in enumerate(INPUTS)]
 
 def score(case, output):
     if isinstance(output, bool) or not isinstance(output, (int, float)):
@@ -76,15 +134,6 @@ def score(case, output):
     return 1.0 / (1.0 + abs(output - case["expected"])), f"solve({{case['input']}}) = {{output!r}}"
 """
 SEED = "# EVOLVE-BLOCK-START\ndef solve(x):\n    return x + 1\n# EVOLVE-BLOCK-END\n"
-TAUGHT = [
-    ("x + x", "x * 3"),
-    ("abs(x) * 2", "x + 6"),
-    ("4", "x"),
-    ("x - 1", "1"),
-    ("x * 3", "4"),
-    ("x + 6", "x + x"),
-]
-HELD_OUT_PARENTS = ["x - 3", "2 * x + 1", "x // 2"]
 ARMS = ("none", "grpo", "vpo")
 VARIANTS, GROUP_SIZE = 2, 4
 MAX_GROUPS = 60
@@ -94,29 +143,29 @@ def program(expr: str) -> str:
     return SEED.replace("x + 1", expr)
 
 
-def write_problem(root: Path) -> Problem:
+def write_problem(root: Path, task: Task) -> Problem:
     root.mkdir(parents=True, exist_ok=True)
-    (root / "problem.toml").write_text(TOML)
-    (root / "evaluate.py").write_text(textwrap.dedent(EVALUATE))
+    (root / "problem.toml").write_text(task.toml())
+    (root / "evaluate.py").write_text(task.evaluator())
     (root / "seed.py").write_text(SEED)
     return load_problem(root)
 
 
-def prompt(parent: str, scores: dict[str, float], feedback: str | None, others: list[tuple[str, dict]]) -> str:
-    return build_prompt(PromptInputs(DESCRIPTION, program(parent), scores, feedback, others, VARIANTS, "full"))
+def prompt(task: Task, parent: str, scores: dict[str, float], feedback: str | None, others: list) -> str:
+    return build_prompt(PromptInputs(task.description, program(parent), scores, feedback, others, VARIANTS, "full"))
 
 
-def teaching_pairs() -> list[tuple[str, str]]:
+def teaching_pairs(task: Task) -> list[tuple[str, str]]:
     """Each taught completion after many prompt shapes the loop makes (parents, scores, feedback, inspirations)."""
-    parents = ["x + 1", "x + x", "x * 3", "4", "abs(x) * 2", "x - 1"]
+    parents, n = task.teaching_parents, len(task.inputs)
     prompts = []
     for i, parent in enumerate(parents):
-        scores = {f"c{j}": round(((i + j) % 3) / 3, 3) for j in range(len(INPUTS))}
-        feedback = None if i == 0 else "\n".join(f"c{j}: solve({x}) = {i + x}" for j, x in enumerate(INPUTS))
+        scores = {f"c{j}": round(((i + j) % 3) / 3, 3) for j in range(n)}
+        feedback = None if i == 0 else "\n".join(f"c{j}: solve({x}) = {i + x}" for j, x in enumerate(task.inputs))
         others = [(program(parents[(i + k) % len(parents)]), {"c0": 1.0, "c1": 0.2}) for k in range(1, 1 + i % 3)]
-        prompts.append(prompt(parent, scores, feedback, others))
+        prompts.append(prompt(task, parent, scores, feedback, others))
     pairs = []
-    for i, answers in enumerate(TAUGHT):
+    for i, answers in enumerate(task.taught):
         completion = "".join(
             f"<variant {k}>\n```python\ndef solve(x):\n    return {expr}\n```\n</variant {k}>\n"
             for k, expr in enumerate(answers, start=1)
@@ -125,12 +174,12 @@ def teaching_pairs() -> list[tuple[str, str]]:
     return pairs
 
 
-def held_out_prompts() -> list[str]:
+def held_out_prompts(task: Task) -> list[str]:
     out = []
-    for i, parent in enumerate(HELD_OUT_PARENTS):
-        scores = {f"c{j}": round(0.1 * ((i * 7 + j) % 5), 3) for j in range(len(INPUTS))}
-        feedback = "\n".join(f"c{j}: solve({x}) = {x - 3 + i}" for j, x in enumerate(INPUTS))
-        out.append(prompt(parent, scores, feedback, [(program("x * 2 - 1"), {"c2": 0.5})]))
+    for i, parent in enumerate(task.held_out_parents):
+        scores = {f"c{j}": round(0.1 * ((i * 7 + j) % 5), 3) for j in range(len(task.inputs))}
+        feedback = "\n".join(f"c{j}: solve({x}) = {x - 3 + i}" for j, x in enumerate(task.inputs))
+        out.append(prompt(task, parent, scores, feedback, [(program("x * 2 - 1"), {"c2": 0.5})]))
     return out
 
 
@@ -154,14 +203,14 @@ def archive_figures(db: Path, problem: Problem) -> tuple[float, int, float, int]
     return best, solved, diversity, to_solve
 
 
-def best_at_k(policy: TransformersPolicy, problem: Problem, sandbox: ProcessSandbox, seed: int) -> float:
+def best_at_k(policy: TransformersPolicy, task: Task, problem: Problem, sandbox: ProcessSandbox, seed: int) -> float:
     """Mean over held-out prompts of the best scalar among the k = GROUP_SIZE x VARIANTS answers sampled."""
     bests = []
-    for p, text in enumerate(held_out_prompts()):
+    for p, text in enumerate(held_out_prompts(task)):
         params = SamplingParams(0.7, 0.95, 200, 90_000 + seed * 100 + p, stop=completion_stop(VARIANTS))
         best = 0.0
         for g in policy.generate(text, params, GROUP_SIZE):
-            for v in parse_completion(program(HELD_OUT_PARENTS[p]), g.text, VARIANTS):
+            for v in parse_completion(program(task.held_out_parents[p]), g.text, VARIANTS):
                 if v.code is not None:
                     outcome = sandbox.evaluate(problem, v.code)
                     if outcome.error_kind is None:
@@ -170,9 +219,11 @@ def best_at_k(policy: TransformersPolicy, problem: Problem, sandbox: ProcessSand
     return float(np.mean(bests))
 
 
-def run_arm(arm: str, seed: int, model_dir: Path, work: Path, budget: int, train_every: int, lr: float) -> dict:
+def run_arm(
+    task: Task, arm: str, seed: int, model_dir: Path, work: Path, budget: int, train_every: int, lr: float
+) -> dict:
     torch.manual_seed(seed)
-    problem = write_problem(work / "problem")
+    problem = write_problem(work / "problem", task)
     archive = Archive(work / "a.db")
     options = RunOptions(
         workers=2,
@@ -205,7 +256,7 @@ def run_arm(arm: str, seed: int, model_dir: Path, work: Path, budget: int, train
         "solved": solved,
         "diversity": diversity,
         "to_solve": to_solve,
-        "best@k": best_at_k(policy, problem, sandbox, seed),
+        "best@k": best_at_k(policy, task, problem, sandbox, seed),
         "updates": loop.stats.train_updates,
         "failures": loop.stats.train_failures,
         "groups": loop.stats.groups,
@@ -216,6 +267,7 @@ def run_arm(arm: str, seed: int, model_dir: Path, work: Path, budget: int, train
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--seeds", type=int, default=5)
+    ap.add_argument("--task", choices=sorted(TASKS), default="square")
     ap.add_argument("--budget", type=int, default=40, help="evaluations per run")
     ap.add_argument("--train-every", type=int, default=1, help="groups between updates (GRPO and VPO arms)")
     ap.add_argument("--lr", type=float, default=2e-3)
@@ -223,21 +275,22 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(1)
     started = time.time()
-    model_dir = build_taught_model(args.cache, teaching_pairs(), steps=500)
+    task = TASKS[args.task]
+    model_dir = build_taught_model(args.cache, teaching_pairs(task), steps=500)
     print(f"taught model ready ({time.time() - started:.0f}s)", flush=True)
     results: dict[str, list[dict]] = {a: [] for a in ARMS}
     for seed in range(args.seeds):
         for arm in ARMS:
             with tempfile.TemporaryDirectory() as tmp:
-                row = run_arm(arm, seed, model_dir, Path(tmp), args.budget, args.train_every, args.lr)
+                row = run_arm(task, arm, seed, model_dir, Path(tmp), args.budget, args.train_every, args.lr)
             results[arm].append(row)
             print(f"seed {seed} {arm}: {row} ({time.time() - started:.0f}s)", flush=True)
     k = GROUP_SIZE * VARIANTS
     table = Table(
-        title=f"search with training ({args.seeds} seeds, {args.budget} evaluations, update every "
+        title=f"search with training: {task.target} ({args.seeds} seeds, {args.budget} evaluations, update every "
         f"{args.train_every} group(s), lr {args.lr}; mean ± std over seeds)"
     )
-    columns = ("arm", "best scalar", "components solved", "evaluations to solve", "archive diversity")
+    columns = ("arm", "best scalar", "components solved", "evaluations to solve (or made)", "archive diversity")
     for col in (*columns, f"held-out best@{k}", "updates", "groups"):
         table.add_column(col, justify="left" if col == "arm" else "right")
 

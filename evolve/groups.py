@@ -34,7 +34,7 @@ from evolve.runs import RunOptions
 from evolve.selection import Member, Population, Selector
 from evolve.stats import LoopStats
 from evolve.stopping import Stall
-from policies.base import AsyncPolicy, Generated, Policy, SamplingParams
+from policies.base import AsyncPolicy, Generated, Interruptible, Policy, SamplingParams
 
 RECENT_FAILURES = 3  # failed children of the parent listed in its prompt
 RECENT_CHILDREN = 2  # newest children of the parent shown in its prompt, so that variants differ from them
@@ -83,6 +83,9 @@ class GroupMaker:
     hashes: dict[str, int | None]
     _version_rows: dict[int, int]
     interrupted: asyncio.Event  # Ctrl-C: a generation in flight is abandoned
+    sampling_cut: asyncio.Event  # Ctrl-C or the target reached: no group in flight is stored
+    sampling = 0  # policy calls in flight
+    interrupt_asked = False  # cut_sampling() told the policy to stop between tokens
     stall: Stall
     adapter: Adapter
     children: asyncio.Queue[Child]
@@ -227,12 +230,43 @@ class GroupMaker:
             )
         )
 
+    def cut_sampling(self) -> None:
+        """The goal is reached (`--target`, or every component at its best bound): end the groups being sampled
+        (they are not stored) instead of waiting minutes for children past the goal; queued ones are still scored."""
+        self.sampling_cut.set()
+        self.interrupt_sampling()
+
+    def interrupt_sampling(self) -> None:
+        """Tell an in-process policy to stop between tokens, only while a call is in flight (a request that found
+        none would end the policy's next, unrelated call); HTTP calls are cancelled through `sampling_cut`."""
+        if self.sampling and isinstance(self.policy, Interruptible) and not isinstance(self.policy, AsyncPolicy):
+            self.interrupt_asked = True
+            self.policy.interrupt()
+
     async def _sample(self, prompt: str, params: SamplingParams) -> list[Generated] | None:
-        """The group's completions; None when Ctrl-C came first (the call is abandoned, not waited for)."""
+        """The group's completions; None when Ctrl-C came first (the call is abandoned, not waited for) or the
+        target was reached (an HTTP call is cancelled; an in-process one ends at its next token)."""
         g = self.options.group_size
-        if isinstance(self.policy, AsyncPolicy):  # HTTP policies: many groups in flight at once
-            return await cancel_on(self.interrupted, self.policy.agenerate(prompt, params, g))
-        return await until_interrupted(self.interrupted, self.policy.generate, prompt, params, g)
+        if self.sampling_cut.is_set():
+            return None
+        self.sampling += 1
+        group, ended = None, False  # ended: the call came back or raised (Ctrl-C abandons it instead)
+        try:
+            if isinstance(self.policy, AsyncPolicy):  # HTTP policies: many groups in flight at once
+                return await cancel_on(self.sampling_cut, self.policy.agenerate(prompt, params, g))
+            try:
+                group = await until_interrupted(self.interrupted, self.policy.generate, prompt, params, g)
+            except Exception:
+                ended = True
+                raise
+            ended = group is not None
+            return group
+        finally:
+            self.sampling -= 1
+            if self.interrupt_asked and not self.sampling and isinstance(self.policy, Interruptible):
+                self.interrupt_asked = False
+                if ended and not (group and any(c.finish_reason == "interrupted" for c in group)):
+                    self.policy.withdraw_interrupt()  # the call ended before it saw the request: spare the next
 
     def finish_generating(self) -> None:
         """Start no further group; what is generated still gets evaluated (fixed-time benchmark runs)."""

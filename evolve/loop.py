@@ -8,7 +8,8 @@ evaluated, so a run killed at any moment resumes by re-parsing the variants whos
 Nothing a model, a candidate or an evaluator produces ends a run: an unexpected exception while building a
 prompt, sampling, parsing, storing, evaluating or committing costs that group or that child, is recorded as an
 incident in the archive, and the run goes on; only the same failure `max_failures` times in a row stops it.
-When a run ends by a budget, a target, a stall or patience, the children already queued are evaluated first.
+When a run ends by a budget, a target, a stall or patience, the children already queued are evaluated first;
+reaching the goal (`--target`, or every component at its best bound) also cuts the group being sampled.
 Ctrl-C stops within about a second, mid-generation too: the policy is told to stop between tokens and the loop
 stops waiting for it; a group cut short is never committed, and queued children stay pending for the resume.
 """
@@ -34,7 +35,7 @@ from evolve.runs import RunOptions
 from evolve.selection import Member, Population, make_selector
 from evolve.stats import LoopStats
 from evolve.stopping import FailureStreaks, Patience, Stall, solved
-from policies.base import Interruptible, Policy
+from policies.base import Policy
 from sandboxes.base import AsyncSandbox, ErrorKind, EvalOutcome, Sandbox
 
 STORED_OUTPUT = 8 * 1024
@@ -79,6 +80,7 @@ class SearchLoop(GroupMaker):
         self.results: asyncio.Queue[tuple[Child, EvalOutcome, Any, Any]] = asyncio.Queue()
         self.stop = asyncio.Event()
         self.interrupted = asyncio.Event()  # Ctrl-C: a generation in flight is abandoned too
+        self.sampling_cut = asyncio.Event()
         self.no_more_groups = False  # finish_generating(): no group starts, what is queued is evaluated
         self.reserved = 0  # evaluations committed plus those in flight
         self.finished_reason = ""
@@ -118,6 +120,7 @@ class SearchLoop(GroupMaker):
             self.patience.observe(self.stats.evaluations, member.scalar)
             if self.options.stop_when_solved and solved(self.problem.components, self._scores_of(member)):
                 self._finish("solved: every component reached its best declared bound")
+                self.cut_sampling()
         self.stats.island_sizes = [isl.size for isl in self.population.islands]
 
     def _ensure_version_row(self) -> int:
@@ -194,6 +197,8 @@ class SearchLoop(GroupMaker):
         """Pause generation, let the recent groups' evaluations land, update and publish the policy."""
         await self.children.join()
         await self.results.join()
+        if self.sampling_cut.is_set():
+            return  # the goal was reached or Ctrl-C came meanwhile: the run ends, an update would only delay it
         self.groups_since_train = 0
         try:
             stats = await asyncio.to_thread(self.train_step)  # type: ignore[arg-type]
@@ -302,6 +307,7 @@ class SearchLoop(GroupMaker):
         target = self.options.target
         if target is not None and self.stats.best_scalar is not None and self.stats.best_scalar >= target:
             self._finish(f"target {target} reached")
+            self.cut_sampling()
         if self.patience.exhausted(self.stats.evaluations):
             self._finish(f"patience: no new best scalar in {self.options.patience} evaluations")
         if self.stats.evaluations >= self.options.max_evaluations:
@@ -380,8 +386,8 @@ class SearchLoop(GroupMaker):
         self.abandon = True  # queued children stay pending for the next resume
         self.stop.set()
         self.interrupted.set()
-        if isinstance(self.policy, Interruptible):  # end the generation in flight between two tokens
-            self.policy.interrupt()
+        self.sampling_cut.set()
+        self.interrupt_sampling()  # end the generation in flight between two tokens
 
     async def _save_elapsed(self) -> None:
         """Every 5 s: the state is read on the event loop, where the adapter changes it; only the write is

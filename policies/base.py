@@ -70,9 +70,12 @@ class PublishingPolicy(Protocol):
 
 @runtime_checkable
 class Interruptible(Protocol):
-    """Can end a generation in flight between two tokens (Ctrl-C); its completions come back `interrupted`."""
+    """Can end a generation in flight between two tokens (Ctrl-C, a solved run); its completions come back
+    `interrupted`. A request that finds no call in flight ends the next one, unless it is withdrawn."""
 
     def interrupt(self) -> None: ...
+
+    def withdraw_interrupt(self) -> None: ...
 
 
 @runtime_checkable

@@ -115,6 +115,11 @@ class TransformersPolicy:
         """
         self._interrupt.set()
 
+    def withdraw_interrupt(self) -> None:
+        """Forget a request that came after the call it was meant for had ended (a run solved as its last group
+        finished), so that it cannot end an unrelated later call."""
+        self._interrupt.clear()
+
     @classmethod
     def load(cls, spec: str) -> TransformersPolicy:
         """`embedded`, a local directory, or a hub id (needs network access to the hub)."""

@@ -14,7 +14,7 @@ import pytest
 
 from evolve.archive import summary_yield
 from evolve.loop import SearchLoop, run_search
-from policies.base import SamplingParams
+from policies.base import Generated, SamplingParams
 from policies.transformers_policy import TransformersPolicy
 from sandboxes.process import ProcessSandbox
 from tests.helpers import evolve_run_cmd, square_run, write_square_problem
@@ -159,3 +159,136 @@ def test_ctrl_c_mid_generation_stops_within_a_second_or_so_and_commits_no_half_g
     assert con.execute("SELECT COUNT(*) FROM completions").fetchone()[0] == 0
     assert con.execute("SELECT COUNT(*) FROM evaluations").fetchone()[0] == 1
     assert con.execute("SELECT status FROM runs").fetchone()[0] == "stopped"
+
+
+EXACT_SQUARE = "<variant 1>\n```python\ndef solve(x):\n    return x * x\n```\n</variant 1>"
+
+
+class SolvesThenRambles:
+    """The first group answers the square problem exactly; every later one is the endless model's, which only
+    an interrupt ends. A composition of two real policies: the recorded answer and a real tiny model. With
+    `finish_on_request`, the second call instead returns a normal group once the interrupt has been asked for:
+    a solve landing just as the group finished."""
+
+    max_concurrency = 1
+
+    def __init__(self, endless: TransformersPolicy, finish_on_request: bool = False) -> None:
+        self.endless, self.name, self.version, self.calls = endless, "solves-then-rambles", 0, 0
+        self.finish_on_request = finish_on_request
+        self.rambling, self.asked = threading.Event(), threading.Event()
+
+    def generate(self, prompt: str, params: SamplingParams, n: int) -> list[Generated]:
+        self.calls += 1
+        if self.calls == 1:
+            return [Generated(EXACT_SQUARE, None, None, "stop", self.version) for _ in range(n)]
+        self.rambling.set()
+        if self.finish_on_request:
+            assert self.asked.wait(60)
+            return [Generated(f"def solve(x):\n    return x + {i}", None, None, "stop", 0) for i in range(n)]
+        return self.endless.generate(prompt, params, n)
+
+    def interrupt(self) -> None:
+        self.endless.interrupt()
+        self.asked.set()
+
+    def withdraw_interrupt(self) -> None:
+        self.endless.withdraw_interrupt()
+
+    def close(self) -> None:
+        pass
+
+
+def run_until_solved(tmp_path, policy, **options):  # type: ignore[no-untyped-def]
+    """The square problem on one worker, scoring each child only once the second group is being sampled, so
+    that the solve lands mid-generation; returns (stop reason, run options, archive connection)."""
+    problem, archive, run, run_options = square_run(
+        tmp_path, workers=1, max_evaluations=50, max_new_tokens=10**6, fit_tokens_to_code=False, **options
+    )
+
+    class ScoresOnceRambling(ProcessSandbox):
+        def evaluate(self, problem, code):  # type: ignore[no-untyped-def]
+            if code != problem.seed_code:
+                policy.rambling.wait(60)
+            return super().evaluate(problem, code)
+
+    loop = SearchLoop(problem, archive, policy, ScoresOnceRambling(1), run, run_options)
+    outcome: list[str] = []
+    worker = threading.Thread(target=lambda: outcome.append(run_search(loop)), daemon=True)
+    worker.start()
+    worker.join(timeout=120)  # without the cut, the second group samples 10**6 tokens
+    assert not worker.is_alive(), "the run kept sampling after the goal was reached"
+    return outcome[0], run_options, sqlite3.connect(tmp_path / "a.db")
+
+
+@pytest.mark.parametrize(
+    ("goal", "reason"),
+    [
+        ({"stop_when_solved": True}, "solved: every component reached its best declared bound"),
+        ({"target": 1.0}, "target 1.0 reached"),
+    ],
+)
+def test_reaching_the_goal_ends_the_group_being_sampled(tmp_path, endless_model_dir, goal, reason):
+    """The README demo kept sampling a whole group after its solve; now the group in flight is cut (not stored)
+    while the queued children are still scored, and the policy's next call runs normally."""
+    endless = TransformersPolicy.load(str(endless_model_dir))
+    policy = SolvesThenRambles(endless)
+    stopped, options, con = run_until_solved(tmp_path, policy, **goal)
+    assert stopped == reason
+    assert policy.calls == 2  # the second group was being sampled when the solve landed
+    assert con.execute("SELECT COUNT(*) FROM completions").fetchone()[0] == options.group_size  # group 1 only
+    assert con.execute("SELECT COUNT(*) FROM variants WHERE status = 'ok' AND program_id IS NULL").fetchone()[0] == 0
+    assert con.execute("SELECT MAX(scalar) FROM evaluations").fetchone()[0] == 1.0
+    normal = endless.generate("x", SamplingParams(0.8, 0.95, 5), 2)  # the interrupt was honoured and consumed
+    assert [(g.finish_reason, len(g.token_ids or [])) for g in normal] == [("length", 5)] * 2
+
+
+def test_a_group_that_finished_as_the_goal_landed_is_kept_and_the_request_withdrawn(tmp_path, endless_model_dir):
+    """The interrupt is asked for while the call is in flight, but the call returns normally: its completions
+    are stored (nothing is lost) and the unconsumed request must not end the policy's next call."""
+    endless = TransformersPolicy.load(str(endless_model_dir))
+    policy = SolvesThenRambles(endless, finish_on_request=True)
+    stopped, options, con = run_until_solved(tmp_path, policy, stop_when_solved=True)
+    assert stopped == "solved: every component reached its best declared bound"
+    assert con.execute("SELECT COUNT(*) FROM completions").fetchone()[0] == 2 * options.group_size
+    normal = endless.generate("x", SamplingParams(0.8, 0.95, 4), 2)
+    assert [(g.finish_reason, len(g.token_ids or [])) for g in normal] == [("length", 4)] * 2
+
+
+class SolvesThenAsksTheServer:
+    """HTTP flavour of SolvesThenRambles: the second group is a request to a real loopback server over the
+    endless model, which only a cancelled request (the loop's cut) stops waiting for."""
+
+    max_concurrency = 1
+
+    def __init__(self, http: object) -> None:
+        self.http, self.name, self.version, self.calls = http, "solves-then-asks", 0, 0
+        self.rambling = threading.Event()
+
+    async def agenerate(self, prompt: str, params: SamplingParams, n: int) -> list[Generated]:
+        self.calls += 1
+        if self.calls == 1:
+            return [Generated(EXACT_SQUARE, None, None, "stop", self.version) for _ in range(n)]
+        self.rambling.set()
+        return await self.http.agenerate(prompt, params, n)  # type: ignore[attr-defined]
+
+    def generate(self, prompt: str, params: SamplingParams, n: int) -> list[Generated]:
+        raise AssertionError("the loop samples an async policy through agenerate")
+
+    def close(self) -> None:
+        pass
+
+
+def test_reaching_the_goal_cancels_the_request_in_flight(tmp_path, endless_model_dir):
+    from policies.http_policy import HttpPolicy
+    from tests.openai_server import LoopbackServer
+
+    server = LoopbackServer(endless_model_dir).start()
+    try:
+        policy = SolvesThenAsksTheServer(HttpPolicy(server.url, server.model_name, max_wait_s=30))
+        stopped, options, con = run_until_solved(tmp_path, policy, stop_when_solved=True)
+        assert stopped == "solved: every component reached its best declared bound"
+        assert policy.calls == 2
+        assert con.execute("SELECT COUNT(*) FROM completions").fetchone()[0] == options.group_size
+    finally:
+        server.policy.interrupt()  # the server does not abort on a dropped connection: end its generation
+        server.stop()
