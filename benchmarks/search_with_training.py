@@ -151,7 +151,9 @@ def write_problem(root: Path, task: Task) -> Problem:
     return load_problem(root)
 
 
-def prompt(task: Task, parent: str, scores: dict[str, float], feedback: str | None, others: list) -> str:
+def prompt(
+    task: Task, parent: str, scores: dict[str, float], feedback: str | None, others: list[tuple[str, dict]]
+) -> str:
     return build_prompt(PromptInputs(task.description, program(parent), scores, feedback, others, VARIANTS, "full"))
 
 

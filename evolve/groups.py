@@ -85,7 +85,6 @@ class GroupMaker:
     interrupted: asyncio.Event  # Ctrl-C: a generation in flight is abandoned
     sampling_cut: asyncio.Event  # Ctrl-C or the target reached: no group in flight is stored
     sampling = 0  # policy calls in flight
-    interrupt_asked = False  # cut_sampling() told the policy to stop between tokens
     stall: Stall
     adapter: Adapter
     children: asyncio.Queue[Child]
@@ -240,7 +239,6 @@ class GroupMaker:
         """Tell an in-process policy to stop between tokens, only while a call is in flight (a request that found
         none would end the policy's next, unrelated call); HTTP calls are cancelled through `sampling_cut`."""
         if self.sampling and isinstance(self.policy, Interruptible) and not isinstance(self.policy, AsyncPolicy):
-            self.interrupt_asked = True
             self.policy.interrupt()
 
     async def _sample(self, prompt: str, params: SamplingParams) -> list[Generated] | None:
@@ -250,23 +248,28 @@ class GroupMaker:
         if self.sampling_cut.is_set():
             return None
         self.sampling += 1
-        group, ended = None, False  # ended: the call came back or raised (Ctrl-C abandons it instead)
         try:
             if isinstance(self.policy, AsyncPolicy):  # HTTP policies: many groups in flight at once
                 return await cancel_on(self.sampling_cut, self.policy.agenerate(prompt, params, g))
             try:
                 group = await until_interrupted(self.interrupted, self.policy.generate, prompt, params, g)
             except Exception:
-                ended = True
+                self._withdraw_unseen_interrupt(None)
                 raise
-            ended = group is not None
+            if group is not None:  # None: abandoned on Ctrl-C; the policy's thread consumes the request itself
+                self._withdraw_unseen_interrupt(group)
             return group
         finally:
             self.sampling -= 1
-            if self.interrupt_asked and not self.sampling and isinstance(self.policy, Interruptible):
-                self.interrupt_asked = False
-                if ended and not (group and any(c.finish_reason == "interrupted" for c in group)):
-                    self.policy.withdraw_interrupt()  # the call ended before it saw the request: spare the next
+
+    def _withdraw_unseen_interrupt(self, group: list[Generated] | None) -> None:
+        """A call that came back (or raised) after the cut without honouring it had ended before it looked: the
+        request it was sent is still set and would end the policy's next, unrelated call, so withdraw it. The
+        cut is the only sender during a call: `interrupt_sampling` runs only once `sampling_cut` is set."""
+        if not self.sampling_cut.is_set() or not isinstance(self.policy, Interruptible):
+            return
+        if not (group and any(c.finish_reason == "interrupted" for c in group)):
+            self.policy.withdraw_interrupt()
 
     def finish_generating(self) -> None:
         """Start no further group; what is generated still gets evaluated (fixed-time benchmark runs)."""
