@@ -2,12 +2,12 @@
 
 Stdlib only. Speaks JSON lines: a job on stdin, one reply on stdout. Before it reads any job it forks the
 zygote (`zygote.py`), from which every candidate is forked: a candidate's address space never held another
-job. Per job it writes the job's files, hands the zygote the new candidate's pipe ends, feeds the job down
-the candidate's own pipe and reads its reply and output through capped pipes; then it kills every process of
-the candidate uid, has the zygote remove the uid's IPC objects, and wipes the scratch dirs, so nothing a
-candidate leaves behind can touch the next job. The container's memory cgroup caps all its processes together; a job
-during which the cgroup killed a process is reported, so that it scores `memory` even when the candidate
-itself lived on.
+job. Per job it writes the job's files (root's, read-only, in the sticky scratch folder), hands the zygote the
+new candidate's pipe ends, feeds the job down the candidate's own pipe and reads its reply and output through
+capped pipes; then the zygote kills and reaps every process of the job and removes its IPC objects, and only
+then does the runner wipe the scratch dirs, so nothing a candidate leaves behind can touch the next job. The
+container's memory cgroup caps all its processes together; a job during which the cgroup killed a process is
+reported, so that it scores `memory` even when the candidate itself lived on.
 """
 
 import contextlib
@@ -21,8 +21,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import zygote
-from sweep import all_threads_dead  # stdlib only, like zygote: both run inside the container
+import zygote  # stdlib only: it runs inside the container
 
 UID = int(os.environ.get("EVOLVE_SANDBOX_UID", "1000"))
 SCRATCH = ("/work", "/tmp", "/dev/shm", "/dev/mqueue")  # POSIX message queues live on in /dev/mqueue
@@ -70,45 +69,19 @@ def oom_kills():
     return None
 
 
-def kill_uid():
-    """SIGKILL every process of the candidate uid, until none is left (a fork bomb races us for a while)."""
-    for _ in range(100):
-        found = False
-        for entry in os.listdir("/proc"):
-            if entry.isdigit():
-                try:
-                    if os.stat(f"/proc/{entry}").st_uid != UID:
-                        continue
-                    with open(f"/proc/{entry}/stat", "rb") as f:
-                        state = f.read().rsplit(b")", 1)[1].split()[0]
-                    # "Z" may be a leader thread that exited while other threads of the process still run
-                    if state not in (b"Z", b"X") or not all_threads_dead(entry):
-                        os.kill(int(entry), signal.SIGKILL)
-                        found = True
-                except OSError:
-                    pass
-        if not found:
-            return
-        time.sleep(0.005)
-
-
-def sysv_ipc_left():
-    """Whether a candidate left System V IPC objects (nothing else in the container makes any): the zygote's
-    removal, which costs a fork, is needed only then."""
-    for kind in ("shm", "msg", "sem"):
-        with contextlib.suppress(OSError), open(f"/proc/sysvipc/{kind}") as f:
-            if len(f.readlines()) > 1:  # a header line, then one per object
-                return True
-    return False
-
-
 def prepare(job):
+    """Write the job's files as root's and read-only, in /work owned by root with the sticky bit (as /tmp).
+
+    The candidate may create its own files there, but neither change, rename over nor delete these: whatever a
+    process of the candidate uid did, the program that the next candidate runs is the one written here. A file
+    already there (which the wipe would have removed) fails the job as a runner error instead of being reused.
+    """
+    os.chown("/work", 0, 0)
+    os.chmod("/work", 0o1777)
     for name, text in job.pop("files").items():
-        path = os.path.join("/work", name)
-        with open(path, "w") as f:
+        fd = os.open(os.path.join("/work", name), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o444)
+        with open(fd, "w") as f:
             f.write(text)
-        os.chown(path, UID, UID)
-    os.chown("/work", UID, UID)
 
 
 def from_zygote(channel, expected):
@@ -193,9 +166,8 @@ def run(job, channel):
         with contextlib.suppress(ProcessLookupError):
             signal.pidfd_send_signal(pidfd, signal.SIGKILL)  # it may still be root, before its uid drop
     os.close(pidfd)
-    kill_uid()
-    channel.sendall(b"clean+ipc" if sysv_ipc_left() else b"clean")
-    code = zygote.EXIT.unpack(from_zygote(channel, b"exit")[0])[0]
+    channel.sendall(b"clean")  # the zygote kills and reaps every process of the job before it answers
+    code, gone = zygote.EXIT.unpack(from_zygote(channel, b"exit")[0])
     if status is None:
         status = (
             f"exit {os.waitstatus_to_exitcode(code)}"
@@ -206,7 +178,7 @@ def run(job, channel):
         )
     for fd in buffers:
         os.close(fd)
-    clean = wipe()
+    clean = wipe() and gone  # a process that outlived the kill costs the container
     oom_after = oom_kills()
     raw = b"".join(buffers[reply_r])
     try:

@@ -9,14 +9,22 @@ pipe ends (descriptors over a Unix socket); the candidate, once forked, reads it
 Protocol (one SOCK_SEQPACKET message each; descriptors travel as SCM_RIGHTS):
     runner -> zygote  b"run" with [reply_w, out_w, err_w, job_r]
     zygote -> runner  b"pid" with [pidfd of the candidate]  (the runner SIGKILLs it through that at the deadline)
-    runner -> zygote  b"clean" (or b"clean+ipc" when System V IPC objects are left), once the candidate has
-                      exited and the runner has killed every process of its uid
-    zygote -> runner  b"exit" + the candidate's wait status, once it is reaped and its IPC objects are removed
+    runner -> zygote  b"clean", once the candidate has exited (or the runner has killed it)
+    zygote -> runner  b"exit" + EXIT: the candidate's wait status, and whether every process of the candidate
+                      uid is gone (killed and reaped) and its System V IPC objects removed
 The job pipe starts with HEADER (the limits to apply and whether to exec a fresh interpreter), then the job
 as one JSON line, which the harness reads after the candidate has become the unprivileged uid.
+
+Nothing outlives its job. The zygote is the child subreaper of everything its candidates make: orphans and
+children made with clone(CLONE_PARENT) all become its children, so it reaps them whoever made them, and once
+it has no child left no process of the job exists. After each job that left one, it has the job killer
+(`job_killer.py`) call kill(-1, SIGKILL) as the candidate uid, which no fork can outrun, and reaps until it
+has no child, within a bounded time; when something is still alive then, the runner says the container is
+dirty and the engine replaces it.
 """
 
 import contextlib
+import ctypes
 import os
 import resource
 import socket
@@ -24,10 +32,12 @@ import struct
 import sys
 
 import harness  # pre-imported so that forked candidates start warm
+import job_killer
 
 HEADER = struct.Struct("<dQQ?")  # timeout_s, memory_mb, max_file_mb, spawn
-EXIT = struct.Struct("<i")
+EXIT = struct.Struct("<i?")  # the candidate's wait status, every process of the uid gone
 REPLY_FD = 3  # where the candidate finds its reply pipe
+PR_SET_CHILD_SUBREAPER = 36
 
 
 def read_exactly(fd, size):
@@ -79,14 +89,12 @@ def remove_sysv_ipc(uid):
 
     They outlive the processes that made them, so a candidate could hold memory or signal later jobs. Only
     their creator's uid (or CAP_SYS_ADMIN, which the container lacks) may remove them: a fork that becomes that
-    uid removes them all, once the runner has killed every process of that uid (none could stop it then).
+    uid removes them all, once every process of that uid is gone (none could stop it then).
     """
     pid = os.fork()
     if pid == 0:
         code = 1
         try:
-            import ctypes
-
             libc = ctypes.CDLL(None, use_errno=True)
             os.setgroups([])
             os.setgid(uid)
@@ -107,13 +115,30 @@ def remove_sysv_ipc(uid):
     os.waitpid(pid, 0)
 
 
-def run_one(sock, fds, uid):
-    """Fork one candidate, hand the runner its pidfd, reap it; once the runner has killed what the candidate
-    left (b"clean"), remove its IPC objects if asked to, and report its wait status.
+def reap_until(pid):
+    """Reap every child that exits (orphans and CLONE_PARENT children of the candidate too, which would
+    otherwise hold pids until the container's limit is spent) until `pid` does; its wait status."""
+    while True:
+        reaped, status = os.waitpid(-1, 0)
+        if reaped == pid:
+            return status
+
+
+def sysv_ipc_left():
+    """Whether System V IPC objects exist (nothing but candidates makes any): removing them costs a fork."""
+    for kind in ("shm", "msg", "sem"):
+        with contextlib.suppress(OSError), open(f"/proc/sysvipc/{kind}") as f:
+            if len(f.readlines()) > 1:  # a header line, then one per object
+                return True
+    return False
+
+
+def run_one(sock, fds, uid, ask_kill):
+    """Fork one candidate, hand the runner its pidfd, reap it; once the runner says it is done (b"clean"),
+    kill and reap whatever the job left, remove its IPC objects, and report.
 
     A function of its own, so that nothing of this job (not even its pid) stays in a frame of the zygote's loop
-    for a later candidate to walk up to. The zygote reads nothing a candidate wrote: the runner, whose memory
-    no candidate inherits, scans the candidates' /proc entries to kill them.
+    for a later candidate to walk up to. The zygote reads nothing a candidate wrote.
     """
     pid = os.fork()
     if pid == 0:
@@ -126,27 +151,28 @@ def run_one(sock, fds, uid):
         os.close(fd)
     socket.send_fds(sock, [b"pid"], [pidfd])
     os.close(pidfd)
-    _, status = os.waitpid(pid, 0)
-    command = sock.recv(16)
-    if command not in (b"clean", b"clean+ipc"):
+    status = reap_until(pid)
+    if sock.recv(16) != b"clean":
         os._exit(0)  # the runner is gone
-    if command == b"clean+ipc":
+    gone = job_killer.kill_leftovers(ask_kill, uid)
+    if gone and sysv_ipc_left():
         remove_sysv_ipc(uid)
-    sock.sendall(b"exit" + EXIT.pack(status))
+    sock.sendall(b"exit" + EXIT.pack(status, gone))
 
 
-def serve(sock, uid):
+def serve(sock, uid, ask_kill):
     """The zygote's loop: one candidate at a time, until the runner closes its end. Never returns."""
     while True:
         message, fds, _, _ = socket.recv_fds(sock, 16, 4)
         if message != b"run" or len(fds) != 4:  # the runner is gone (or confused): end, and it sees us gone
             os._exit(0)
-        run_one(sock, fds, uid)
+        run_one(sock, fds, uid, ask_kill)
         del message, fds
 
 
 def start(uid):
-    """Fork the zygote; the runner's end of its socket. Call before any job is read."""
+    """Fork the job killer, then the zygote; the runner's end of the zygote's socket. Call before any job is read."""
+    ask_kill = job_killer.start_killer(uid)
     runner_end, zygote_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     pid = os.fork()
     if pid == 0:
@@ -156,11 +182,15 @@ def start(uid):
             devnull = os.open(os.devnull, os.O_RDWR)
             os.dup2(devnull, 0)  # the runner's job channel is not even readable here
             os.dup2(devnull, 1)
-            keep = zygote_end.fileno()
-            os.closerange(3, keep)
-            os.closerange(keep + 1, 1 << 20)
-            serve(zygote_end, uid)
+            keep = sorted((zygote_end.fileno(), ask_kill))
+            os.closerange(3, keep[0])
+            os.closerange(keep[0] + 1, keep[1])
+            os.closerange(keep[1] + 1, 1 << 20)
+            if ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+                os._exit(1)  # without it orphans would escape its reaping and its count: no job may run
+            serve(zygote_end, uid, ask_kill)
         finally:
             os._exit(code)
     zygote_end.close()
+    os.close(ask_kill)
     return runner_end
