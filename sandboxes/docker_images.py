@@ -33,21 +33,43 @@ class ImageSpec:
 PYTHON_INSIDE = "/opt/python"  # never under a scratch folder the runner wipes after each job (/work, /tmp, /dev/shm)
 
 
-def _host_python() -> tuple[str, dict[str, str]]:
-    """(interpreter path inside the container, {host path: container path}) for the host's Python.
+def python_binds(executable: Path, base_prefix: Path) -> tuple[str, dict[str, str]]:
+    """(interpreter path inside the container, {host path: container path}) for an installation.
 
     The installation is bound at PYTHON_INSIDE whatever its host path: were it bound at its own path under
-    /tmp or /work, the runner's wipe would walk the whole tree after every job (and a writable bind would be
-    deleted). A Python under /usr comes in with /usr itself. The container runs the base interpreter, which
-    finds its standard library relative to itself.
+    /tmp, /work, /dev/shm or a home folder, a scratch mount would shadow it or the runner's wipe would walk it
+    after every job. A Python under /usr comes in with /usr itself. `executable` is the base interpreter (a
+    virtual environment's own, even a copy, would look for its standard library at the host path named in its
+    pyvenv.cfg, which the container does not have).
     """
-    executable = Path(sys.executable).resolve()
-    base = Path(sys.base_prefix).resolve()
+    executable, base = executable.resolve(), base_prefix.resolve()
     if executable.is_relative_to("/usr"):
         return str(executable), {}
     if not executable.is_relative_to(base):
         base = executable.parent.parent
     return f"{PYTHON_INSIDE}/{executable.relative_to(base)}", {str(base): PYTHON_INSIDE}
+
+
+def _host_python() -> tuple[str, dict[str, str]]:
+    """`python_binds` for the Python running this: its base installation, also when run from a virtual
+    environment (a venv's interpreter, symlink or copy, is the base one with another sys.prefix)."""
+    base_executable = Path(getattr(sys, "_base_executable", "") or sys.executable)
+    return python_binds(base_executable if base_executable.is_file() else Path(sys.executable), Path(sys.base_prefix))
+
+
+def host_binds() -> tuple[str, dict[str, str]]:
+    """(interpreter inside, every read-only bind) of the base image made here: the host's /usr and Python."""
+    python, installation = _host_python()
+    return python, {"/usr": "/usr", **installation}
+
+
+def runtime_env(spec: ImageSpec) -> dict[str, str]:
+    """Environment the container needs for the image's Python: a Python bound at PYTHON_INSIDE loads its own
+    shared libraries (libpython), which its host path, written into the binary, no longer reaches; without
+    this the loader took the system's libpython of another patch release, or none."""
+    if PYTHON_INSIDE in spec.binds.values():
+        return {"LD_LIBRARY_PATH": f"{PYTHON_INSIDE}/lib"}
+    return {}
 
 
 def build_base(client: Any) -> ImageSpec:
@@ -67,8 +89,8 @@ def build_base(client: Any) -> ImageSpec:
         info = tarfile.TarInfo("etc/passwd")
         info.size = len(passwd)
         tar.addfile(info, io.BytesIO(passwd))
-    python, python_binds = _host_python()
-    binds = ",".join(f"{host}={inside}" for host, inside in {"/usr": "/usr", **python_binds}.items())
+    python, all_binds = host_binds()
+    binds = ",".join(f"{host}={inside}" for host, inside in all_binds.items())
     changes = [f'LABEL {LABEL_PYTHON}="{python}" {LABEL_BINDS}="{binds}"']
     client.api.import_image_from_data(
         buf.getvalue(), repository=HOST_BASE.split(":")[0], tag=HOST_BASE.split(":")[1], changes=changes

@@ -21,7 +21,7 @@ from typing import Any
 
 from evolve.problem import Problem
 from sandboxes.base import ErrorKind, EvalOutcome
-from sandboxes.docker_images import ImageSpec, image_for
+from sandboxes.docker_images import ImageSpec, image_for, runtime_env
 from sandboxes.scoring import make_job, outcome_from, program_filename
 
 SANDBOX_DIR = Path(__file__).resolve().parent
@@ -60,6 +60,7 @@ class WarmContainer:
         volumes = {str(SANDBOX_DIR): {"bind": "/opt/evolve", "mode": "ro"}}
         volumes.update({host: {"bind": inside, "mode": "ro"} for host, inside in spec.binds.items()})
         env = {"PYTHONDONTWRITEBYTECODE": "1", "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "HOME": "/work"}
+        env.update(runtime_env(spec))
         if problem.data_dir is not None:
             volumes[str(problem.data_dir)] = {"bind": "/data", "mode": "ro"}
             env["EVOLVE_DATA_DIR"] = "/data"
@@ -182,12 +183,19 @@ class DockerSandbox:
     hides_files = True
 
     def __init__(
-        self, workers: int = 2, *, spawn: bool = False, recycle_every: int = 500, base_image: str | None = None
+        self,
+        workers: int = 2,
+        *,
+        spawn: bool = False,
+        recycle_every: int = 500,
+        base_image: str | None = None,
+        image: ImageSpec | None = None,
     ) -> None:
+        """`image`, when given, is used for every problem as it is (an image and binds resolved by the caller)."""
         import docker
 
         self.client = docker.from_env(timeout=60)
-        self.spawn, self.recycle_every, self.base_image = spawn, recycle_every, base_image
+        self.spawn, self.recycle_every, self.base_image, self.image = spawn, recycle_every, base_image, image
         self._idle: queue.Queue[WarmContainer] = queue.Queue()
         self._spec: ImageSpec | None = None
         self._problem_root: Path | None = None
@@ -218,7 +226,8 @@ class DockerSandbox:
     def _take(self, problem: Problem) -> WarmContainer:
         if self._problem_root != problem.root:
             self.close()
-            self._spec, self._problem_root = image_for(self.client, problem, self.base_image), problem.root
+            self._spec = self.image or image_for(self.client, problem, self.base_image)
+            self._problem_root = problem.root
         try:
             return self._idle.get_nowait()
         except queue.Empty:
