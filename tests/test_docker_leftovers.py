@@ -154,11 +154,14 @@ def test_a_clone_chain_that_outruns_a_scan_is_killed_before_the_next_job(sandbox
     the chain lived on after most attacks; the kill as the candidate uid leaves it no way out."""
     problem = roomy_problem
     attack = hop_chain_candidate(f"/work/{problem.config.program.file}", "def solve(x):\n    return -7\n", 0, 300)
+    assert_known_vectors(sandbox, problem, rounds=1)
+    (container,) = ours(sandbox)
     for _ in range(4):
         assert sandbox.evaluate(problem, attack).scores == {"c0": 1.0, "c1": 1.0}
         assert_known_vectors(sandbox, problem, rounds=1)
         uid, peers = candidate_uid_and_peers(sandbox, problem)
         assert peers == [], f"processes of uid {uid} outlived their job: {peers}"
+    assert ours(sandbox) == [container], "the kill failed and the container had to be replaced"
 
 
 # Leaves processes that, once the candidate has exited, SIGKILL everything they may signal and fork more of
@@ -211,10 +214,13 @@ def solve(x):
 
 def test_children_handed_to_the_zygote_are_reaped(sandbox, problem):
     """60 such zombies once spent the container's pids limit: every later program that forked then failed."""
+    assert_known_vectors(sandbox, problem, KNOWN_FORKING, rounds=1)
+    (container,) = ours(sandbox)
     for _ in range(3):  # each makes up to 800 children (as many as the pids limit lets live at once)
         assert sandbox.evaluate(problem, CLONE_PARENT_CHILDREN).scores == {"c0": 1.0, "c1": 1.0}
         assert_known_vectors(sandbox, problem, KNOWN_FORKING, rounds=1)
         assert candidate_uid_and_peers(sandbox, problem)[1] == []
+    assert ours(sandbox) == [container], "the container had to be replaced"
 
 
 # Tries to change, replace or remove its own program (the next job's files are made the same way), and to
@@ -281,7 +287,6 @@ def solve(x):
     if pid == 0:
         os._exit(0)
     got['clone3'] = 'created' if pid > 0 else ctypes.get_errno()
-    got['uid_map'] = open('/proc/self/uid_map').read().split()
     return got
 """
 
@@ -294,6 +299,5 @@ def test_user_namespaces_are_refused_to_candidates(sandbox, problem):
         "unshare": errno.EPERM,
         "clone": errno.EPERM,
         "clone3": errno.ENOSYS,
-        "uid_map": ["0", "0", "4294967295"],
     }
     assert_known_vectors(sandbox, problem, rounds=1)
