@@ -200,14 +200,9 @@ def test_leftovers_that_kill_and_fork_cannot_stop_their_killer(sandbox, problem)
 CLONE_PARENT_CHILDREN = """import ctypes, os
 def solve(x):
     libc = ctypes.CDLL(None, use_errno=True)
-    made = 0
-    for _ in range(400):
-        pid = libc.syscall(56, 0x8000 | 17, 0, 0, 0, 0)  # clone(CLONE_PARENT | SIGCHLD)
-        if pid == 0:
+    for _ in range(60):  # more than the container's pids limit (48) holds, over both cases
+        if libc.syscall(56, 0x8000 | 17, 0, 0, 0, 0) == 0:  # clone(CLONE_PARENT | SIGCHLD)
             os._exit(0)
-        if pid < 0:
-            break
-        made += 1
     return x * x
 """
 
@@ -216,7 +211,7 @@ def test_children_handed_to_the_zygote_are_reaped(sandbox, problem):
     """60 such zombies once spent the container's pids limit: every later program that forked then failed."""
     assert_known_vectors(sandbox, problem, KNOWN_FORKING, rounds=1)
     (container,) = ours(sandbox)
-    for _ in range(3):  # each makes up to 800 children (as many as the pids limit lets live at once)
+    for _ in range(3):
         assert sandbox.evaluate(problem, CLONE_PARENT_CHILDREN).scores == {"c0": 1.0, "c1": 1.0}
         assert_known_vectors(sandbox, problem, KNOWN_FORKING, rounds=1)
         assert candidate_uid_and_peers(sandbox, problem)[1] == []
