@@ -1,0 +1,102 @@
+"""The process sandbox's jail holds wherever the interpreter lives (issue 22).
+
+A `.venv` inside a checkout under /work vanished under the jail's /work scratch (bubblewrap: "execvp
+.../.venv/bin/python3: No such file or directory"), one under /tmp under its private /tmp, and the sandbox fell
+back to WEAK, which `evolve eval` then used as root. Each layout here is a real virtual environment; with its
+python the sandbox must say it hides files, score known programs to their exact vectors, and show the candidate
+the runtime read-only at the jail's own paths and nothing of the host's. CI runs this file as root and, through
+scripts/test-as-user.sh, as an unprivileged user.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from sandboxes.jail import find_jail
+from tests.helpers import write_problem
+from tests.layouts import LAYOUTS, env_for, layout_venv
+from tests.services import missing
+
+KNOWN = [
+    ("def solve(x):\n    return x * x\n", {"c0": 1.0, "c1": 1.0}),
+    ("def solve(x):\n    return 4\n", {"c0": 1.0, "c1": 0.0}),
+    ("def solve(x):\n    return 9\n", {"c0": 0.0, "c1": 1.0}),
+    ("def solve(x):\n    return -1\n", {"c0": 0.0, "c1": 0.0}),
+]
+# Inside the jail: the runtime at /opt, read-only; /work holds the job's files only; /tmp is empty; no host path
+# of the environment is there. All true: 4 for both cases, {"c0": 1.0, "c1": 0.0}; anything else: -1.
+LOOK_AROUND = """import os, sys
+def solve(x):
+    try:
+        open(sys.prefix + "/evolve-write-test", "w")
+        writable = True
+    except OSError:
+        writable = False
+    seen = (sys.prefix, sys.executable, sorted(os.listdir("/work")), os.listdir("/tmp"),
+            os.path.exists(HOST_VENV), os.path.exists(os.path.dirname(HOST_VENV)), writable)
+    want = ("/opt/venv", "/opt/venv/bin/python3", ["_evolve_harness.py", "seed.py"], [], False, False, False)
+    return 4 if seen == want else -1
+"""
+EVAL_FLAGS = ("--sandbox", "process", "--json")
+SCRIPT = """import json, sys
+from evolve.problem import load_problem
+from sandboxes.process import ProcessSandbox
+problem = load_problem(sys.argv[1])
+programs = json.loads(sys.argv[2])
+box = ProcessSandbox(slots=1)
+try:
+    print(json.dumps({"hides": box.hides_files, "isolation": box.isolation(),
+                      "vectors": [box.evaluate(problem, code).scores for code in programs]}))
+finally:
+    box.close()
+"""
+
+
+@pytest.fixture(scope="module", params=LAYOUTS)
+def venv_python(request) -> Iterator[Path]:
+    if find_jail()[0] is None:
+        missing("bubblewrap", find_jail()[1])
+    with layout_venv(request.param) as python:
+        yield python
+
+
+@pytest.fixture(scope="module")
+def problem_dir(tmp_path_factory) -> Path:
+    return write_problem(tmp_path_factory.mktemp("layout") / "p", timeout=10)
+
+
+def test_the_jail_holds_wherever_the_interpreter_lives(venv_python, problem_dir):
+    look = LOOK_AROUND.replace("HOST_VENV", repr(str(venv_python.parent.parent)))
+    programs = [look] + [code for code, _ in KNOWN]
+    out = subprocess.run(
+        [str(venv_python), "-c", SCRIPT, str(problem_dir), json.dumps(programs)],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env=env_for(venv_python),
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    got = json.loads(out.stdout)
+    assert got["hides"] and "WEAK" not in got["isolation"], got["isolation"]
+    assert got["vectors"] == [{"c0": 1.0, "c1": 0.0}] + [want for _, want in KNOWN]
+
+
+def test_evolve_eval_runs_jailed_with_that_interpreter(venv_python, problem_dir, tmp_path):
+    for code, want in KNOWN[1:3]:
+        program = tmp_path / "candidate.py"
+        program.write_text(code)
+        out = subprocess.run(
+            [str(venv_python), "-m", "evolve.cli", "eval", str(problem_dir), str(program), *EVAL_FLAGS],
+            capture_output=True,
+            text=True,
+            timeout=240,
+            env=env_for(venv_python),
+        )
+        assert out.returncode == 0, out.stderr[-2000:]
+        got = json.loads(out.stdout)
+        assert "WEAK" not in got["isolation"] and got["scores"] == want, got
