@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import textwrap
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,27 +26,10 @@ import pytest
 
 from sandboxes.jail import find_jail
 from tests.layouts import env_for, layout_venv
+from tests.probes import probe_problem
 from tests.services import missing
 
 PROBES = ("environ", "cmdline", "fd", "answers", "control")
-TOML = """
-name = "probe"
-description = "What a candidate found of the engine's secrets."
-[program]
-file = "seed.py"
-[fitness]
-components = [{}]
-[limits]
-timeout_s = 20
-memory_mb = 512
-""".format(", ".join(f'{{ name = "{p}", direction = "minimize", fail_value = -1.0 }}' for p in PROBES))
-EVALUATE = """
-def cases():
-    return [{"name": p, "input": p} for p in PROBES]
-
-def score(case, output):
-    return float(output)
-""".replace("PROBES", repr(PROBES))
 # The markers travel reversed in the candidate's code, so no process holding that code matches them.
 CANDIDATE = """import os, stat, subprocess, sys, tempfile, time
 FOUND = {}
@@ -114,11 +96,7 @@ def work_venv() -> Iterator[Path]:
 
 def attack(python: Path, tmp_path: Path, *flags: str, path: str | None = None) -> subprocess.CompletedProcess:
     """Run `evolve eval` on the probing candidate with the three markers in place; returns the finished process."""
-    problem = tmp_path / "probe"
-    problem.mkdir()
-    (problem / "problem.toml").write_text(TOML)
-    (problem / "evaluate.py").write_text(textwrap.dedent(EVALUATE))
-    (problem / "seed.py").write_text("def solve(what):\n    return 0\n")
+    problem = probe_problem(tmp_path / "probe", PROBES)
     env_marker, arg_marker, fd_marker = (f"{kind}-{uuid.uuid4().hex}" for kind in ("env", "arg", "fd"))
     program = tmp_path / f"candidate-{arg_marker}.py"
     code = CANDIDATE.replace("MARKERS", repr([m[::-1] for m in (env_marker, arg_marker, fd_marker)]))
