@@ -153,12 +153,6 @@ class Jail:
             if os.path.exists(extra):
                 args += ["--ro-bind", extra, extra]
         args += ["--proc", "/proc", "--dev", "/dev"]
-        # Private, size-capped scratch: /work is a tmpfs (a candidate cannot fill the host's disk) into which
-        # the files the engine wrote for the job are bound read-only.
-        for mount, size in SCRATCH_BYTES.items():
-            args += ["--perms", "01777", "--size", str(size), "--tmpfs", mount]
-        for name in sorted(os.listdir(workdir)):
-            args += ["--ro-bind", os.path.join(workdir, name), f"{WORK}/{name}"]
         if data_dir is not None:
             args += ["--ro-bind", str(data_dir), DATA]
         runtime, made = self.runtime, set()
@@ -168,6 +162,18 @@ class Jail:
             args += ["--symlink", target, inside]
         if files.venv_cfg is not None:
             args += ["--perms", "0644", "--ro-bind-data", str(files.venv_cfg), f"{VENV_INSIDE}/pyvenv.cfg"]
+        # The root bubblewrap builds on is a tmpfs without a size, writable in a user namespace: read-only from
+        # here on, with submounts; the scratch mounts come after it. (Its folders are 0755: the slot's uid, not
+        # root, must cross them.)
+        for mount in SCRATCH_BYTES:
+            args += ["--perms", "0755", "--dir", mount]
+        args += ["--remount-ro", "/"]
+        # Private, size-capped scratch: /work is a tmpfs (a candidate cannot fill the host's disk) into which
+        # the files the engine wrote for the job are bound read-only.
+        for mount, size in SCRATCH_BYTES.items():
+            args += ["--perms", "01777", "--size", str(size), "--tmpfs", mount]
+        for name in sorted(os.listdir(workdir)):
+            args += ["--ro-bind", os.path.join(workdir, name), f"{WORK}/{name}"]
         if runtime.library_path is not None:
             args += ["--setenv", "LD_LIBRARY_PATH", runtime.library_path]
         if self.as_root:
@@ -182,6 +188,7 @@ assert os.getpid() < 10, "no pid namespace"
 assert not os.path.exists(HIDDEN), "the host's temp folder is visible"
 assert sys.prefix in ("/opt/venv", sys.base_prefix), sys.prefix
 assert os.statvfs("/work").f_blocks * os.statvfs("/work").f_frsize <= WORK_BYTES, "/work is not the jail's scratch"
+assert not os.access("/", os.W_OK), "the jail's root is writable"
 """
 
 

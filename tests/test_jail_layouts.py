@@ -28,18 +28,22 @@ KNOWN = [
     ("def solve(x):\n    return 9\n", {"c0": 0.0, "c1": 1.0}),
     ("def solve(x):\n    return -1\n", {"c0": 0.0, "c1": 0.0}),
 ]
-# Inside the jail: the runtime at /opt, read-only; /work holds the job's files only; /tmp is empty; no host path
-# of the environment is there. All true: 4 for both cases, {"c0": 1.0, "c1": 0.0}; anything else: -1.
+# Inside the jail: the runtime at /opt, read-only, and the jail's root too; /work holds the job's files only;
+# /tmp is empty; no host path of the environment is there. All true: 4 for both cases, {"c0": 1.0, "c1": 0.0};
+# anything else: -1.
 LOOK_AROUND = """import os, sys
-def solve(x):
+def _writable(folder):
     try:
-        open(sys.prefix + "/evolve-write-test", "w")
-        writable = True
+        with open(folder + "/evolve-write-test", "w"):
+            return True
     except OSError:
-        writable = False
+        return False
+def solve(x):
     seen = (sys.prefix, sys.executable, sorted(os.listdir("/work")), os.listdir("/tmp"),
-            os.path.exists(HOST_VENV), os.path.exists(os.path.dirname(HOST_VENV)), writable)
-    want = ("/opt/venv", "/opt/venv/bin/python3", ["_evolve_harness.py", "seed.py"], [], False, False, False)
+            os.path.exists(HOST_VENV), os.path.exists(os.path.dirname(HOST_VENV)),
+            [_writable(f) for f in (sys.prefix, sys.prefix + "/lib", "/", "/opt", "/work", "/tmp")])
+    want = ("/opt/venv", "/opt/venv/bin/python3", ["_evolve_harness.py", "seed.py"], [], False, False,
+            [False, False, False, False, True, True])
     return 4 if seen == want else -1
 """
 EVAL_FLAGS = ("--sandbox", "process", "--json")
