@@ -204,12 +204,13 @@ def _diagnosis(stderr: str) -> str:
     return f"bubblewrap cannot make the sandbox here ({said})"
 
 
-def find_jail() -> tuple[Jail | None, str]:
-    """A working jail, or None and why not (one line naming the true cause and, where known, the fix)."""
+def find_jail(runtime: Runtime | None = None) -> tuple[Jail | None, str]:
+    """A working jail for `runtime` (this interpreter's by default), or None and why not (one line naming the
+    true cause and, where known, the fix)."""
     bwrap = shutil.which("bwrap")
     if bwrap is None:
         return None, "bubblewrap is not installed (apt-get install bubblewrap)"
-    jail = Jail(bwrap, os.geteuid() == 0, jail_runtime())
+    jail = Jail(bwrap, os.geteuid() == 0, runtime or jail_runtime())
     files = jail.job_files(SocketRule.NONE)
     try:
         with tempfile.TemporaryDirectory() as workdir:

@@ -13,11 +13,12 @@ from __future__ import annotations
 import json
 import subprocess
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from sandboxes.jail import find_jail
+from sandboxes.jail import find_jail, jail_runtime
 from tests.helpers import write_problem
 from tests.layouts import LAYOUTS, env_for, layout_venv
 from tests.services import missing
@@ -104,3 +105,12 @@ def test_evolve_eval_runs_jailed_with_that_interpreter(venv_python, problem_dir,
         assert out.returncode == 0, out.stderr[-2000:]
         got = json.loads(out.stdout)
         assert "WEAK" not in got["isolation"] and got["scores"] == want, got
+
+
+def test_a_failed_probe_names_its_true_cause():
+    """bubblewrap's own words, not a guess about user namespaces (which the old message always made)."""
+    if find_jail()[0] is None:
+        missing("bubblewrap", find_jail()[1])
+    jail, why = find_jail(replace(jail_runtime(), executable="/opt/python/bin/no-such-python"))
+    assert jail is None and "execvp /opt/python/bin/no-such-python: No such file or directory" in why, why
+    assert "namespace" not in why and why.count("\n") == 0, why
