@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -143,3 +144,48 @@ def test_without_a_jail_the_candidate_finds_no_engine_secret_or_does_not_run(wor
     got = json.loads(out.stdout)
     assert "WEAK" in got["isolation"], got
     assert got["scores"] == {**CLEAN, "answers": 1.0}, got  # WEAK: the host's files, not the engine's secrets
+
+
+ENGINE = """import sys, time
+from sandboxes.engine_guard import guard_engine
+if sys.argv[1] == "guarded":
+    guard_engine(shares_proc=True)
+print("ready", flush=True)
+time.sleep(60)
+"""
+READER = """import json, sys
+pid, env_marker, arg_marker = sys.argv[1:]
+found = []
+for name, marker in (("environ", env_marker), ("cmdline", arg_marker)):
+    try:
+        with open(f"/proc/{pid}/{name}", "rb") as f:
+            found.append(marker.encode() in f.read())
+    except OSError:
+        found.append(False)
+print(json.dumps(found))
+"""
+
+
+@pytest.mark.parametrize("mode, readable", [("plain", [True, True]), ("guarded", [False, False])])
+def test_the_engine_guard_hides_its_environment_and_arguments_from_its_own_uid(mode, readable):
+    """Another process of the engine's own uid (a WEAK candidate, if it shared the engine's user namespace)
+    reads both from a plain engine, neither from a guarded one."""
+    if os.geteuid() == 0:
+        pytest.skip("root reads every process's entries; scripts/test-as-user.sh runs this unprivileged")
+    env_marker, arg_marker = f"env-{uuid.uuid4().hex}", f"arg-{uuid.uuid4().hex}"
+    env = {**os.environ, "EVOLVE_TEST_SECRET": env_marker}
+    engine = subprocess.Popen(
+        [sys.executable, "-c", ENGINE, mode, arg_marker], stdout=subprocess.PIPE, text=True, env=env
+    )
+    try:
+        assert engine.stdout is not None and engine.stdout.readline() == "ready\n"
+        out = subprocess.run(
+            [sys.executable, "-c", READER, str(engine.pid), env_marker, arg_marker],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert json.loads(out.stdout) == readable, out.stderr
+    finally:
+        engine.kill()
+        engine.wait()
