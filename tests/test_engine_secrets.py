@@ -122,6 +122,7 @@ def attack(python: Path, tmp_path: Path, *flags: str, path: str | None = None) -
         os.close(fd)
 
 
+@pytest.mark.slow  # a virtual environment and evolve subprocesses
 def test_a_jailed_candidate_finds_no_engine_secret(work_venv, tmp_path):
     if find_jail()[0] is None:
         missing("bubblewrap", find_jail()[1])
@@ -131,6 +132,7 @@ def test_a_jailed_candidate_finds_no_engine_secret(work_venv, tmp_path):
     assert got["scores"] == CLEAN and "WEAK" not in got["isolation"], got
 
 
+@pytest.mark.slow  # a virtual environment and evolve subprocesses
 def test_without_a_jail_the_candidate_finds_no_engine_secret_or_does_not_run(work_venv, tmp_path):
     no_bwrap = tmp_path / "bin"
     no_bwrap.mkdir()

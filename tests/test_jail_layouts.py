@@ -75,6 +75,7 @@ def problem_dir(tmp_path_factory) -> Path:
     return write_problem(tmp_path_factory.mktemp("layout") / "p", timeout=10)
 
 
+@pytest.mark.slow  # a virtual environment and evolve subprocesses
 def test_the_jail_holds_wherever_the_interpreter_lives(venv_python, problem_dir):
     look = LOOK_AROUND.replace("HOST_VENV", repr(str(venv_python.parent.parent)))
     programs = [look] + [code for code, _ in KNOWN]
@@ -91,6 +92,7 @@ def test_the_jail_holds_wherever_the_interpreter_lives(venv_python, problem_dir)
     assert got["vectors"] == [{"c0": 1.0, "c1": 0.0}] + [want for _, want in KNOWN]
 
 
+@pytest.mark.slow  # a virtual environment and evolve subprocesses
 def test_evolve_eval_runs_jailed_with_that_interpreter(venv_python, problem_dir, tmp_path):
     for code, want in KNOWN[1:3]:
         program = tmp_path / "candidate.py"
