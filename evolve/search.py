@@ -35,7 +35,7 @@ from policies.base import Policy, PolicyError
 from policies.factory import make_policy
 from policies.trainer import TrainConfig
 from sandboxes.base import Sandbox, SandboxRefused
-from sandboxes.factory import SandboxUnavailable, make_sandbox
+from sandboxes.factory import SandboxUnavailable, make_sandbox, weak_sandbox_refusal
 
 DEFAULT_POLICY = "transformers:embedded"
 
@@ -121,13 +121,10 @@ def build_search(
         if not resolved.policy:
             resolved = replace(resolved, policy=DEFAULT_POLICY)
         sandbox_impl = make_sandbox(resolved.sandbox, workers=resolved.workers)
-        hides = sandbox_impl.hides_files
-        if problem.form == "split" and not hides and not resolved.allow_weak_sandbox:
+        refusal = weak_sandbox_refusal(sandbox_impl, problem, resolved.allow_weak_sandbox)
+        if refusal is not None:
             sandbox_impl.close()
-            raise SearchSetupError(
-                f"{sandbox_impl.isolation()}; candidates could read {problem.name}'s expected answers. "
-                "Install bubblewrap or start Docker, or pass --allow-weak-sandbox to accept this"
-            )
+            raise SearchSetupError(refusal)
         policy_impl = make_policy(resolved.policy)
     except (ArchiveError, RunMismatch, SandboxUnavailable, SandboxRefused, PolicyError) as exc:
         raise SearchSetupError(str(exc)) from exc

@@ -3,7 +3,12 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from sandboxes.base import Sandbox
+
+if TYPE_CHECKING:
+    from evolve.problem import Problem
 
 
 class SandboxUnavailable(Exception):
@@ -33,3 +38,16 @@ def make_sandbox(kind: str, *, workers: int = 4) -> Sandbox:
     from sandboxes.process import ProcessSandbox
 
     return ProcessSandbox(slots=workers)
+
+
+def weak_sandbox_refusal(sandbox: Sandbox, problem: Problem, allow_weak: bool) -> str | None:
+    """Why `sandbox` may not run `problem`'s candidates (one line naming the cause and the fix), or None.
+
+    A split-form problem keeps its expected answers out of the sandbox; a sandbox whose candidates can read the
+    host's files (WEAK) would hand them over. Every command that runs candidates asks this same question."""
+    if problem.form != "split" or sandbox.hides_files or allow_weak:
+        return None
+    return (
+        f"{sandbox.isolation()}; candidates could read {problem.name}'s expected answers. "
+        "Install bubblewrap or start Docker, or pass --allow-weak-sandbox to accept this"
+    )

@@ -1,96 +1,144 @@
 """A minimal filesystem view for the process sandbox, made by bubblewrap (Debian's `bubblewrap`, Flatpak's sandbox).
 
-The candidate sees `/usr` and the Python runtime read-only, its job's files read-only in a size-capped tmpfs
-at `/work`, the problem's `data/` read-only at `/data`, a private `/tmp`, `/dev` and `/proc`, and nothing else:
-no problem folder, no archive, no home, no other process. It runs in fresh pid, network, IPC, UTS and cgroup
+The candidate sees `/usr` read-only, the Python runtime read-only at fixed jail paths (`/opt/python`, and a
+virtual environment rebuilt at `/opt/venv`), its job's files read-only in a size-capped tmpfs at `/work`, the
+problem's `data/` read-only at `/data`, a private `/tmp`, `/dev/shm`, `/dev` and `/proc`, and nothing else: no
+problem folder, no archive, no home, no other process. It runs in fresh pid, network, IPC, UTS and cgroup
 namespaces; when the pid namespace's first process dies the kernel kills every process left in it, so nothing
 outlives a job.
 
+Why the runtime is moved rather than bound at its own path: an interpreter may live anywhere (a `.venv` in a
+checkout under `/work`, a virtual environment under `/tmp`, pyenv in a home folder), and bound at its own path
+it would be hidden by the jail's scratch mounts, or hide them. No host path appears in the jail but /usr, /bin,
+/lib*, /sbin and two files of /etc; whatever the layout, the same jail paths hold the same things.
+
 As root no user namespace is made: the harness starts as root holding only CAP_SETUID/CAP_SETGID and drops to
 the slot's uid before it reads the job. Without root a user namespace is needed (the kernel must allow them).
-We use a kept tool rather than our own mounts: bubblewrap checks every call it makes and exits non-zero on any
-failure, so a sandbox that cannot be made is refused, never run weaker.
+Either way the candidate itself can make none (sandboxes/seccomp.py). We use a kept tool rather than our own
+mounts: bubblewrap checks every call it makes and exits non-zero on any failure, so a sandbox that cannot be
+made is refused, never run weaker.
 """
 
 from __future__ import annotations
 
 import os
-import platform
 import shutil
-import struct
 import subprocess
 import sys
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from sandboxes.seccomp import SocketRule, memfd_holding, seccomp_fd
+
 WORK, DATA = "/work", "/data"
+PYTHON_INSIDE, VENV_INSIDE = "/opt/python", "/opt/venv"
 WORK_BYTES = 256 << 20  # what a candidate may write under /work in all, like the Docker sandbox's tmpfs
+SCRATCH_BYTES = {"/tmp": 256 << 20, "/dev/shm": 64 << 20, WORK: WORK_BYTES}  # the Docker sandbox's sizes
 
 
-# Refused with EPERM (numbers and audit arch per machine):
-# - add_key, request_key, keyctl: kernel keyrings outlive processes and are keyed by uid, so one job could leave
-#   keys for a later job of its slot;
-# - memfd_create, memfd_secret, shmget: memory held through them needs no mapping once written (write() to a
-#   memfd, a SysV segment attached, filled and detached), so RLIMIT_AS never sees it. Where no memory cgroup
-#   bounds the job, they would let one process hold any amount of the host's memory. Python never needs them.
-_DENIED_SYSCALLS = {
-    "x86_64": (0xC000003E, (248, 249, 250, 319, 447, 29)),
-    "aarch64": (0xC00000B7, (217, 218, 219, 279, 447, 194)),
-}
-_ALLOW, _EPERM = 0x7FFF0000, 0x00050000 | 1
+@dataclass(frozen=True)
+class Runtime:
+    """The interpreter as the jail shows it: read-only binds from host paths to fixed jail paths."""
+
+    executable: str  # the interpreter's path inside the jail
+    binds: tuple[tuple[str, str], ...]  # (host path, jail path), read-only, in order
+    links: tuple[tuple[str, str], ...] = ()  # (link target, jail path): the environment's own relative links
+    venv_cfg: str | None = None  # pyvenv.cfg of the rebuilt virtual environment, pointing at the moved base
+    library_path: str | None = None  # LD_LIBRARY_PATH for a shared libpython found through an absolute RUNPATH
 
 
-def _insn(code: int, k: int, jt: int = 0, jf: int = 0) -> bytes:
-    return struct.pack("HBBI", code, jt, jf, k)
+def _venv_cfg(host_cfg: Path, home: str) -> str:
+    """The environment's pyvenv.cfg with `home` at the jail's base interpreter; no host path is kept."""
+    keep = {"include-system-site-packages": "false", "version": ""}
+    if host_cfg.is_file():
+        for line in host_cfg.read_text().splitlines():
+            key, eq, value = line.partition("=")
+            if eq and key.strip().lower() in keep:
+                keep[key.strip().lower()] = value.strip()
+    return f"home = {home}\n" + "".join(f"{k} = {v}\n" for k, v in keep.items() if v)
 
 
-def seccomp_program() -> bytes | None:
-    """A classic-BPF seccomp filter denying `_DENIED_SYSCALLS` (and x86's x32 ABI), or None on other machines."""
-    known = _DENIED_SYSCALLS.get(platform.machine())
-    if known is None:
-        return None
-    arch, calls = known
-    ld_abs, jeq, jge, ret = 0x20, 0x15, 0x35, 0x06
-    n = len(calls)
-    x32 = platform.machine() == "x86_64"
-    tail = n + (1 if x32 else 0)  # tests between loading the number and `allow`
-    # Another ABI (i386's int 0x80 numbers these differently) is refused outright: Python never uses one.
-    prog = [_insn(ld_abs, 4), _insn(jeq, arch, 0, tail + 2), _insn(ld_abs, 0)]
-    if x32:
-        prog.append(_insn(jge, 0x40000000, tail, 0))
-    prog += [_insn(jeq, nr, n - i, 0) for i, nr in enumerate(calls)]
-    prog += [_insn(ret, _ALLOW), _insn(ret, _EPERM)]
-    return b"".join(prog)
+def jail_runtime() -> Runtime:
+    """Where this engine's interpreter comes from, and where the jail puts it.
+
+    The installation (sys.base_prefix, or the folder above the interpreter's) is bound at PYTHON_INSIDE unless
+    it is under /usr, which comes in whole. A virtual environment is rebuilt at VENV_INSIDE from its parts: its
+    folders but `bin`, a pyvenv.cfg whose `home` is the moved base, and the real interpreter as `bin/python`
+    (the environment's own `bin/python` is a link to an absolute host path that the jail does not have).
+    """
+    executable = Path(sys.executable).resolve()
+    base = Path(sys.base_prefix).resolve()
+    if not executable.is_relative_to(base):
+        base = executable.parent.parent
+    binds: list[tuple[str, str]] = []
+    library_path = None
+    if base.is_relative_to("/usr"):
+        inside = executable
+    else:
+        inside = Path(PYTHON_INSIDE) / executable.relative_to(base)
+        binds.append((str(base), PYTHON_INSIDE))
+        if any((base / "lib").glob("libpython*.so*")):  # its RUNPATH names the host path, absent in the jail
+            library_path = f"{PYTHON_INSIDE}/lib"
+    venv = Path(sys.prefix).resolve()
+    if sys.prefix == sys.base_prefix or venv == base:
+        return Runtime(str(inside), tuple(binds), library_path=library_path)
+    links: list[tuple[str, str]] = []
+    for entry in sorted(venv.iterdir()):
+        target = f"{VENV_INSIDE}/{entry.name}"
+        if entry.name in ("bin", "pyvenv.cfg"):
+            continue
+        if entry.is_symlink():
+            if not os.path.isabs(os.readlink(entry)):  # lib64 -> lib
+                links.append((os.readlink(entry), target))
+        elif entry.is_dir():
+            binds.append((str(entry), target))
+    binds.append((str(executable), f"{VENV_INSIDE}/bin/python3"))
+    cfg = _venv_cfg(venv / "pyvenv.cfg", str(inside.parent))
+    return Runtime(f"{VENV_INSIDE}/bin/python3", tuple(binds), tuple(links), cfg, library_path)
 
 
-def seccomp_fd() -> int | None:
-    """A descriptor holding the filter, for `bwrap --seccomp FD` (bubblewrap reads it once); None when unknown."""
-    program = seccomp_program()
-    if program is None:
-        return None
-    fd = os.memfd_create("evolve-seccomp", 0)
-    os.write(fd, program)
-    os.lseek(fd, 0, os.SEEK_SET)
-    return fd
+@dataclass
+class JobFiles:
+    """Descriptors bubblewrap reads once as it starts (the seccomp filter, the rebuilt pyvenv.cfg); the caller
+    passes them to the child and closes them once it has started."""
+
+    seccomp: int | None = None
+    venv_cfg: int | None = None
+    fds: tuple[int, ...] = field(default=(), init=False)
+
+    def __post_init__(self) -> None:
+        self.fds = tuple(fd for fd in (self.seccomp, self.venv_cfg) if fd is not None)
+
+    def close(self) -> None:
+        for fd in self.fds:
+            os.close(fd)
 
 
-def python_roots() -> list[Path]:
-    """Host folders the interpreter needs: its installation and, for a virtual environment, the environment."""
-    roots = {Path(sys.base_prefix).resolve(), Path(sys.prefix).resolve(), Path(sys.executable).resolve().parent}
-    outside_usr = [r for r in roots if not r.is_relative_to("/usr")]
-    # Keep only the outermost: a bind inside another bind is redundant.
-    return sorted(r for r in outside_usr if not any(r != o and r.is_relative_to(o) for o in outside_usr))
+def _parents(path: str, made: set[str]) -> list[str]:
+    """bubblewrap would make missing parents 0700, which the slot's uid could not cross: make them 0755."""
+    args: list[str] = []
+    for parent in map(str, reversed(Path(path).parents[:-1])):
+        if parent not in made:
+            made.add(parent)
+            args += ["--perms", "0755", "--dir", parent]
+    return args
 
 
 @dataclass(frozen=True)
 class Jail:
-    """How to start a command under bubblewrap; `argv` gives the full command line for one job."""
+    """How to start the interpreter under bubblewrap; `argv` gives the full command line for one job."""
 
     bwrap: str
     as_root: bool
+    runtime: Runtime
 
-    def argv(self, workdir: str, data_dir: Path | None, command: list[str], seccomp: int | None = None) -> list[str]:
+    def job_files(self, sockets: SocketRule) -> JobFiles:
+        cfg = self.runtime.venv_cfg
+        return JobFiles(seccomp_fd(sockets), None if cfg is None else memfd_holding("evolve-pyvenv", cfg.encode()))
+
+    def argv(self, workdir: str, data_dir: Path | None, python_args: list[str], files: JobFiles) -> list[str]:
+        """bubblewrap's command line running the jail's interpreter with `python_args`, in /work."""
         namespaces = ["--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
         if not self.as_root:  # our own user namespace, and none deeper for the candidate to make
             namespaces[:0] = ["--unshare-user", "--disable-userns"]
@@ -104,46 +152,80 @@ class Jail:
         for extra in ("/etc/ld.so.cache", "/etc/localtime"):
             if os.path.exists(extra):
                 args += ["--ro-bind", extra, extra]
-        # Private, size-capped temp space (the sizes match the Docker sandbox's tmpfs mounts).
-        args += ["--proc", "/proc", "--dev", "/dev", "--perms", "01777", "--size", str(256 << 20), "--tmpfs", "/tmp"]
-        args += ["--perms", "01777", "--size", str(64 << 20), "--tmpfs", "/dev/shm"]
-        for root in python_roots():
-            for parent in reversed(root.parents[:-1]):  # bubblewrap would make missing parents 0700
-                args += ["--perms", "0755", "--dir", str(parent)]
-            args += ["--ro-bind", str(root), str(root)]
-        # /work is a size-capped tmpfs (as in the Docker sandbox), not the host folder: a candidate cannot fill
-        # the host's disk. The files the engine wrote for the job are bound into it read-only.
-        args += ["--perms", "01777", "--size", str(WORK_BYTES), "--tmpfs", WORK]
-        for name in sorted(os.listdir(workdir)):
-            args += ["--ro-bind", os.path.join(workdir, name), f"{WORK}/{name}"]
+        args += ["--proc", "/proc", "--dev", "/dev"]
         if data_dir is not None:
             args += ["--ro-bind", str(data_dir), DATA]
+        runtime, made = self.runtime, set()
+        for host, inside in runtime.binds:
+            args += [*_parents(inside, made), "--ro-bind", host, inside]
+        for target, inside in runtime.links:
+            args += ["--symlink", target, inside]
+        if files.venv_cfg is not None:
+            args += ["--perms", "0644", "--ro-bind-data", str(files.venv_cfg), f"{VENV_INSIDE}/pyvenv.cfg"]
+        # The root bubblewrap builds on is a tmpfs without a size, writable in a user namespace: read-only from
+        # here on, with submounts; the scratch mounts come after it. (Its folders are 0755: the slot's uid, not
+        # root, must cross them.)
+        for mount in SCRATCH_BYTES:
+            args += ["--perms", "0755", "--dir", mount]
+        args += ["--remount-ro", "/"]
+        # Private, size-capped scratch: /work is a tmpfs (a candidate cannot fill the host's disk) into which
+        # the files the engine wrote for the job are bound read-only.
+        for mount, size in SCRATCH_BYTES.items():
+            args += ["--perms", "01777", "--size", str(size), "--tmpfs", mount]
+        for name in sorted(os.listdir(workdir)):
+            args += ["--ro-bind", os.path.join(workdir, name), f"{WORK}/{name}"]
+        if runtime.library_path is not None:
+            args += ["--setenv", "LD_LIBRARY_PATH", runtime.library_path]
         if self.as_root:
             args += ["--cap-add", "CAP_SETUID,CAP_SETGID"]
-        if seccomp is not None:
-            args += ["--seccomp", str(seccomp)]
-        return [*args, "--chdir", WORK, "--", *command]
+        if files.seccomp is not None:
+            args += ["--seccomp", str(files.seccomp)]
+        return [*args, "--chdir", WORK, "--", runtime.executable, *python_args]
 
 
-def find_jail() -> tuple[Jail | None, str]:
-    """A working jail, or None and why not (one line naming the fix)."""
+PROBE = """import os, sys
+assert os.getpid() < 10, "no pid namespace"
+assert not os.path.exists(HIDDEN), "the host's temp folder is visible"
+assert sys.prefix in ("/opt/venv", sys.base_prefix), sys.prefix
+assert os.statvfs("/work").f_blocks * os.statvfs("/work").f_frsize <= WORK_BYTES, "/work is not the jail's scratch"
+assert not os.access("/", os.W_OK), "the jail's root is writable"
+"""
+
+
+def _diagnosis(stderr: str) -> str:
+    """bubblewrap's (or the probe's) own words, and a hint only where they point at user namespaces."""
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    said = "; ".join(lines[-2:]) or "no message"
+    if any(("namespace" in line or "uid map" in line or "setting up uid" in line) for line in lines):
+        return (
+            f"bubblewrap cannot make the sandbox here ({said}); user namespaces look disabled "
+            "(sysctl user.max_user_namespaces, kernel.unprivileged_userns_clone or an AppArmor restriction)"
+        )
+    return f"bubblewrap cannot make the sandbox here ({said})"
+
+
+def find_jail(runtime: Runtime | None = None) -> tuple[Jail | None, str]:
+    """A working jail for `runtime` (this interpreter's by default), or None and why not (one line naming the
+    true cause and, where known, the fix)."""
     bwrap = shutil.which("bwrap")
     if bwrap is None:
         return None, "bubblewrap is not installed (apt-get install bubblewrap)"
-    jail = Jail(bwrap, os.geteuid() == 0)
+    jail = Jail(bwrap, os.geteuid() == 0, runtime or jail_runtime())
+    files = jail.job_files(SocketRule.NONE)
     try:
         with tempfile.TemporaryDirectory() as workdir:
-            # Inside: a fresh pid namespace, and the host's temp folder (which holds `workdir`) out of sight.
-            probe = f"import os; assert os.getpid() < 10 and not os.path.exists({workdir!r})"
+            probe = PROBE.replace("HIDDEN", repr(workdir)).replace("WORK_BYTES", str(WORK_BYTES))
             out = subprocess.run(
-                jail.argv(workdir, None, [sys.executable, "-I", "-S", "-c", probe]),
+                jail.argv(workdir, None, ["-I", "-c", probe], files),
                 capture_output=True,
                 text=True,
                 timeout=30,
+                pass_fds=files.fds,
             )
     except (OSError, subprocess.TimeoutExpired) as exc:
         return None, f"bubblewrap did not start ({exc})"
+    finally:
+        files.close()
     if out.returncode != 0:
-        last = (out.stderr.strip().splitlines() or ["no message"])[-1]
-        return None, f"bubblewrap cannot make the sandbox here ({last}); user namespaces may be disabled"
+        return None, _diagnosis(out.stderr)
     return jail, ""

@@ -4,12 +4,16 @@ Containment, strongest first. With bubblewrap (sandboxes/jail.py) the candidate 
 its own pid/network/IPC namespaces, and as root runs as its slot's own unprivileged uid (so RLIMIT_NPROC stops
 fork bombs and every process of that uid is killed afterwards). Without bubblewrap the host's files stay
 readable: the sandbox says WEAK, and only the uid, an empty network namespace and rlimits remain; without root
-the process group and every process that inherited the evaluation's token are killed.
+the process group and every process that inherited the evaluation's token are killed. A candidate never runs
+as root: an engine run as root that cannot hand it another uid (no jail, an interpreter other users cannot
+reach) refuses to start. In every mode the seccomp filter of sandboxes/seccomp.py refuses user namespaces,
+and the engine hides its own /proc entries from its candidates (sandboxes/engine_guard.py).
 
 Memory: where the engine can make cgroups (root, or a delegated cgroup v2), each slot has a memory cgroup
 (sandboxes/cgroups.py) that bounds all the job's processes and its tmpfs pages together, and an OOM in it makes
-the job `memory`. Elsewhere RLIMIT_AS bounds each process alone; the jail refuses memfd_create and shmget, whose
-memory RLIMIT_AS cannot see, and RLIMIT_NOFILE bounds what descriptors can hold.
+the job `memory`. Elsewhere RLIMIT_AS bounds each process alone, RLIMIT_NPROC their number, the scratch mounts
+their sizes; what RLIMIT_AS cannot see is refused (memfds, SysV memory, sockets, pinned pipe pages: see
+sandboxes/seccomp.py), and the kernel bounds pipe buffers per user. `isolation()` says which bound holds.
 """
 
 from __future__ import annotations
@@ -19,7 +23,6 @@ import fcntl
 import json
 import os
 import queue
-import resource
 import secrets
 import select
 import shutil
@@ -36,31 +39,30 @@ from typing import Any
 
 from evolve.problem import Problem
 from sandboxes.base import OUTPUT_CAP, EvalOutcome, SandboxRefused
-from sandboxes.cgroups import SlotCgroup, make_slot_cgroups, remove_all
-from sandboxes.jail import DATA, WORK, find_jail, seccomp_fd
+from sandboxes.cgroups import make_slot_cgroups, remove_all
+from sandboxes.engine_guard import guard_engine
+from sandboxes.jail import SCRATCH_BYTES, WORK, JobFiles, find_jail
+from sandboxes.process_child import (
+    CLONE_NEWNET,
+    CLONE_NEWUSER,
+    ChildSpec,
+    candidate_env,
+    checked_unshare,
+    child_setup,
+    errno_text,
+)
 from sandboxes.scoring import HARNESS_PATH, make_job, outcome_from, program_filename
+from sandboxes.seccomp import SocketRule, installer
 from sandboxes.sweep import kill_all
 
-CLONE_NEWUSER, CLONE_NEWNET = 0x10000000, 0x40000000
 PR_SET_CHILD_SUBREAPER = 36
-PR_SET_PDEATHSIG = 1
 REPLY_CAP = 8 * 1024 * 1024  # a dense JSON reply costs the engine ~10x its size in objects
 GRACE_S = 1.0
-NOFILE = 256  # descriptors per process: each can hold kernel memory (a pipe's or socket's buffer)
 WORKDIR_PREFIX = "evolve-eval-"
 BASE_UID = 61000
 UID_RANGE = 1024
 LOCK_DIR = Path(tempfile.gettempdir()) / "vpo-evolve-slots"
 _libc = ctypes.CDLL(None, use_errno=True)
-
-
-def _errno() -> str:
-    return os.strerror(ctypes.get_errno())
-
-
-def _checked_unshare(flags: int) -> None:
-    if _libc.unshare(flags) != 0:
-        raise OSError(ctypes.get_errno(), f"unshare({flags:#x}) failed: {_errno()}")
 
 
 def _signal_name(number: int) -> str:
@@ -142,32 +144,37 @@ class ProcessSandbox:
         self._base_uid = base_uid
         self._jail, self._why_no_jail = find_jail() if jail else (None, "bubblewrap was turned off")
         self.hides_files = self._jail is not None
+        # In the jail the interpreter is bound in wherever it lives; outside, other uids must reach it.
+        interpreter_ok = self._jail is not None or (
+            _reachable_by_others(Path(sys.executable)) and _reachable_by_others(Path(sys.base_prefix) / "lib")
+        )
+        self.drop_uid = self._root and interpreter_ok
+        if self._root and not self.drop_uid:
+            raise SandboxRefused(
+                f"process sandbox: WEAK ({self._why_no_jail}) and, as root, it could only run candidates as root "
+                f"({sys.executable} is not reachable by other users); install bubblewrap (apt-get install "
+                "bubblewrap), or run evolve as a non-root user"
+            )
+        guard_engine(shares_proc=self._jail is None)
         # Outside the jail, orphans of a candidate are re-parented to us rather than to PID 1, so we can reap
         # them at once and they never count against the slot's process limit as zombies. (In the jail the pid
         # namespace's first process is their reaper.)
         if self._jail is None and _libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
-            raise SandboxRefused(f"process sandbox: prctl(PR_SET_CHILD_SUBREAPER) failed: {_errno()}")
+            raise SandboxRefused(f"process sandbox: prctl(PR_SET_CHILD_SUBREAPER) failed: {errno_text()}")
         _remove_stale_workdirs()
         self._slot_locks = _claim_slots(slots)
         self._cgroups, self._why_no_cgroup = (
             make_slot_cgroups(list(self._slot_locks)) if memory_cgroup else ({}, "memory cgroups were turned off")
         )
         self.bounds_job_memory = bool(self._cgroups)
+        v2 = bool(self._cgroups) and next(iter(self._cgroups.values())).v2
+        # Socket buffers are kernel memory RLIMIT_AS does not see: a candidate gets the sockets its bound counts.
+        self.sockets = SocketRule.ALL if v2 else SocketRule.UNIX_ONLY if self._cgroups else SocketRule.NONE
         # Removed at close, or at exit when never closed (after kill -9, by the next engine's start).
         self._remove_cgroups = weakref.finalize(self, remove_all, list(self._cgroups.values()))
         self._slots: queue.Queue[int] = queue.Queue()
         for i in self._slot_locks:
             self._slots.put(i)
-        # In the jail the interpreter is bound in wherever it lives; outside, other uids must reach it.
-        interpreter_ok = self._jail is not None or (
-            _reachable_by_others(Path(sys.executable)) and _reachable_by_others(Path(sys.base_prefix) / "lib")
-        )
-        self.drop_uid = self._root and interpreter_ok
-        self._why_no_drop = (
-            ""
-            if self.drop_uid or not self._root
-            else f"{sys.executable} is not reachable by other uids; install bubblewrap"
-        )
         self.network_isolated = self._jail is not None or self._probe_netns()
 
     def _unshare_flags(self) -> int:
@@ -178,7 +185,7 @@ class ProcessSandbox:
         try:
             out = subprocess.run(
                 [sys.executable, "-I", "-c", "import os; print(os.readlink('/proc/self/ns/net'))"],
-                preexec_fn=lambda: _checked_unshare(flags),
+                preexec_fn=lambda: checked_unshare(flags),
                 capture_output=True,
                 text=True,
                 timeout=30,
@@ -192,26 +199,31 @@ class ProcessSandbox:
             who = f"per-slot uid {self._base_uid}+" if self.drop_uid else "your uid in a user namespace"
             return (
                 f"process sandbox (bubblewrap): {who}; sees only read-only /usr and Python, its own /work, "
-                "data/ read-only, private /tmp and /proc; own pid/network/IPC namespaces; "
+                "data/ read-only, private /tmp and /proc; own pid/network/IPC namespaces, no user namespaces; "
                 f"rlimits on CPU/files/processes, scrubbed env; {self._memory_bound()}"
             )
         parts = [f"process sandbox: WEAK: candidates can read the host's files ({self._why_no_jail});"]
-        if self.drop_uid:
-            parts.append(f"per-slot uid {self._base_uid}+,")
-        elif self._root:
-            parts.append(f"runs as root ({self._why_no_drop}),")
-        else:
-            parts.append("runs as your user (no uid separation),")
+        parts.append(f"per-slot uid {self._base_uid}+," if self.drop_uid else "runs as your user (no uid separation),")
         parts.append("no network namespace," if not self.network_isolated else "empty network namespace,")
+        parts.append("engine's /proc entries and arguments hidden, no user namespaces,")
         parts.append(f"rlimits on CPU/files/processes, scrubbed env, private temp dir; {self._memory_bound()}")
         return " ".join(parts)
 
     def _memory_bound(self) -> str:
+        sockets = {
+            SocketRule.ALL: "",
+            SocketRule.UNIX_ONLY: "; sockets but AF_UNIX refused (cgroup v1 does not count TCP buffers)",
+            SocketRule.NONE: "; sockets refused",
+        }[self.sockets]
         if self._cgroups:
-            version = "v2" if next(iter(self._cgroups.values())).v2 else "v1"
-            return f"memory: one cgroup ({version}) per job bounds all its processes and temp files together"
-        refused = "; memfd_create and shmget refused" if self._jail is not None else ""
-        return f"memory: bounded per process only (RLIMIT_AS; no memory cgroup: {self._why_no_cgroup}){refused}"
+            version = "v2" if self.sockets is SocketRule.ALL else "v1"
+            return f"memory: one cgroup ({version}) per job bounds all its processes and temp files together{sockets}"
+        scratch = sum(SCRATCH_BYTES.values()) >> 20 if self._jail is not None else None
+        files = f" + {scratch} MiB of scratch tmpfs" if scratch else " + files in its temp dir (host disk)"
+        return (
+            f"memory: no memory cgroup ({self._why_no_cgroup}): RLIMIT_AS per process x RLIMIT_NPROC{files}; "
+            "memfd, SysV shm/msg, vmsplice and io_uring refused" + sockets + "; pipes bounded per user by the kernel"
+        )
 
     def close(self) -> None:
         self._remove_cgroups()
@@ -219,61 +231,6 @@ class ProcessSandbox:
         for fd in self._slot_locks.values():
             os.close(fd)
         self._slot_locks = {}
-
-    def _preexec(self, problem: Problem, uid: int | None, cgroup: SlotCgroup | None) -> Any:
-        """Limits set in the child before exec; any refusal raises, so Popen fails instead of running weaker."""
-        limits = problem.config.limits
-        flags = self._unshare_flags() if self.network_isolated and self._jail is None else 0
-        mem = max(limits.memory_mb, 256) * 1024 * 1024
-        cpu = int(limits.timeout_s) + 2
-        engine = os.getpid()
-        jailed = self._jail is not None
-        hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
-        nofile = NOFILE if hard == resource.RLIM_INFINITY else min(NOFILE, hard)
-
-        def setup() -> None:
-            # An engine killed with SIGKILL takes its candidates along: none runs on, unaccounted for.
-            _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-            if os.getppid() != engine:
-                os._exit(1)
-            if cgroup is not None:  # in the slot's memory cgroup before anything of the job runs
-                cgroup.join()
-            if flags:
-                _checked_unshare(flags)
-            resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
-            resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
-            resource.setrlimit(resource.RLIMIT_FSIZE, (limits.max_file_mb << 20,) * 2)
-            resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-            resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
-            if uid is not None:
-                resource.setrlimit(resource.RLIMIT_NPROC, (limits.max_processes,) * 2)
-                if not jailed:  # in the jail the harness drops to `uid` itself, once the mounts are made
-                    os.setgroups([])
-                    os.setgid(uid)
-                    os.setuid(uid)
-                    _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # a change of credentials clears it
-
-        return setup
-
-    def _env(self, problem: Problem, workdir: str, token: str) -> dict[str, str]:
-        env = {
-            "PATH": "/usr/local/bin:/usr/bin:/bin",
-            "HOME": workdir,
-            "TMPDIR": workdir,
-            "LANG": "C.UTF-8",
-            "PYTHONDONTWRITEBYTECODE": "1",
-            "OMP_NUM_THREADS": "1",
-            "OPENBLAS_NUM_THREADS": "1",
-            "EVOLVE_SANDBOX_TOKEN": token,
-        }
-        for keep in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"):
-            if keep in os.environ:
-                env[keep] = os.environ[keep]
-        if problem.data_dir is not None:
-            env["EVOLVE_DATA_DIR"] = DATA if self._jail is not None else str(problem.data_dir)
-        if self._jail is not None:
-            env["HOME"], env["TMPDIR"] = WORK, "/tmp"
-        return env
 
     def evaluate(self, problem: Problem, code: str) -> EvalOutcome:
         slot = self._slots.get()
@@ -323,30 +280,38 @@ class ProcessSandbox:
                 raise SandboxRefused(f"process sandbox: cannot set up the memory cgroup {cgroup.path}: {exc}") from exc
         reply_r, reply_w = os.pipe()
         command = [sys.executable, "-I", "-B", "_evolve_harness.py", str(reply_w)]
-        seccomp = None
+        files = JobFiles()
+        jailed = self._jail is not None
         if self._jail is not None:
             run_as, nproc = str(uid) if uid is not None else "-", str(problem.config.limits.max_processes)
-            seccomp = seccomp_fd()
-            command = self._jail.argv(workdir, problem.data_dir, [*command, run_as, nproc], seccomp)
+            files = self._jail.job_files(self.sockets)
+            command = self._jail.argv(workdir, problem.data_dir, [*command[1:], run_as, nproc], files)
+        spec = ChildSpec(
+            problem,
+            uid,
+            cgroup,
+            self._unshare_flags() if self.network_isolated and not jailed else 0,
+            jailed,
+            None if jailed else installer(self.sockets),
+        )
         try:
             proc = subprocess.Popen(
                 command,
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
-                pass_fds=(reply_w,) if seccomp is None else (reply_w, seccomp),
+                pass_fds=(reply_w, *files.fds),
                 cwd=workdir,
-                env=self._env(problem, WORK if self._jail is not None else workdir, token),
+                env=candidate_env(problem, workdir, token, jailed),
                 start_new_session=True,
-                preexec_fn=self._preexec(problem, uid, cgroup),
+                preexec_fn=child_setup(spec),
             )
         except (OSError, subprocess.SubprocessError) as exc:
             os.close(reply_r)
             raise SandboxRefused(f"process sandbox: could not set up the candidate's process: {exc}") from exc
         finally:
             os.close(reply_w)
-            if seccomp is not None:
-                os.close(seccomp)
+            files.close()
         sinks: dict[str, list[bytes]] = {"out": [], "err": [], "reply": []}
         threads = [
             threading.Thread(target=_read_capped, args=(s, cap, sinks[k]), daemon=True)

@@ -26,7 +26,18 @@ grant() {
 }
 grant "$("$PY" -c 'import sys, os; print(os.path.realpath(sys.base_prefix))')/lib" "$(readlink -f "$PY")" "$PWD/x"
 HOME_DIR=$(getent passwd "$USER_NAME" | cut -d: -f6)
-exec setpriv --reuid="$USER_NAME" --regid="$USER_NAME" --init-groups --reset-env \
+# tests/test_jail_layouts.py puts a virtual environment in a checkout under a folder named /work: lend the user
+# one there (removed afterwards), as only root may write in /work.
+made_work=0
+[ -d /work ] || { mkdir /work; made_work=1; }
+LAYOUT_DIR=$(mktemp -d /work/evolve-layout-test-XXXXXX)
+chown "$USER_NAME:" "$LAYOUT_DIR"
+cleanup() { rm -rf "$LAYOUT_DIR"; [ "$made_work" = 0 ] || rmdir /work 2>/dev/null || true; }
+trap cleanup EXIT
+setpriv --reuid="$USER_NAME" --regid="$USER_NAME" --init-groups --reset-env \
   env HOME="$HOME_DIR" PATH="$PATH" PYTHONPATH="$PWD" EVOLVE_REQUIRE_SERVICES="${EVOLVE_REQUIRE_SERVICES:-0}" \
+  EVOLVE_LAYOUT_WORK_DIR="$LAYOUT_DIR" \
   "$PY" -m pytest -q -p no:cacheprovider tests/test_sandbox_attacks.py tests/test_sandbox_hostile.py \
-  tests/test_docker_sandbox.py tests/test_sandbox_memory.py "$@"
+  tests/test_docker_sandbox.py tests/test_sandbox_memory.py \
+  tests/test_jail_layouts.py tests/test_engine_secrets.py tests/test_candidate_limits.py tests/test_weak_refusal.py \
+  "$@"

@@ -14,10 +14,16 @@ from evolve.fitness import scalar_view
 from evolve.problem import Problem, ProblemError, load_problem
 from evolve.problem.openevolve import is_openevolve_folder, load_openevolve, problem_toml
 from evolve.problem.scaffold import scaffold
-from sandboxes.base import EvalOutcome
-from sandboxes.factory import SandboxUnavailable, make_sandbox
+from sandboxes.base import EvalOutcome, SandboxRefused
+from sandboxes.factory import SandboxUnavailable, make_sandbox, weak_sandbox_refusal
 
 SandboxOpt = Annotated[str, typer.Option("--sandbox", help="auto | docker | process | ray | ray:ADDRESS")]
+AllowWeakOpt = Annotated[
+    bool,
+    typer.Option(
+        "--allow-weak-sandbox", help="run a split-form problem although candidates could read its expected answers"
+    ),
+]
 
 
 def load_or_fail(folder: Path, sandbox_kind: str = "auto") -> Problem:
@@ -33,13 +39,19 @@ def load_or_fail(folder: Path, sandbox_kind: str = "auto") -> Problem:
     return problem
 
 
-def score_once(problem: Problem, code: str, sandbox_kind: str) -> tuple[EvalOutcome, str]:
+def score_once(problem: Problem, code: str, sandbox_kind: str, allow_weak: bool = False) -> tuple[EvalOutcome, str]:
+    """Score `code` once, on a sandbox that keeps what it promises (the rule of `evolve run`), or fail."""
     try:
         sandbox = make_sandbox(sandbox_kind, workers=1)
-    except SandboxUnavailable as exc:
+    except (SandboxUnavailable, SandboxRefused) as exc:
         fail(str(exc))
     try:
+        refusal = weak_sandbox_refusal(sandbox, problem, allow_weak)
+        if refusal is not None:
+            fail(refusal)
         return sandbox.evaluate(problem, code), sandbox.isolation()
+    except SandboxRefused as exc:
+        fail(str(exc))
     finally:
         sandbox.close()
 
@@ -81,10 +93,10 @@ def init_from_openevolve(source: Path, folder: Path | None, sandbox_kind: str) -
     return target
 
 
-def check(folder: Path, sandbox: SandboxOpt = "auto") -> None:
+def check(folder: Path, sandbox: SandboxOpt = "auto", allow_weak_sandbox: AllowWeakOpt = False) -> None:
     """Validate a problem folder and score its seed program."""
     problem = load_or_fail(folder, sandbox)
-    outcome, isolation = score_once(problem, problem.seed_code, sandbox)
+    outcome, isolation = score_once(problem, problem.seed_code, sandbox, allow_weak_sandbox)
     if outcome.error_kind is not None:
         fail(
             f"{problem.root / problem.config.program.file}: the seed scored {outcome.error_kind}: "
@@ -111,12 +123,13 @@ def eval_program(
     program: Path,
     sandbox: SandboxOpt = "auto",
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
+    allow_weak_sandbox: AllowWeakOpt = False,
 ) -> None:
     """Score one program file for a problem."""
     problem = load_or_fail(folder, sandbox)
     if not program.is_file():
         fail(f"{program}: no such program file; pass a path to a {problem.config.program.language} file")
-    outcome, isolation = score_once(problem, program.read_text(), sandbox)
+    outcome, isolation = score_once(problem, program.read_text(), sandbox, allow_weak_sandbox)
     scalar = scalar_view(problem.components, outcome.scores)
     if as_json:
         print(
