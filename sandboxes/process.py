@@ -170,6 +170,11 @@ class ProcessSandbox:
         )
         self.network_isolated = self._jail is not None or self._probe_netns()
 
+    @property
+    def slot_uids(self) -> tuple[int, ...]:
+        """The uids this sandbox's candidates run as (one per slot it holds); empty where they keep ours."""
+        return tuple(self._base_uid + slot for slot in self._slot_locks) if self.drop_uid else ()
+
     def _unshare_flags(self) -> int:
         return CLONE_NEWNET if self._root else CLONE_NEWUSER | CLONE_NEWNET
 

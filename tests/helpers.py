@@ -6,7 +6,23 @@ from pathlib import Path
 
 from evolve.problem.samples import GOOD_SEED, SPLIT_EVAL, SPLIT_TOML, write_problem
 
-__all__ = ["GOOD_SEED", "SPLIT_EVAL", "SPLIT_TOML", "write_problem"]
+__all__ = ["GOOD_SEED", "KNOWN", "SPLIT_EVAL", "SPLIT_TOML", "assert_known_vectors", "write_problem"]
+
+# Programs with distinct vectors on the default test problem (c0: 2 -> 4, c1: 3 -> 9): a reply shifted to
+# another job, or a stale one, scores one of them with another's vector.
+KNOWN = [
+    ("def solve(x):\n    return x * x\n", {"c0": 1.0, "c1": 1.0}),
+    ("def solve(x):\n    return 4\n", {"c0": 1.0, "c1": 0.0}),
+    ("def solve(x):\n    return 9\n", {"c0": 0.0, "c1": 1.0}),
+    ("def solve(x):\n    return -1\n", {"c0": 0.0, "c1": 0.0}),
+]
+
+
+def assert_known_vectors(sandbox: object, problem: object) -> None:
+    """Each known program, one after another, gets exactly its own vector (a shifted answer would not)."""
+    got = [sandbox.evaluate(problem, code).scores for code, _ in KNOWN]  # type: ignore[attr-defined]
+    assert got == [want for _, want in KNOWN]
+
 
 SQUARE_SEED = """# EVOLVE-BLOCK-START
 def solve(x):
