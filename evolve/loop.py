@@ -12,6 +12,8 @@ When a run ends by a budget, a target, a stall or patience, the children already
 reaching the goal (`--target`, or every component at its best bound) also cuts the group being sampled.
 Ctrl-C stops within about a second, mid-generation too: the policy is told to stop between tokens and the loop
 stops waiting for it; a group cut short is never committed, and queued children stay pending for the resume.
+Mid-evaluation too: a sandbox that can (`AbortableSandbox`) kills the candidates running, their outcomes come
+back marked aborted and are dropped, so those children stay pending as well and nothing counts as a failure.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from evolve.selection import Member, Population, make_selector
 from evolve.stats import LoopStats
 from evolve.stopping import FailureStreaks, Patience, Stall, solved
 from policies.base import Policy
-from sandboxes.base import AsyncSandbox, ErrorKind, EvalOutcome, Sandbox
+from sandboxes.base import AbortableSandbox, AsyncSandbox, ErrorKind, EvalOutcome, Sandbox
 
 STORED_OUTPUT = 8 * 1024
 COMMIT_BATCH = 64  # results written in one transaction at most
@@ -230,7 +232,11 @@ class SearchLoop(GroupMaker):
                 self._incident(StageFailure("evaluate", exc))
                 error = f"sandbox failure: {exc!r}"
                 outcome = EvalOutcome.failure(self.problem, ErrorKind.CRASH, error, 0.0, self.sandbox.kind)
-            await self.results.put((child, outcome, started, utcnow()))
+            if outcome.aborted:  # killed by Ctrl-C: says nothing of the child, which stays pending
+                self.reserved -= 1
+                self.in_flight -= 1
+            else:
+                await self.results.put((child, outcome, started, utcnow()))
             self.children.task_done()
 
     async def commit(self) -> None:
@@ -333,14 +339,6 @@ class SearchLoop(GroupMaker):
 
     async def _run_session(self) -> str:
         self._rebuild()
-        if self.stats.evaluations == 0:
-            seed_digest = code_hash(self.problem.seed_code)
-            self.hashes[seed_digest] = None
-            self.reserved += 1
-            started = utcnow()
-            outcome = await asyncio.to_thread(self.sandbox.evaluate, self.problem, self.problem.seed_code)
-            seed = Child(self.problem.seed_code, None, 0, 0, None, seed_digest)
-            await self._commit([(seed, outcome, started, utcnow())])
         loop = asyncio.get_running_loop()
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(signal.SIGINT, self._interrupt)
@@ -349,12 +347,15 @@ class SearchLoop(GroupMaker):
         committer = asyncio.create_task(self.commit())
         ticker = asyncio.create_task(self._save_elapsed())
         try:
+            if self.stats.evaluations == 0 and not await self._evaluate_seed():
+                return self.finished_reason  # Ctrl-C while the seed ran: it stays to be evaluated on resume
             await self._requeue_pending()  # after the workers start: the queue is bounded
             while self._may_generate() and self.fatal is None:
                 # Training pauses generation, so it needs a single generator; HTTP policies take several.
                 parallel = 1 if self.train_step else max(1, min(self.policy.max_concurrency, 8))
                 await asyncio.gather(*(self.generate() for _ in range(parallel)))
                 await self._settle()
+            await self._settle()  # children requeued on resume may fill the budget: no group runs, they still land
         finally:
             for task in (*workers, committer, ticker):
                 task.cancel()
@@ -369,6 +370,20 @@ class SearchLoop(GroupMaker):
         if not self.finished_reason:
             self.finished_reason = "evaluation budget reached"
         return self.finished_reason
+
+    async def _evaluate_seed(self) -> bool:
+        """Score and commit the seed; False when Ctrl-C aborted its evaluation (nothing was stored)."""
+        seed_digest = code_hash(self.problem.seed_code)
+        self.hashes[seed_digest] = None
+        self.reserved += 1
+        started = utcnow()
+        outcome = await asyncio.to_thread(self.sandbox.evaluate, self.problem, self.problem.seed_code)
+        if outcome.aborted:
+            self.reserved -= 1
+            return False
+        seed = Child(self.problem.seed_code, None, 0, 0, None, seed_digest)
+        await self._commit([(seed, outcome, started, utcnow())])
+        return True
 
     async def _settle(self) -> None:
         """Wait until every queued child is evaluated (or left pending on stop) and every result committed.
@@ -388,6 +403,8 @@ class SearchLoop(GroupMaker):
         self.interrupted.set()
         self.sampling_cut.set()
         self.interrupt_sampling()  # end the generation in flight between two tokens
+        if isinstance(self.sandbox, AbortableSandbox):
+            self.sandbox.abort_running()  # kill the candidates running; their outcomes come back aborted
 
     async def _save_elapsed(self) -> None:
         """Every 5 s: the state is read on the event loop, where the adapter changes it; only the write is

@@ -50,6 +50,9 @@ class EvalOutcome:
     case_errors: dict[str, str] = field(default_factory=dict)
     metrics: dict[str, float] = field(default_factory=dict)  # simple form: every number evaluate() returned
     stages: list[dict[str, Any]] | None = None  # cascade: each stage's metrics, in order
+    # True when `abort_running()` ended this evaluation: its scores say nothing about the program, so the loop
+    # stores nothing for it and the child stays pending.
+    aborted: bool = False
 
     def __post_init__(self) -> None:
         self.error = None if self.error is None else self.error[:ERROR_CAP]
@@ -114,3 +117,14 @@ class AsyncSandbox(Protocol):
     directly and thousands of evaluations may be in flight at once."""
 
     async def aevaluate(self, problem: Problem, code: str) -> EvalOutcome: ...
+
+
+@runtime_checkable
+class AbortableSandbox(Protocol):
+    """Can end its evaluations in flight at once (Ctrl-C): each running `evaluate()` returns promptly with an
+    outcome marked `aborted`, and its processes or containers are gone."""
+
+    def abort_running(self) -> None:
+        """Kill every evaluation started before this call; quick and thread-safe (called from a signal handler
+        on the event loop while worker threads evaluate). Later evaluations run as usual."""
+        ...

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from evolve.problem import Problem
+from sandboxes.abort import RunningJobs
 from sandboxes.base import ErrorKind, EvalOutcome
 from sandboxes.docker_images import ImageSpec, image_for, runtime_env
 from sandboxes.scoring import make_job, outcome_from, program_filename
@@ -156,6 +157,10 @@ class WarmContainer:
             return UNEXPECTED
         return answer
 
+    def interrupt(self) -> None:
+        """Wake a `request()` waiting in another thread at once (it returns None; its caller destroys us)."""
+        self._sock.shutdown(socket.SHUT_RDWR)
+
     def destroy(self) -> None:
         """Close the attach socket fully, then kill and remove the container without waiting long for it."""
         for close in (self._sock.close, self._attach.close):
@@ -199,6 +204,7 @@ class DockerSandbox:
         self._idle: queue.Queue[WarmContainer] = queue.Queue()
         self._spec: ImageSpec | None = None
         self._problem_root: Path | None = None
+        self._running = RunningJobs()  # for abort_running(): the container of each job in flight
         self._remove_orphans()
 
     def _remove_orphans(self) -> None:
@@ -234,7 +240,17 @@ class DockerSandbox:
             assert self._spec is not None
             return WarmContainer(self.client, self._spec, problem, self.spawn)
 
+    def abort_running(self) -> None:
+        """Ctrl-C: cut every job's channel; its evaluate() then destroys the container and returns at once."""
+        self._running.abort_all()
+
     def evaluate(self, problem: Problem, code: str) -> EvalOutcome:
+        ticket = self._running.ticket()
+        outcome = self._evaluate(problem, code, ticket)
+        outcome.aborted = self._running.aborted(ticket)
+        return outcome
+
+    def _evaluate(self, problem: Problem, code: str, ticket: int) -> EvalOutcome:
         start = time.monotonic()
         try:
             box = self._take(problem)
@@ -252,7 +268,8 @@ class DockerSandbox:
             "memory_mb": limits.memory_mb,
             "max_file_mb": limits.max_file_mb,
         }
-        answer = box.request(job, limits.timeout_s + GRACE_S)
+        with self._running.running(ticket, box.interrupt):
+            answer = box.request(job, limits.timeout_s + GRACE_S)
         if answer is UNEXPECTED or _runner_failed(answer):
             # Someone other than the runner wrote on the channel, or the runner itself failed (e.g. an earlier
             # job left its scratch space full): neither is this candidate's doing, so run it once more in a
@@ -264,7 +281,8 @@ class DockerSandbox:
             except Exception as exc:
                 error = f"could not start a sandbox container: {exc}"
                 return EvalOutcome.failure(problem, ErrorKind.CRASH, error, 0.0, self.kind)
-            answer = box.request(job, limits.timeout_s + GRACE_S)
+            with self._running.running(ticket, box.interrupt):
+                answer = box.request(job, limits.timeout_s + GRACE_S)
             if answer is UNEXPECTED:
                 box.destroy()
                 error = "the sandbox's channel carried lines that were not this job's answer, twice"
@@ -276,7 +294,8 @@ class DockerSandbox:
             return EvalOutcome.failure(
                 problem, kind, "the sandbox container stopped answering; it was replaced", duration, self.kind
             )
-        if box.uses >= self.recycle_every or _runner_failed(answer) or answer.get("dirty") is True:
+        aborted = self._running.aborted(ticket)  # its channel may have been cut as it answered: never reused
+        if box.uses >= self.recycle_every or _runner_failed(answer) or answer.get("dirty") is True or aborted:
             box.destroy()
         else:
             self._idle.put(box)

@@ -38,7 +38,8 @@ from pathlib import Path
 from typing import Any
 
 from evolve.problem import Problem
-from sandboxes.base import OUTPUT_CAP, EvalOutcome, SandboxRefused
+from sandboxes.abort import RunningJobs
+from sandboxes.base import OUTPUT_CAP, ErrorKind, EvalOutcome, SandboxRefused
 from sandboxes.cgroups import make_slot_cgroups, remove_all
 from sandboxes.engine_guard import guard_engine
 from sandboxes.jail import SCRATCH_BYTES, WORK, JobFiles, find_jail
@@ -176,6 +177,12 @@ class ProcessSandbox:
         for i in self._slot_locks:
             self._slots.put(i)
         self.network_isolated = self._jail is not None or self._probe_netns()
+        self._running = RunningJobs()  # for abort_running(): each job's first process, killed on Ctrl-C
+
+    @property
+    def slot_uids(self) -> tuple[int, ...]:
+        """The uids this sandbox's candidates run as (one per slot it holds); empty where they keep ours."""
+        return tuple(self._base_uid + slot for slot in self._slot_locks) if self.drop_uid else ()
 
     def _unshare_flags(self) -> int:
         return CLONE_NEWNET if self._root else CLONE_NEWUSER | CLONE_NEWNET
@@ -232,14 +239,24 @@ class ProcessSandbox:
             os.close(fd)
         self._slot_locks = {}
 
+    def abort_running(self) -> None:
+        """Ctrl-C: kill every job in flight (its process group; the usual sweep after it ends takes the rest)."""
+        self._running.abort_all()
+
     def evaluate(self, problem: Problem, code: str) -> EvalOutcome:
+        ticket = self._running.ticket()
         slot = self._slots.get()
         try:
-            return self._evaluate(problem, code, slot)
+            if self._running.aborted(ticket):  # aborted while waiting for a slot: nothing ran
+                outcome = EvalOutcome.failure(problem, ErrorKind.CRASH, "aborted before it ran", 0.0, self.kind)
+            else:
+                outcome = self._evaluate(problem, code, slot, ticket)
+            outcome.aborted = self._running.aborted(ticket)
+            return outcome
         finally:
             self._slots.put(slot)
 
-    def _evaluate(self, problem: Problem, code: str, slot: int) -> EvalOutcome:
+    def _evaluate(self, problem: Problem, code: str, slot: int, ticket: int) -> EvalOutcome:
         uid = self._base_uid + slot if self.drop_uid else None
         workdir = tempfile.mkdtemp(prefix=f"{WORKDIR_PREFIX}{os.getpid()}-")
         token = secrets.token_hex(12)
@@ -262,14 +279,14 @@ class ProcessSandbox:
             else:
                 inside = workdir
             job = make_job(problem, str(program), evaluator, inside)
-            reply, stdout, stderr, status = self._run(problem, job, workdir, slot, token)
+            reply, stdout, stderr, status = self._run(problem, job, workdir, slot, token, ticket)
         finally:
             shutil.rmtree(workdir, ignore_errors=True)
         out, err = stdout.decode(errors="replace"), stderr.decode(errors="replace")
         return outcome_from(problem, reply, status, out, err, time.monotonic() - start, self.kind)
 
     def _run(
-        self, problem: Problem, job: dict[str, Any], workdir: str, slot: int, token: str
+        self, problem: Problem, job: dict[str, Any], workdir: str, slot: int, token: str, ticket: int
     ) -> tuple[Any, bytes, bytes, str]:
         uid = self._base_uid + slot if self.drop_uid else None
         cgroup = self._cgroups.get(slot)
@@ -332,7 +349,8 @@ class ProcessSandbox:
         # Popen.wait(timeout) polls with sleeps of up to 50 ms; a pidfd wakes us the instant it exits.
         pidfd = os.pidfd_open(proc.pid)
         try:
-            ready, _, _ = select.select([pidfd], [], [], problem.config.limits.timeout_s + GRACE_S)
+            with self._running.running(ticket, lambda: os.killpg(proc.pid, signal.SIGKILL)):
+                ready, _, _ = select.select([pidfd], [], [], problem.config.limits.timeout_s + GRACE_S)
         finally:
             os.close(pidfd)
         if ready:

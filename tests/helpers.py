@@ -6,7 +6,23 @@ from pathlib import Path
 
 from evolve.problem.samples import GOOD_SEED, SPLIT_EVAL, SPLIT_TOML, write_problem
 
-__all__ = ["GOOD_SEED", "SPLIT_EVAL", "SPLIT_TOML", "write_problem"]
+__all__ = ["GOOD_SEED", "KNOWN", "SPLIT_EVAL", "SPLIT_TOML", "assert_known_vectors", "write_problem"]
+
+# Programs with distinct vectors on the default test problem (c0: 2 -> 4, c1: 3 -> 9): a reply shifted to
+# another job, or a stale one, scores one of them with another's vector.
+KNOWN = [
+    ("def solve(x):\n    return x * x\n", {"c0": 1.0, "c1": 1.0}),
+    ("def solve(x):\n    return 4\n", {"c0": 1.0, "c1": 0.0}),
+    ("def solve(x):\n    return 9\n", {"c0": 0.0, "c1": 1.0}),
+    ("def solve(x):\n    return -1\n", {"c0": 0.0, "c1": 0.0}),
+]
+
+
+def assert_known_vectors(sandbox: object, problem: object) -> None:
+    """Each known program, one after another, gets exactly its own vector (a shifted answer would not)."""
+    got = [sandbox.evaluate(problem, code).scores for code, _ in KNOWN]  # type: ignore[attr-defined]
+    assert got == [want for _, want in KNOWN]
+
 
 SQUARE_SEED = """# EVOLVE-BLOCK-START
 def solve(x):
@@ -100,3 +116,35 @@ def docker_sandbox_or_skip(**kwargs: object) -> object:
     if reason is not None:
         missing("Docker", reason)
     return DockerSandbox(**kwargs)  # type: ignore[arg-type]
+
+
+EXECUTION_LOG = """
+
+# ---- added by tests.helpers.log_executions: one line per real execution of a candidate ----
+_EXECUTION_LOG = {log!r}
+_FIRST_CASE = cases()[0]["name"]
+_score_unlogged = score
+
+
+def score(case, output):
+    if case["name"] == _FIRST_CASE:
+        with open(_EXECUTION_LOG, "a") as log:
+            log.write(repr(output) + "\\n")
+    return _score_unlogged(case, output)
+"""
+
+
+def log_executions(folder: Path, log: Path) -> Path:
+    """Make a split-form problem's evaluator append one line to `log` per real execution of a candidate.
+
+    Archive rows cannot show a second execution of a child (a unique key records it as a `duplicate`); the
+    trusted `score()` runs once per case of every execution, outside the sandbox, so its first case writes
+    the line. Every program of a test using this must answer the first case (a crash there logs nothing)."""
+    evaluator = folder / "evaluate.py"
+    evaluator.write_text(evaluator.read_text() + EXECUTION_LOG.format(log=str(log)))
+    return log
+
+
+def executions(log: Path) -> list[str]:
+    """What each execution so far returned for the first case, in order (a line is written whole: it is short)."""
+    return log.read_text().splitlines() if log.exists() else []

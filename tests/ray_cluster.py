@@ -123,15 +123,15 @@ class RayCluster:
                         os.kill(pid, signal.SIGKILL)
         raise RuntimeError(f"ray start --address failed {attempts} times: {error}")
 
-    def kill_second_node(self) -> int:
-        """SIGKILL the second node's raylet and every process under it (its agents and actor workers)."""
+    def kill_second_node(self) -> list[int]:
+        """SIGKILL the second node's raylet and every process under it (its agents and actor workers); their pids."""
         assert self.second_raylet is not None
         victims = _descendants(self.second_raylet)
         for pid in reversed(victims):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
         self.second_raylet = None
-        return len(victims)
+        return victims
 
     def stop(self) -> None:
         """Kill this cluster's processes only (never `ray stop`, which would end every Ray on the machine)."""

@@ -18,7 +18,7 @@ from evolve.archive import archive_url
 from evolve.loop import SearchLoop, run_search
 from policies.transformers_policy import TransformersPolicy
 from sandboxes.process import ProcessSandbox
-from tests.helpers import evolve_run_cmd, square_run, write_square_problem
+from tests.helpers import evolve_run_cmd, executions, log_executions, square_run, write_square_problem
 
 pytestmark = pytest.mark.slow
 
@@ -59,8 +59,17 @@ def test_search_runs_to_budget_and_archives_everything(tmp_path, tiny_model_dir)
 
 
 def test_kill_9_mid_run_then_resume_finishes_without_duplicates(tmp_path, tiny_model_dir, db_url):
-    """On SQLite and on PostgreSQL: a run killed with SIGKILL resumes with the same command and ends exact."""
+    """On SQLite and on PostgreSQL: a run killed with SIGKILL resumes with the same command and ends exact.
+
+    Executions are counted by the evaluator (tests.helpers.log_executions), not by archive rows, which would
+    record a second execution of a child as a `duplicate` and still add up. Exactly right: before the kill, every
+    scored row had an execution, and some executions may have no row yet (scored, not committed when the kill
+    came: lost work, their children pending); after it, every execution of the resumed session is a new row.
+    (A job that failed whole, e.g. a timeout on a loaded machine, never reaches score(): only rows without an
+    error are counted.)
+    """
     folder = write_square_problem(tmp_path / "sq")
+    log = log_executions(folder, tmp_path / "executions.log")
     db = db_url
     engine = create_engine(archive_url(db))
 
@@ -88,6 +97,9 @@ def test_kill_9_mid_run_then_resume_finishes_without_duplicates(tmp_path, tiny_m
     proc.wait()
     before = evaluations()
     assert 3 <= before < 11
+    scored_before = scalar("SELECT COUNT(*) FROM evaluations WHERE error_kind IS NULL")
+    executed_before = len(executions(log))
+    assert executed_before >= scored_before
     assert scalar("SELECT status FROM runs") == "running"
     with engine.connect() as con:
         pending = {
@@ -99,6 +111,9 @@ def test_kill_9_mid_run_then_resume_finishes_without_duplicates(tmp_path, tiny_m
     assert scalar("SELECT COUNT(*) FROM runs") == 1
     assert scalar("SELECT COUNT(*) FROM programs WHERE parent_id IS NULL") == 1  # seed once
     assert scalar("SELECT COUNT(*) FROM evaluations") == 11
+    # no child executed twice: each execution after the kill made its own evaluation row
+    scored = scalar("SELECT COUNT(*) FROM evaluations WHERE error_kind IS NULL")
+    assert len(executions(log)) - executed_before == scored - scored_before, (executed_before, executions(log))
     assert scalar("SELECT COUNT(*) - COUNT(DISTINCT code_hash) FROM programs") == 0
     # every child pending at the kill is evaluated first on resume (or found to be a duplicate)
     with engine.connect() as con:

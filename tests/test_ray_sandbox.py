@@ -1,9 +1,11 @@
 """Evaluations on a real two-node Ray cluster (started with `ray start` on loopback): a run that loses its
-second node mid-way still finishes, with every child evaluated exactly once in the archive."""
+second node mid-way still finishes, with every child evaluated exactly once in the archive and executed
+exactly once outside the lost node (the evaluator's own log says which process executed what)."""
 
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
 import subprocess
 import time
@@ -17,9 +19,27 @@ from tests.services import missing
 pytestmark = pytest.mark.slow
 
 SLOW_VARIANT = (
-    "<variant 1>\n```python\ndef solve(x):\n    import time\n    time.sleep(0.6)\n    return x * x + {i} - {i}\n```\n"
+    "<variant 1>\n```python\ndef solve(x):\n    import time\n    time.sleep(0.6)\n    return [x * x, {i}]\n```\n"
     "</variant 1>\n"
 )
+SEED = "# EVOLVE-BLOCK-START\ndef solve(x):\n    return [x * x, 0]\n# EVOLVE-BLOCK-END\n"
+# Each program answers [its result, its tag]; the trusted score() runs in the Ray actor that executed the
+# candidate, and logs the tag with that actor's pid once per execution.
+EVALUATOR = """
+import os
+
+
+def cases():
+    return [{{"name": "c0", "input": 2, "expected": 4}}, {{"name": "c1", "input": 3, "expected": 9}}]
+
+
+def score(case, output):
+    value, tag = output
+    if case["name"] == "c0":
+        with open({log!r}, "a") as log:
+            log.write(f"{{tag}} {{os.getpid()}}\\n")
+    return (1.0 if value == case["expected"] else 0.0), None
+"""
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +69,9 @@ def ray_cluster():
 
 
 def test_run_survives_losing_a_node_and_evaluates_each_child_once(tmp_path, ray_cluster):
-    folder = write_problem(tmp_path / "prob", name="rayrun", timeout=10.0)
+    log = tmp_path / "executions.log"
+    evaluator = EVALUATOR.format(log=str(log))
+    folder = write_problem(tmp_path / "prob", name="rayrun", timeout=10.0, seed=SEED, evaluate=evaluator)
     replay = tmp_path / "replay.json"
     replay.write_text(json.dumps([SLOW_VARIANT.format(i=i) for i in range(1, 200)]))
     db = tmp_path / "run.db"
@@ -71,8 +93,8 @@ def test_run_survives_losing_a_node_and_evaluates_each_child_once(tmp_path, ray_
             except sqlite3.OperationalError:
                 continue
     assert proc.poll() is None, f"the run ended before the node could be lost: {proc.communicate()}"
-    killed = ray_cluster.kill_second_node()
-    assert killed >= 2
+    lost = set(ray_cluster.kill_second_node())
+    assert len(lost) >= 2
     out, err = proc.communicate(timeout=400)
     assert proc.returncode == 0, (out[-2000:], err[-3000:])
     assert "evaluation budget reached" in out, out
@@ -86,3 +108,16 @@ def test_run_survives_losing_a_node_and_evaluates_each_child_once(tmp_path, ray_
     assert con.execute("SELECT COUNT(*) FROM evaluations WHERE error_kind IS NOT NULL").fetchone()[0] == 0
     assert {s for (s,) in con.execute("SELECT DISTINCT scores FROM evaluations")} == {'{"c0": 1.0, "c1": 1.0}'}
     assert set(con.execute("SELECT DISTINCT sandbox FROM evaluations").fetchall()) <= {("process",), ("docker",)}
+    # Executed exactly once, by the log (in time order): a tag runs twice only when its first execution was in
+    # a process of the lost node (in flight when it died, so sent again) and its second in a survivor; no more
+    # tags than the lost node had evaluations in flight (its two CPUs hold at most two one-slot actors).
+    runs: dict[str, list[int]] = {}
+    for line in log.read_text().splitlines():
+        tag, pid = line.split()
+        runs.setdefault(tag, []).append(int(pid))
+    committed = {re.search(r"\[x \* x, (\d+)\]", code).group(1) for (code,) in con.execute("SELECT code FROM programs")}
+    assert set(runs) == committed and len(committed) == budget, (sorted(runs), sorted(committed))
+    repeated = {tag: pids for tag, pids in runs.items() if len(pids) > 1}
+    assert all(len(pids) == 2 and pids[0] in lost and pids[1] not in lost for pids in repeated.values()), runs
+    assert len(repeated) <= 2, runs
+    print(f"ray: {len(runs)} programs executed, {len(repeated)} re-sent after the node loss")

@@ -24,16 +24,10 @@ from evolve.problem import load_problem
 from sandboxes.base import ErrorKind, SandboxRefused
 from sandboxes.jail import find_jail
 from sandboxes.process import ProcessSandbox
-from tests.helpers import docker_sandbox_or_skip, write_problem
+from tests.helpers import KNOWN, assert_known_vectors, docker_sandbox_or_skip, write_problem
 from tests.services import missing
 
 TIMEOUT = 3.0
-KNOWN = [
-    ("def solve(x):\n    return x * x\n", {"c0": 1.0, "c1": 1.0}),
-    ("def solve(x):\n    return 4\n", {"c0": 1.0, "c1": 0.0}),
-    ("def solve(x):\n    return 9\n", {"c0": 0.0, "c1": 1.0}),
-    ("def solve(x):\n    return -1\n", {"c0": 0.0, "c1": 0.0}),
-]
 
 
 @pytest.fixture(scope="module")
@@ -53,12 +47,6 @@ def sandbox(request):
     assert box.hides_files, box.isolation()
     yield box
     box.close()
-
-
-def assert_known_vectors(sandbox, problem) -> None:
-    """Each known program, one after another, gets exactly its own vector (a shifted answer would not)."""
-    got = [sandbox.evaluate(problem, code).scores for code, _ in KNOWN]
-    assert got == [want for _, want in KNOWN]
 
 
 def reported(outcome) -> object:
@@ -134,23 +122,34 @@ def test_expected_answers_archive_and_home_are_out_of_reach(sandbox, problem, se
     assert_known_vectors(sandbox, problem)
 
 
-def test_other_processes_environment_and_command_lines_are_hidden(sandbox, problem):
-    marker = f"engine-secret-{uuid.uuid4().hex[:8]}"
+def test_other_processes_environment_and_command_lines_are_hidden(sandbox, problem, monkeypatch):
+    """A secret in the engine's environment and in another host process's environment and command line.
+
+    The candidate reads every /proc/PID/{cmdline,environ} it can (its parent's first) and searches them itself;
+    it answers in numbers, not in a feedback that is cut short: c0 right means the secret was found nowhere,
+    c1 right means the scan read at least its own command line (it really looked)."""
+    marker = f"engine-secret-{uuid.uuid4().hex}"
+    monkeypatch.setenv("EVOLVE_ENGINE_SECRET", marker)  # the engine here is this process (in-process sandboxes)
     host = subprocess.Popen(
         [sys.executable, "-c", "import time; time.sleep(60)", marker], env={**os.environ, "SECRET": marker}
     )
+    half = len(marker) // 2
     try:
         code = (
-            "import os\ndef solve(x):\n    seen = []\n"
+            "import os\ndef solve(x):\n"
+            f"    marker = ({marker[:half]!r} + {marker[half:]!r}).encode()\n"
+            "    found, read_own = False, False\n"
             "    paths = [f'/proc/{os.getppid()}/environ'] + [f'/proc/{p}/{f}' for p in os.listdir('/proc')"
             " if p.isdigit() for f in ('cmdline', 'environ')]\n"
-            "    for path in paths:\n        try:\n"
-            "            seen.append(open(path, 'rb').read().decode(errors='replace'))\n"
-            "        except OSError:\n            pass\n    return '|'.join(seen)\n"
+            "    for path in paths:\n        try:\n            data = open(path, 'rb').read()\n"
+            "        except OSError:\n            continue\n"
+            "        found = found or marker in data\n"
+            "        read_own = read_own or (path == f'/proc/{os.getpid()}/cmdline' and len(data) > 0)\n"
+            "    if x == 2:\n        return -1 if found else 4\n"
+            "    return 9 if read_own else -1\n"
         )
         outcome = sandbox.evaluate(problem, code)
-        assert outcome.ok, outcome.error
-        assert marker not in (outcome.feedback or "") and marker not in outcome.stdout
+        assert outcome.scores == {"c0": 1.0, "c1": 1.0}, (outcome.error, outcome.feedback)
     finally:
         host.kill()
         host.wait()
@@ -197,7 +196,14 @@ def test_the_problem_folder_cannot_be_written(sandbox, problem):
 
 
 def test_other_slots_can_be_neither_signalled_nor_traced(sandbox, problem):
-    victim_code = "import time\ndef solve(x):\n    time.sleep(0.6)\n    return x * x\n"
+    """An attacker tries, for a second, to ptrace and SIGKILL every process it can see, while a victim runs in
+    another slot (the test waits until the victim has named itself, so the two surely overlap)."""
+    name = f"victim-{uuid.uuid4().hex[:8]}"
+    victim_code = (
+        "import ctypes, time\ndef solve(x):\n"
+        f"    ctypes.CDLL(None).prctl(15, {name.encode()!r}, 0, 0, 0)\n"
+        "    time.sleep(1.0)\n    return x * x\n"
+    )
     attacker = (
         "import ctypes, os, signal, time\ndef solve(x):\n    libc = ctypes.CDLL(None, use_errno=True)\n"
         "    hits = set()\n    end = time.time() + 1.0\n    while time.time() < end:\n"
@@ -214,12 +220,20 @@ def test_other_slots_can_be_neither_signalled_nor_traced(sandbox, problem):
 
     thread = threading.Thread(target=victim)
     thread.start()
-    time.sleep(0.2)
+    deadline = time.monotonic() + 30
+    while not _named(name) and thread.is_alive() and time.monotonic() < deadline:
+        time.sleep(0.005)
+    assert _named(name), "the victim never ran"
     attack = sandbox.evaluate(problem, attacker)
     thread.join()
     assert results["victim"].scores == {"c0": 1.0, "c1": 1.0}, results["victim"].error
-    assert attack.ok and "traced" not in reported(attack), attack.feedback
+    assert attack.ok and reported(attack) == [], attack.feedback
     assert_known_vectors(sandbox, problem)
+
+
+def _named(name: str) -> bool:
+    """A live process named `name` (its /proc/PID/comm) exists."""
+    return any(_read(p / "comm").strip() == name.encode() for p in Path("/proc").iterdir() if p.name.isdigit())
 
 
 def test_a_lingering_process_cannot_read_or_change_the_next_job(sandbox, problem):

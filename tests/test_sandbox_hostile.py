@@ -1,4 +1,8 @@
-"""Hostile candidates against every sandbox backend: each is contained, and the next evaluation is right."""
+"""Hostile candidates against every sandbox backend: each is contained, and the next evaluations are right.
+
+After every hostile case, programs with distinct known vectors are scored (`assert_known_vectors`): a reply
+shifted to the next job, or a stale one, gives one of them another's vector.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +10,7 @@ import os
 import socket
 import threading
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -14,7 +19,8 @@ from evolve.problem import load_problem
 from sandboxes.base import ErrorKind
 from sandboxes.process import ProcessSandbox
 from sandboxes.seccomp import SocketRule
-from tests.helpers import docker_sandbox_or_skip, write_problem
+from tests.helpers import assert_known_vectors, docker_sandbox_or_skip, write_problem
+from tests.services import missing
 
 TIMEOUT = 2.0
 
@@ -26,10 +32,7 @@ def problem(tmp_path_factory):
 
 @pytest.fixture(scope="module", params=["process", "docker"])
 def sandbox(request):
-    if request.param == "process":
-        yield ProcessSandbox(slots=2)
-        return
-    box = docker_sandbox_or_skip(workers=1)
+    box = ProcessSandbox(slots=2) if request.param == "process" else docker_sandbox_or_skip(workers=1)
     yield box
     box.close()
 
@@ -46,14 +49,26 @@ def _procs_with(marker: str) -> list[int]:
     return found
 
 
+def _procs_named(name: str) -> list[int]:
+    """Live processes whose name (/proc/PID/comm, which a candidate sets with prctl) is `name`."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and _uid(entry) is not None:
+            try:
+                if (entry / "comm").read_text().strip() == name:
+                    found.append(int(entry.name))
+            except OSError:
+                pass
+    return found
+
+
 def _assert_next_is_correct(sandbox, problem):
-    outcome = sandbox.evaluate(problem, problem.seed_code)
-    assert outcome.ok, outcome.error
-    assert outcome.scores == {"c0": 1.0, "c1": 1.0}
+    assert_known_vectors(sandbox, problem)
 
 
 def test_seed_scores_and_isolation_is_reported(sandbox, problem):
-    _assert_next_is_correct(sandbox, problem)
+    outcome = sandbox.evaluate(problem, problem.seed_code)
+    assert outcome.ok and outcome.scores == {"c0": 1.0, "c1": 1.0}, outcome.error
     assert f"{sandbox.kind} sandbox" in sandbox.isolation()
 
 
@@ -74,8 +89,13 @@ def test_infinite_loop_is_killed_at_the_deadline(sandbox, problem):
 def test_fork_bomb_is_contained(sandbox, problem):
     if sandbox.kind == "process":
         assert os.geteuid() != 0 or sandbox.drop_uid, sandbox.isolation()
+    # Every process of the bomb carries its name (set before the first fork, inherited by each): whatever uid
+    # it runs as, and whichever slot or container ran it, a survivor is found by it.
+    name = f"bomb-{uuid.uuid4().hex[:8]}"
     code = (
-        "import os, time\ndef solve(x):\n    for _ in range(100000):\n        try:\n            os.fork()\n"
+        "import ctypes, os, time\ndef solve(x):\n"
+        f"    ctypes.CDLL(None).prctl(15, {name.encode()!r}, 0, 0, 0)\n"
+        "    for _ in range(100000):\n        try:\n            os.fork()\n"
         "        except OSError:\n            time.sleep(0.01)\n    return 0\n"
     )
     _assert_next_is_correct(sandbox, problem)  # a warm sandbox: a container's start is not the bomb's time
@@ -83,11 +103,12 @@ def test_fork_bomb_is_contained(sandbox, problem):
     assert not outcome.ok
     # the deadline, then the sweep of every process the bomb made (it races the kills for a while)
     assert elapsed < TIMEOUT + 3
-    uids = {61000, 61001} if sandbox.kind == "process" else {1000}
+    uids = set(sandbox.slot_uids) if sandbox.kind == "process" else set()  # every slot, not only the first two
     deadline = time.monotonic() + 3  # the sweep may still be reaping the last of them on a loaded machine
     while True:
         time.sleep(0.1)
         leftover = [p for p in Path("/proc").iterdir() if p.name.isdigit() and _uid(p) in uids]
+        leftover += _procs_named(name)
         if not leftover or time.monotonic() > deadline:
             break
     assert leftover == []
@@ -156,7 +177,7 @@ def test_network_is_unreachable(sandbox, problem):
     Nothing here sends a packet to any address beyond the machine: the sandbox has nowhere to send it.
     """
     if sandbox.kind == "process" and not sandbox.network_isolated:
-        pytest.skip("kernel refuses network namespaces here; isolation() says so")
+        missing("network namespaces", f"the kernel refuses them here; the sandbox says so: {sandbox.isolation()}")
     server = socket.socket()
     server.bind(("127.0.0.1", 0))
     server.listen()
@@ -189,10 +210,31 @@ def _accept(server: socket.socket) -> object:
 
 
 def test_environment_is_scrubbed(sandbox, problem, monkeypatch):
-    monkeypatch.setenv("OPENAI_API_KEY", "sk-secret-value")
-    outcome, _ = _run(sandbox, problem, "import os\ndef solve(x):\n    return dict(os.environ)\n")
-    assert "sk-secret-value" not in (outcome.feedback or "")
-    assert "HOME" in (outcome.feedback or "")
+    """A secret in the engine's own environment (first and last, where a copy of it would put it) is not in
+    the candidate's. The candidate searches itself and answers in numbers: c0 right means no secret found,
+    c1 right means it did see an environment (HOME), so {1, 1} exactly is a search that ran and found nothing."""
+    secret = f"sk-{uuid.uuid4().hex}"
+    environ = dict(os.environ)  # put back in order below, between the two secrets (all restored at the end)
+    for key in list(environ):
+        monkeypatch.delenv(key)
+    monkeypatch.setenv("AAA_OPENAI_API_KEY", secret)
+    for key, value in environ.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("ZZZ_EVOLVE_SECRET", secret)
+    names = list(os.environ)
+    assert names[0] == "AAA_OPENAI_API_KEY" and names[-1] == "ZZZ_EVOLVE_SECRET"
+    half = len(secret) // 2
+    code = (
+        "import os\ndef solve(x):\n"
+        f"    secret = {secret[:half]!r} + {secret[half:]!r}\n"
+        "    found = any(secret in k or secret in v or 'OPENAI' in k or 'EVOLVE_SECRET' in k"
+        " for k, v in os.environ.items())\n"
+        "    if x == 2:\n        return -1 if found else 4\n"
+        "    return 9 if os.environ.get('HOME') else -1\n"
+    )
+    outcome, _ = _run(sandbox, problem, code)
+    assert outcome.scores == {"c0": 1.0, "c1": 1.0}, (outcome.error, outcome.feedback)
+    _assert_next_is_correct(sandbox, problem)
 
 
 def test_garbage_on_the_reply_pipe_is_bad_output(sandbox, problem):
@@ -202,7 +244,8 @@ def test_garbage_on_the_reply_pipe_is_bad_output(sandbox, problem):
         "    os._exit(0)\n"
     )
     outcome, _ = _run(sandbox, problem, code)
-    assert outcome.error_kind in (ErrorKind.BAD_OUTPUT, ErrorKind.CRASH)
+    assert outcome.error_kind == ErrorKind.BAD_OUTPUT, outcome.error
+    assert outcome.scores == {"c0": 0.0, "c1": 0.0}
     _assert_next_is_correct(sandbox, problem)
 
 
@@ -210,8 +253,10 @@ def test_hard_exit_without_reply_is_a_crash(sandbox, problem):
     outcome, _ = _run(sandbox, problem, "import os\ndef solve(x):\n    os._exit(3)\n")
     assert outcome.error_kind == ErrorKind.CRASH
     assert "exit 3" in outcome.error
+    _assert_next_is_correct(sandbox, problem)
 
 
 def test_missing_entry_point_is_invalid(sandbox, problem):
     outcome, _ = _run(sandbox, problem, "def other(x):\n    return 1\n")
     assert outcome.error_kind == ErrorKind.INVALID
+    _assert_next_is_correct(sandbox, problem)

@@ -17,7 +17,7 @@ from evolve.archive import Archive
 from evolve.problem import find_blocks, load_problem
 from evolve.prompts import PromptInputs, build_prompt
 from sandboxes.process import ProcessSandbox
-from tests.helpers import SPLIT_EVAL, SPLIT_TOML, write_problem
+from tests.helpers import SPLIT_EVAL, SPLIT_TOML, executions, log_executions, write_problem
 
 pytestmark = pytest.mark.slow
 
@@ -269,12 +269,17 @@ def test_one_failure_costs_one_group_and_a_repeated_one_stops_the_run_with_one_l
 
 
 def test_sigterm_stops_cleanly_and_a_killed_run_is_recognised(tmp_path):
-    """SIGTERM leaves the run `stopped` (never `running`); a run found `running` is resumed as interrupted."""
+    """SIGTERM leaves the run `stopped` (never `running`); a run found `running` is resumed as interrupted.
+
+    The evaluator logs every real execution: at the stop, every scored row had one, and at most the one
+    evaluation in flight (one worker) ran without a row; the resumed session executes each child once (one row
+    each; a job that failed whole never reaches score(), so only rows without an error are counted)."""
     import os
     import signal
     import time
 
     folder, replay = init_with_replay(tmp_path, unique_children(40))
+    log = log_executions(folder, tmp_path / "executions.log")
     db = tmp_path / "d.db"
     cmd = [*EVOLVE, "run", str(folder), "--db", str(db), "--policy", f"replay:{replay}", "--sandbox", "process"]
     proc = subprocess.Popen([*cmd, "--max-evaluations", "100", "--workers", "1"], stdout=subprocess.PIPE, text=True)
@@ -290,12 +295,20 @@ def test_sigterm_stops_cleanly_and_a_killed_run_is_recognised(tmp_path):
     out, _ = proc.communicate(timeout=60)
     assert "interrupted" in out and "Traceback" not in out
     assert sqlite3.connect(db).execute("SELECT status FROM runs").fetchone()[0] == "stopped"
+    scored = "SELECT COUNT(*) FROM evaluations WHERE error_kind IS NULL"
+    stopped_with = sqlite3.connect(db).execute(scored).fetchone()[0]
+    executed = len(executions(log))
+    assert stopped_with <= executed <= stopped_with + 1
     con = sqlite3.connect(db)
     con.execute("UPDATE runs SET status = 'running', updated_at = '2000-01-01 00:00:00'")  # as a SIGKILL leaves it
     con.commit()
     shown = json.loads(evolve("inspect", str(db), "--json").stdout)[0]
     assert shown["status"] == "interrupted"
-    again = evolve(*cmd[3:], "--max-evaluations", "12")
+    # a larger budget: the resumed replay starts again at its first text, so it re-sends children already
+    # evaluated (duplicates, never executed again) before it reaches new ones
+    again = evolve(*cmd[3:], "--max-evaluations", "30")
     assert "was interrupted (its process was killed)" in again.stdout, again.stdout + again.stderr
     shown = json.loads(evolve("inspect", str(db), "--json").stdout)[0]
-    assert shown["status"] == "finished" and shown["interruptions"] == 1 and shown["evaluations"] == 12
+    assert shown["status"] == "finished" and shown["interruptions"] == 1 and shown["evaluations"] == 30
+    now = sqlite3.connect(db).execute(scored).fetchone()[0]
+    assert len(executions(log)) - executed == now - stopped_with, (executed, stopped_with, executions(log))
