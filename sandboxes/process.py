@@ -178,6 +178,11 @@ class ProcessSandbox:
             self._slots.put(i)
         self.network_isolated = self._jail is not None or self._probe_netns()
         self._running = RunningJobs()  # for abort_running(): each job's first process, killed on Ctrl-C
+        # WEAK without root: leftovers keep our uid and may shed the token, but as subreaper we adopt them.
+        # The leaders of running jobs are spared; the lock keeps a leader from being seen before it is listed.
+        self._adopts_leftovers = self._jail is None and not self.drop_uid
+        self._leaders: set[int] = set()
+        self._spawn_lock = threading.Lock()
 
     @property
     def slot_uids(self) -> tuple[int, ...]:
@@ -312,6 +317,7 @@ class ProcessSandbox:
             None if jailed else installer(self.sockets),
         )
         try:
+            self._spawn_lock.acquire()
             proc = subprocess.Popen(
                 command,
                 stdin=subprocess.PIPE,
@@ -323,10 +329,12 @@ class ProcessSandbox:
                 start_new_session=True,
                 preexec_fn=child_setup(spec),
             )
+            self._leaders.add(proc.pid)
         except (OSError, subprocess.SubprocessError) as exc:
             os.close(reply_r)
             raise SandboxRefused(f"process sandbox: could not set up the candidate's process: {exc}") from exc
         finally:
+            self._spawn_lock.release()
             os.close(reply_w)
             files.close()
         sinks: dict[str, list[bytes]] = {"out": [], "err": [], "reply": []}
@@ -362,8 +370,13 @@ class ProcessSandbox:
             status = "timeout"
         if cgroup is not None:
             cgroup.kill()
-        kill_all(proc.pid, uid, None if uid is not None else token.encode())
+        if self._adopts_leftovers:
+            with self._spawn_lock:
+                kill_all(proc.pid, None, token.encode(), adopted_except=frozenset(self._leaders))
+        else:
+            kill_all(proc.pid, uid, None if uid is not None else token.encode())
         proc.wait()
+        self._leaders.discard(proc.pid)
         if cgroup is not None and cgroup.oom_killed():  # one of the job's processes, maybe not the first
             status = "memory"
         for t in threads:

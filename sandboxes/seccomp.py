@@ -7,6 +7,12 @@ Refused with EPERM (numbers per machine below):
   (a memfd or SysV segment filled with write(), message queues, user pages pinned in a pipe and then unmapped),
   so RLIMIT_AS never sees it. Where no memory cgroup bounds the job they would let one process hold any amount
   of the host's memory. Python never needs them;
+- ptrace, process_vm_readv/writev, pidfd_getfd, kcmp: without root the jail's pid 1 (bubblewrap) has the
+  candidate's uid and no capabilities, so a candidate could attach to it, clear its parent-death signal and
+  keep the whole pid namespace alive after the job (a red-team attack did). No candidate needs to trace;
+- setxattr, lsetxattr, fsetxattr, setxattrat: user.* extended attributes on a tmpfs are kernel memory that
+  neither RLIMIT_AS nor the tmpfs size counts (1.5 GiB held in 3 s under memory_mb = 256). shutil's copy
+  functions ignore EPERM from them;
 - io_uring_setup/enter/register: its operations (IORING_OP_SOCKET, ...) are never seen by seccomp, so it would
   undo every other rule here;
 - unshare and clone with CLONE_NEWUSER: a user namespace gives its maker every capability inside it (new mount
@@ -57,8 +63,24 @@ class _Numbers:
 
 
 _MACHINES = {
-    "x86_64": _Numbers(0xC000003E, (248, 249, 250, 319, 447, 29, 68, 278, 425, 426, 427), 56, 272, 435, 41, 53),
-    "aarch64": _Numbers(0xC00000B7, (217, 218, 219, 279, 447, 194, 186, 75, 425, 426, 427), 220, 97, 435, 198, 199),
+    "x86_64": _Numbers(
+        0xC000003E,
+        (248, 249, 250, 319, 447, 29, 68, 278, 425, 426, 427, 101, 310, 311, 312, 438, 188, 189, 190, 463),
+        clone=56,
+        unshare=272,
+        clone3=435,
+        socket=41,
+        socketpair=53,
+    ),
+    "aarch64": _Numbers(
+        0xC00000B7,
+        (217, 218, 219, 279, 447, 194, 186, 75, 425, 426, 427, 117, 270, 271, 272, 438, 5, 6, 7, 463),
+        clone=220,
+        unshare=97,
+        clone3=435,
+        socket=198,
+        socketpair=199,
+    ),
 }
 _ALLOW, _ERRNO = 0x7FFF0000, 0x00050000
 _LD_ABS, _JEQ, _JGE, _JSET, _RET = 0x20, 0x15, 0x35, 0x45, 0x06

@@ -37,20 +37,30 @@ def all_threads_dead(pid: int | str) -> bool:
     return True
 
 
-def procs_matching(uid: int | None, token: bytes | None) -> list[int]:
-    """Live processes of the slot; zombies we adopted (as subreaper) are reaped on the way."""
+def procs_matching(uid: int | None, token: bytes | None, adopted_except: frozenset[int] | None = None) -> list[int]:
+    """Live processes of the slot; zombies we adopted (as subreaper) are reaped on the way.
+
+    `adopted_except`, where the engine is the subreaper and candidates keep its uid (the WEAK sandbox without
+    root), adds every child of the engine but those pids (the leaders of jobs still running): a leftover that
+    left its session and dropped the token from its environment is still re-parented to us once its parent
+    dies, and the engine makes no other long-lived children."""
     found = []
+    me = os.getpid()
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
             continue
         pid = int(entry.name)
         try:
             state, ppid = _stat(pid)
+            adopted = adopted_except is not None and ppid == me and pid not in adopted_except
             if state in ("Z", "X") and all_threads_dead(pid):
-                if ppid == os.getpid() and uid is not None and os.stat(entry.path).st_uid == uid:
+                ours = uid is not None and os.stat(entry.path).st_uid == uid
+                if ppid == me and (ours or adopted):
                     os.waitpid(pid, os.WNOHANG)
                 continue
-            if uid is not None:
+            if adopted:
+                found.append(pid)
+            elif uid is not None:
                 if os.stat(entry.path).st_uid == uid:
                     found.append(pid)
             elif token is not None:
@@ -59,16 +69,22 @@ def procs_matching(uid: int | None, token: bytes | None) -> list[int]:
                         found.append(pid)
         except OSError:
             continue
-    return [p for p in found if p != os.getpid()]
+    return [p for p in found if p != me]
 
 
-def kill_all(pgid: int, uid: int | None, token: bytes | None, rounds: int = 50) -> int:
+def kill_all(
+    pgid: int,
+    uid: int | None,
+    token: bytes | None,
+    rounds: int = 50,
+    adopted_except: frozenset[int] | None = None,
+) -> int:
     """SIGKILL the group and every process of the slot until none is left; returns how many were killed."""
     killed = 0
     with contextlib.suppress(OSError):
         os.killpg(pgid, signal.SIGKILL)
     for _ in range(rounds):
-        pids = procs_matching(uid, token)
+        pids = procs_matching(uid, token, adopted_except)
         if not pids:
             break
         for pid in pids:

@@ -66,6 +66,72 @@ def solve(what):
 """
 REFUSED = {"unshare": 1.0, "clone": 1.0, "clone3": 38.0, "fork": 7.0, "thread": 1.0, "subprocess": 1.0}
 
+TRACING = ("ptrace", "vm_read", "xattr")
+# A candidate may neither trace (without root the jail's pid 1 has the candidate's uid: attached, its
+# parent-death signal was cleared and the job's pid namespace outlived the job) nor hold kernel memory in
+# extended attributes (uncounted by RLIMIT_AS and tmpfs sizes). The target is its own child, which it could
+# trace anywhere without the filter. Each number is the errno (100: it worked).
+TRACE = """import ctypes, os, signal, time
+FOUND = {}
+class IoVec(ctypes.Structure):
+    _fields_ = [("base", ctypes.c_void_p), ("len", ctypes.c_size_t)]
+def _measure():
+    libc = ctypes.CDLL(None, use_errno=True)
+    child = os.fork()
+    if child == 0:
+        time.sleep(30)
+        os._exit(0)
+    got = {}
+    got["ptrace"] = 100 if libc.ptrace(16, child, 0, 0) == 0 else ctypes.get_errno()  # PTRACE_ATTACH
+    buf = ctypes.create_string_buffer(8)
+    local = IoVec(ctypes.addressof(buf), 8)
+    remote = IoVec(id(FOUND), 8)
+    read = libc.process_vm_readv(child, ctypes.byref(local), 1, ctypes.byref(remote), 1, 0)
+    got["vm_read"] = 100 if read >= 0 else ctypes.get_errno()
+    os.kill(child, signal.SIGKILL)
+    os.waitpid(child, 0)
+    path = "/tmp/xattr-probe"
+    open(path, "w").close()
+    try:
+        os.setxattr(path, "user.hold", b"x" * 1024)
+        got["xattr"] = 100
+    except OSError as exc:
+        got["xattr"] = exc.errno
+    return got
+def solve(what):
+    if not FOUND:
+        FOUND.update(_measure())
+    return FOUND[what]
+"""
+EPERM_ALL = {"ptrace": 1.0, "vm_read": 1.0, "xattr": 1.0}
+
+LEFTOVER = ("left",)
+# Leaves a process that quits its session and drops the job's token from its environment (the sweep outside
+# the jail matched on both), then rewrites every later job's program to answer -7 for 20 s.
+REWRITE = """
+import glob, sys, time
+end = time.time() + 20
+while time.time() < end:
+    for path in glob.glob(sys.argv[1]):
+        try:
+            with open(path, "w") as f:
+                f.write("def solve(what):\\n    return -7\\n")
+        except OSError:
+            pass
+    time.sleep(0.0005)
+"""
+SURVIVOR = f"""import os, sys
+def solve(what):
+    pattern = os.path.join(os.path.dirname(os.getcwd()), "*", "seed.py")
+    if os.fork() == 0:
+        os.setsid()
+        if os.fork() == 0:
+            os.execve(sys.executable, [sys.executable, "-c", {REWRITE!r}, pattern], {{}})
+        os._exit(0)
+    os.wait()
+    return 0
+"""
+
 ENVIRONMENT = ("names",)
 NAMES = """import os
 def solve(what):
@@ -149,6 +215,20 @@ def test_user_namespaces_are_refused_to_candidates(box, tmp_path):
     outcome = box.evaluate(load_problem(folder), USERNS)
     assert outcome.scores == REFUSED, (outcome.error, outcome.case_errors)
     assert_known(box, folder, NAMESPACES)
+
+
+def test_tracing_and_extended_attributes_are_refused_to_candidates(box, tmp_path):
+    folder = probe_problem(tmp_path / "trace", TRACING)
+    outcome = box.evaluate(load_problem(folder), TRACE)
+    assert outcome.scores == EPERM_ALL, (outcome.error, outcome.case_errors, outcome.stderr)
+    assert_known(box, folder, TRACING)
+
+
+def test_a_leftover_without_session_or_token_cannot_rewrite_later_jobs(box, tmp_path):
+    folder = probe_problem(tmp_path / "left", LEFTOVER)
+    assert box.evaluate(load_problem(folder), SURVIVOR).scores == {"left": 0.0}
+    for _ in range(3):
+        assert_known(box, folder, LEFTOVER)
 
 
 def test_a_candidate_sees_exactly_the_sandbox_environment(box, tmp_path, monkeypatch):
