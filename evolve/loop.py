@@ -348,6 +348,7 @@ class SearchLoop(GroupMaker):
         workers = [asyncio.create_task(self.evaluate()) for _ in range(self.options.workers)]
         committer = asyncio.create_task(self.commit())
         ticker = asyncio.create_task(self._save_elapsed())
+        timer = asyncio.create_task(self.watch_time_budget())
         try:
             await self._requeue_pending()  # after the workers start: the queue is bounded
             while self._may_generate() and self.fatal is None:
@@ -356,7 +357,7 @@ class SearchLoop(GroupMaker):
                 await asyncio.gather(*(self.generate() for _ in range(parallel)))
                 await self._settle()
         finally:
-            for task in (*workers, committer, ticker):
+            for task in (*workers, committer, ticker, timer):
                 task.cancel()
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.remove_signal_handler(signal.SIGINT)
