@@ -235,6 +235,18 @@ class GroupMaker:
         self.sampling_cut.set()
         self.interrupt_sampling()
 
+    async def watch_time_budget(self) -> None:
+        """`--max-time`: once the run's time is spent, stop it and cut the group being sampled, as Ctrl-C does (the
+        group is not stored) rather than letting a minutes-long group overrun the limit; queued children are
+        still scored, as on any budget stop."""
+        limit = self.options.max_time_s
+        if limit is None:
+            return
+        while (left := limit - self.stats.elapsed_s) > 0:
+            await asyncio.sleep(min(left, 1.0))
+        self._finish("time budget reached")
+        self.cut_sampling()
+
     def interrupt_sampling(self) -> None:
         """Tell an in-process policy to stop between tokens, only while a call is in flight (a request that found
         none would end the policy's next, unrelated call); HTTP calls are cancelled through `sampling_cut`."""

@@ -346,6 +346,7 @@ class SearchLoop(GroupMaker):
         workers = [asyncio.create_task(self.evaluate()) for _ in range(self.options.workers)]
         committer = asyncio.create_task(self.commit())
         ticker = asyncio.create_task(self._save_elapsed())
+        timer = asyncio.create_task(self.watch_time_budget())
         try:
             if self.stats.evaluations == 0 and not await self._evaluate_seed():
                 return self.finished_reason  # Ctrl-C while the seed ran: it stays to be evaluated on resume
@@ -357,7 +358,7 @@ class SearchLoop(GroupMaker):
                 await self._settle()
             await self._settle()  # children requeued on resume may fill the budget: no group runs, they still land
         finally:
-            for task in (*workers, committer, ticker):
+            for task in (*workers, committer, ticker, timer):
                 task.cancel()
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.remove_signal_handler(signal.SIGINT)

@@ -7,7 +7,7 @@
     from evolve.search import build_search
 
     problem = load_problem("problems/circle_packing")
-    options = RunOptions.for_problem(problem.config.search, max_evaluations=50, policy="transformers:embedded")
+    options = RunOptions.for_problem(problem.config.search, max_evaluations=50, policy="embedded")
     search = build_search(problem, options, db="runs/circle.db", sandbox="process")
 
 A `RunOptions` is taken whole; on resume its fields that differ from the stored ones are recorded as overrides.
@@ -37,7 +37,7 @@ from policies.trainer import TrainConfig
 from sandboxes.base import Sandbox, SandboxRefused
 from sandboxes.factory import SandboxUnavailable, make_sandbox, weak_sandbox_refusal
 
-DEFAULT_POLICY = "transformers:embedded"
+DEFAULT_POLICY = "embedded"  # the embedded model on llama.cpp where it is installed, else transformers
 
 
 class SearchSetupError(Exception):
@@ -103,7 +103,7 @@ def build_search(
 ) -> Search:
     """Open (or create) the archive, start or resume the problem's run (the latest, or `run_id`), load the
     policy and the sandbox, and set up training when `train_every` > 0. The policy is a spec such as
-    `transformers:embedded` (see `policies.factory`). Raises `SearchSetupError` with a one-line fix."""
+    `embedded` or `transformers:DIR` (see `policies.factory`). Raises `SearchSetupError` with a one-line fix."""
     given: dict[str, Any] = dict(asdict(options) if isinstance(options, RunOptions) else (options or {}))
     for name, value in (("sandbox", sandbox), ("learning_rate", learning_rate), ("trainer_model", trainer_model)):
         given[name] = value if value is not None else given.get(name)

@@ -42,6 +42,8 @@ class LoopStats:
     last_adaptation: str = ""
     ask: str = ""  # what the loop currently asks for (edit format, temperature, template)
     policy_status: str = ""  # e.g. "waiting for the server", set by the live view from the policy
+    sampling: str = ""  # the group being sampled (tokens so far, tok/s, rows done), set by the live view
+    sampling_bar: str = ""
     signs: dict[str, float] = field(default_factory=dict)  # +1/-1 per component (fitness.signs); 1 when absent
 
     @property
@@ -114,6 +116,8 @@ class LoopStats:
         head.add_row("policy version", str(self.policy_version), "sandbox", self.sandbox)
         if self.policy_status:
             head.add_row("policy", Text(self.policy_status), "", "")
+        if self.sampling:
+            head.add_row("sampling", Text(self.sampling), "", Text(self.sampling_bar))
         if self.last_train:
             head.add_row("training", self._training().lstrip(", "), "last update", Text(self.last_train))
         head.add_row(

@@ -23,7 +23,7 @@ from evolve.archive import Archive
 from evolve.archive.models import Completion, PolicyVersion, unpack
 from evolve.fitness import oriented_array, oriented_bounds
 from evolve.problem.config import ComponentSpec
-from policies.base import InProcessPolicy, Policy, PublishingPolicy
+from policies.base import InProcessPolicy, Policy, PublishingPolicy, TrainsAsTransformers
 from policies.groups import Batch, TrainingCompletion, TrainingGroup, normalise
 from policies.trainer import PolicyTrainer, TrainConfig, UpdateStats
 
@@ -97,12 +97,16 @@ class ArchiveTrainer:
         trainer_model: str | None = None,
     ) -> None:
         """`policy` serves and receives each new version. The weights trained are its own when it runs in this
-        process, else a local copy of the same base model loaded from `trainer_model`."""
+        process with transformers, else a local copy of the same base model loaded from `trainer_model` (a
+        llama.cpp policy names its own). The trainer's importance weight then corrects for the two runtimes'
+        numerics: the sampler's stored logprobs are the behaviour policy (see policies/trainer.py)."""
         if not isinstance(policy, PublishingPolicy):
             raise TrainingUnsupported(f"policy {policy.name!r} cannot load new adapters")
         self.archive, self.run_id, self.components, self.variants = archive, run_id, components, variants
         self.policy, self.config, self.adapters_dir, self.max_groups = policy, config, adapters_dir, max_groups
         local: InProcessPolicy | None = policy if isinstance(policy, InProcessPolicy) else None
+        if local is None and not trainer_model and isinstance(policy, TrainsAsTransformers):
+            trainer_model = policy.trainer_model
         if local is None:
             if not trainer_model:
                 raise TrainingUnsupported(

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import os
-from dataclasses import asdict, dataclass
+import time
+from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 SYSTEM = "You are an expert programmer who improves programs step by step."
@@ -38,6 +39,53 @@ class Generated:
     logprobs: list[float] | None
     finish_reason: str | None
     version: int
+
+
+def render_chat(tokenizer: Any, prompt: str) -> str:
+    """The prompt as the model's chat template lays it out (system, then user), or as is without a template."""
+    if getattr(tokenizer, "chat_template", None):
+        messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": prompt}]
+        return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    return prompt
+
+
+@dataclass
+class SamplingProgress:
+    """The group being sampled, as the sampling thread updates it and the live view reads it (plain counters:
+    a reader may see one a step behind, never a torn value)."""
+
+    rows: int = 0
+    rows_done: int = 0
+    tokens: int = 0
+    budget: int = 0  # rows × max_new_tokens: the most this call can sample
+    prompt_tokens: int = 0  # prompt tokens this call decodes (those cached from the previous group excluded)
+    started: float = field(default_factory=time.monotonic)
+    active: bool = False
+
+    def start(self, rows: int, max_new_tokens: int, prompt_tokens: int) -> None:
+        self.rows, self.rows_done, self.tokens, self.budget = rows, 0, 0, rows * max_new_tokens
+        self.prompt_tokens, self.started, self.active = prompt_tokens, time.monotonic(), True
+
+    @property
+    def elapsed_s(self) -> float:
+        return time.monotonic() - self.started
+
+    def line(self) -> str:
+        """E.g. `sampling 4 rows: 312 tokens, 9.8 tok/s, 1/4 rows done, 31 s`."""
+        if not self.active:
+            return ""
+        elapsed = self.elapsed_s
+        if not self.tokens:
+            return f"sampling {self.rows} rows: reading the prompt ({self.prompt_tokens} new tokens), {elapsed:.0f} s"
+        return (
+            f"sampling {self.rows} rows: {self.tokens} tokens, {self.tokens / max(elapsed, 1e-9):.1f} tok/s, "
+            f"{self.rows_done}/{self.rows} rows done, {elapsed:.0f} s"
+        )
+
+    def bar(self, width: int = 24) -> str:
+        """Tokens sampled against the most this call can sample, e.g. `[######..........]`."""
+        filled = min(width, round(width * self.tokens / self.budget)) if self.budget else 0
+        return "[" + "#" * filled + "." * (width - filled) + "]"
 
 
 @runtime_checkable
@@ -83,6 +131,28 @@ class StatusReporting(Protocol):
     """Has a one-line `status` for the live view ("" when all is well; else e.g. which server it waits for)."""
 
     status: str
+
+
+@runtime_checkable
+class Describing(Protocol):
+    """Says in a few words how it samples (runtime, precision, threads), for the run's opening lines."""
+
+    description: str
+
+
+@runtime_checkable
+class ProgressReporting(Protocol):
+    """Counts the tokens of the group it is sampling as they come (the live view shows them)."""
+
+    progress: SamplingProgress
+
+
+@runtime_checkable
+class TrainsAsTransformers(Protocol):
+    """Samples with a runtime the trainer cannot update (llama.cpp), but from a base model that transformers
+    can load from `trainer_model`: the trainer trains that copy and publishes its adapters back here."""
+
+    trainer_model: str
 
 
 @runtime_checkable

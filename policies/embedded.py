@@ -1,7 +1,8 @@
 """The embedded default model: Qwen2.5-Coder-0.5B-Instruct (Q4_K_M GGUF) from six pinned data-only wheels.
 
-The parts are joined in order, the result is checked against a known sha256, loaded through transformers'
-GGUF support in bf16 once, and cached as plain safetensors so that later starts take well under a second.
+The parts are joined in order, the result is checked against a known sha256 and kept (llama.cpp samples from
+it as it is), loaded through transformers' GGUF support in bf16 once, and cached as plain safetensors so that
+later starts of the transformers policy (and the trainer) take well under a second.
 """
 
 from __future__ import annotations
@@ -56,6 +57,17 @@ def join_gguf(target: Path) -> Path:
     return target
 
 
+def embedded_gguf() -> Path:
+    """The joined, checked GGUF file (joined on first use; a marker records that its sha256 matched)."""
+    target = cache_root() / "gguf" / "model.gguf"
+    marker = target.with_suffix(".sha256")
+    if target.is_file() and marker.is_file() and marker.read_text() == GGUF_SHA256:
+        return target
+    join_gguf(target)
+    marker.write_text(GGUF_SHA256)
+    return target
+
+
 def embedded_model_dir() -> Path:
     """A directory with the embedded model as safetensors + tokenizer, built on first use."""
     cache = cache_root() / "qwen2.5-coder-0.5b-instruct"
@@ -69,8 +81,8 @@ def embedded_model_dir() -> Path:
         raise PolicyError(f"the transformers policy needs torch and transformers ({exc}); {INSTALL_HINT}") from None
     if cache.exists():
         shutil.rmtree(cache)
-    work = cache_root() / "gguf"
-    gguf = join_gguf(work / "model.gguf")
+    gguf = embedded_gguf()
+    work = gguf.parent
     try:
         tokenizer = AutoTokenizer.from_pretrained(work, gguf_file=gguf.name)
         model = AutoModelForCausalLM.from_pretrained(work, gguf_file=gguf.name, dtype=torch.bfloat16)
@@ -85,5 +97,4 @@ def embedded_model_dir() -> Path:
     model.save_pretrained(cache, safe_serialization=True)
     tokenizer.save_pretrained(cache)
     done.write_text(GGUF_SHA256)
-    shutil.rmtree(work, ignore_errors=True)
     return cache

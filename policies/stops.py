@@ -50,10 +50,16 @@ class RowStops:
         return done
 
     def _reason(self, new: Any) -> str | None:
-        if self.stop and new.shape[0]:
-            tail = self.tokenizer.decode(new[-STOP_TAIL_TOKENS:].tolist(), skip_special_tokens=True)
-            if any(s in tail for s in self.stop):
-                return "stop"
-        if new.shape[0] >= REPEAT_WINDOW and repeats_itself(new[-REPEAT_WINDOW:].tolist()):
-            return "repetition"
-        return None
+        return end_reason(self.tokenizer, new.tolist(), self.stop)
+
+
+def end_reason(tokenizer: Any, new: list[int], stop: tuple[str, ...]) -> str | None:
+    """Why a row whose generated tokens so far are `new` ends now: "stop" (its tail holds a stop string),
+    "repetition" (it loops), or None to go on. Shared by every in-process backend."""
+    if stop and new:
+        tail = tokenizer.decode(new[-STOP_TAIL_TOKENS:], skip_special_tokens=True)
+        if any(s in tail for s in stop):
+            return "stop"
+    if len(new) >= REPEAT_WINDOW and repeats_itself(new[-REPEAT_WINDOW:]):
+        return "repetition"
+    return None

@@ -4,6 +4,12 @@ Per update: advantages per group from the estimator; old logprobs recomputed wit
 ratio's denominator); the sampler's stored logprobs only enter a truncated importance weight that corrects
 for the sampler/trainer mismatch; asymmetric clipping; token-level aggregation (every token of a completion
 carries its completion's advantage); optional KL to the base model (the adapter disabled).
+
+The sampler and the trainer may be different runtimes: vLLM, or llama.cpp on the Q4_K_M GGUF while this
+trainer runs transformers on the same weights dequantised to bf16. The stored logprobs are then the behaviour
+policy (each the exact probability the sampler drew its token with, after temperature, top-k and top-p), and
+min(exp(old - sampler), is_cap) reweights each token for the gap, as RL systems whose sampler and trainer
+differ do (truncated importance sampling); `UpdateStats.is_weight_mean` shows how far apart they are.
 """
 
 from __future__ import annotations
@@ -36,7 +42,7 @@ class TrainConfig:
     # unlikely tokens with positive advantage can still rise).
     clip_low: float = 0.2
     clip_high: float = 0.28
-    # Cap on the importance weight old/sampler that corrects for the sampler's own logprobs (vLLM's sampling
+    # Cap on the importance weight old/sampler that corrects for the sampler's own logprobs (vLLM's or llama.cpp's
     # numerics differ from the trainer's); larger weights are truncated (truncated importance sampling).
     is_cap: float = 2.0
     kl_coef: float = 0.0  # weight of a k3 KL penalty to the base model (adapter off); 0 switches it off

@@ -14,7 +14,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from policies.base import SYSTEM, Generated, PolicyError, SamplingParams
+from policies.base import Generated, PolicyError, SamplingParams, SamplingProgress, render_chat
 from policies.embedded import EMBEDDED_NAME, INSTALL_HINT, embedded_model_dir
 from policies.prefill import PromptPrefill
 from policies.stops import RowStops
@@ -93,6 +93,27 @@ class _Interrupted:
         return True
 
 
+class _CountTokens:
+    """A stopping criterion that never stops: after each step it counts the rows still sampling into the live
+    view's progress (a row is done once it holds an EOS or `RowStops` ended it)."""
+
+    def __init__(self, progress: SamplingProgress, rows: RowStops, prompt_len: int, eos_ids: list[int]) -> None:
+        self.progress, self.rows, self.prompt_len, self.eos_ids = progress, rows, prompt_len, eos_ids
+
+    def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
+        import torch
+
+        new = input_ids[:, self.prompt_len :]
+        ended = torch.isin(new, torch.tensor(self.eos_ids, device=new.device)).any(dim=1)
+        for row in self.rows.ended:
+            ended[row] = True
+        done = int(ended.sum())
+        # a row that ended this step sampled this step's token too
+        self.progress.tokens += input_ids.shape[0] - self.progress.rows_done
+        self.progress.rows_done = done
+        return torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
+
+
 class TransformersPolicy:
     max_concurrency = 1
 
@@ -106,6 +127,9 @@ class TransformersPolicy:
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos_ids[0]
         self.prefill = PromptPrefill.for_model(model)
         self._interrupt = threading.Event()
+        self.progress = SamplingProgress()
+        twin = ", prompt in a float32 twin" if self.prefill.use_float32_twin else ""
+        self.description = f"transformers on {self.device.type}, {str(next(model.parameters()).dtype)[6:]}{twin}"
 
     def interrupt(self) -> None:
         """Stop the generation in flight within a token (Ctrl-C); its completions come back `interrupted`.
@@ -146,10 +170,7 @@ class TransformersPolicy:
         return cls(model, tokenizer, name)
 
     def render(self, prompt: str) -> str:
-        if getattr(self.tokenizer, "chat_template", None):
-            messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": prompt}]
-            return self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-        return prompt
+        return render_chat(self.tokenizer, prompt)
 
     def generate(self, prompt: str, params: SamplingParams, n: int) -> list[Generated]:
         ids = self.tokenizer(self.render(prompt), add_special_tokens=False).input_ids
@@ -166,25 +187,30 @@ class TransformersPolicy:
         recorder = _LogprobRecorder()
         stopper = _Interrupted(self._interrupt)
         rows = RowStops(self.tokenizer, input_ids.shape[1], params.stop)
+        counter = _CountTokens(self.progress, rows, input_ids.shape[1], self.eos_ids)
+        self.progress.start(n, params.max_new_tokens, len(prompt_ids))
         # the prompt runs once, not n times; generate() feeds only the last prompt token on top of this cache
-        cached = {}
-        if len(prompt_ids) > 1:
-            cached["past_key_values"] = self.prefill.cache(self.model, self.version, prompt_ids[:-1], n)
-        with torch.no_grad(), warnings.catch_warnings():
-            # transformers 5 renamed past_key_values to `cache`; the old name is the one 4.x and 5.x both take
-            warnings.filterwarnings("ignore", message=".*past_key_values.*deprecated", category=FutureWarning)
-            out = self.model.generate(
-                input_ids,
-                attention_mask=torch.ones_like(input_ids),
-                **cached,
-                do_sample=True,
-                **_NO_BUILTIN_WARPERS,
-                max_new_tokens=params.max_new_tokens,
-                eos_token_id=self.eos_ids,
-                pad_token_id=self.pad_id,
-                logits_processor=LogitsProcessorList([*warper_chain(params), recorder]),
-                stopping_criteria=StoppingCriteriaList([stopper, rows]),
-            )
+        try:
+            cached = {}
+            if len(prompt_ids) > 1:
+                cached["past_key_values"] = self.prefill.cache(self.model, self.version, prompt_ids[:-1], n)
+            with torch.no_grad(), warnings.catch_warnings():
+                # transformers 5 renamed past_key_values to `cache`; the old name is the one 4.x and 5.x both take
+                warnings.filterwarnings("ignore", message=".*past_key_values.*deprecated", category=FutureWarning)
+                out = self.model.generate(
+                    input_ids,
+                    attention_mask=torch.ones_like(input_ids),
+                    **cached,
+                    do_sample=True,
+                    **_NO_BUILTIN_WARPERS,
+                    max_new_tokens=params.max_new_tokens,
+                    eos_token_id=self.eos_ids,
+                    pad_token_id=self.pad_id,
+                    logits_processor=LogitsProcessorList([*warper_chain(params), recorder]),
+                    stopping_criteria=StoppingCriteriaList([stopper, rows, counter]),
+                )
+        finally:
+            self.progress.active = False
         if stopper.honoured():
             return [Generated("", [], [], "interrupted", self.version) for _ in range(n)]
         new = out[:, input_ids.shape[1] :]

@@ -19,11 +19,11 @@ from evolve.fitness import raw_scores
 from evolve.loop import SearchLoop
 from evolve.problem import Problem
 from evolve.search import DEFAULT_POLICY, Search, SearchSetupError, build_search
-from policies.base import PolicyError, StatusReporting
+from policies.base import Describing, PolicyError, ProgressReporting, StatusReporting
 
 POLICY_HELP = (
-    "transformers:embedded | transformers:DIR_OR_HUB_ID | vllm:URL[,URL2...][@MODEL] | openai:URL@MODEL | "
-    "vllm-local:MODEL | replay:FILE"
+    "embedded | llama:embedded | llama:PATH.gguf | transformers:embedded | transformers:DIR_OR_HUB_ID | "
+    "vllm:URL[,URL2...][@MODEL] | openai:URL@MODEL | vllm-local:MODEL | replay:FILE"
 )
 TRAIN_METHODS = ("vpo", "grpo", "multi-rlvr")
 
@@ -32,17 +32,32 @@ def _policy_status(loop: SearchLoop) -> str:
     return loop.policy.status if isinstance(loop.policy, StatusReporting) else ""
 
 
+def _sampling(loop: SearchLoop) -> tuple[str, str]:
+    """The group being sampled, as the policy counts it: (one line, a bar), or empty strings between groups."""
+    if not isinstance(loop.policy, ProgressReporting) or not loop.policy.progress.active:
+        return "", ""
+    progress = loop.policy.progress
+    return progress.line(), progress.bar()
+
+
 def _live(loop: SearchLoop, done: threading.Event) -> None:
-    """Redraw the live view twice a second in a terminal; elsewhere, one summary line every 30 s."""
+    """Redraw the live view twice a second in a terminal; elsewhere, a line every 10 s: the run's summary every
+    30 s, the group being sampled (its tokens so far) in between, so that a long group visibly advances."""
     if console.is_terminal:
         with Live(loop.stats.render(), console=console, refresh_per_second=2) as live:
             while not done.wait(0.5):
                 loop.stats.policy_status = _policy_status(loop)
+                loop.stats.sampling, loop.stats.sampling_bar = _sampling(loop)
                 live.update(loop.stats.render())
     else:
-        while not done.wait(30.0):
+        ticks = 0
+        while not done.wait(10.0):
+            ticks += 1
             status = _policy_status(loop)
-            console.print(loop.stats.summary() + (f" [{status}]" if status else ""), highlight=False, markup=False)
+            line, _bar = _sampling(loop)
+            if ticks % 3 == 0 or not line:
+                line = loop.stats.summary() + (f" [{line}]" if line else "")
+            console.print(line + (f" [{status}]" if status else ""), highlight=False, markup=False)
 
 
 def _announce(search: Search, problem: Problem) -> None:
@@ -56,6 +71,9 @@ def _announce(search: Search, problem: Problem) -> None:
     for name, (old, new) in (search.overrides or {}).items():
         console.print(f"option {name}: {old!r} -> {new!r} (given on this resume; recorded with the run)")
     console.print(f"isolation: {search.sandbox.isolation()}", highlight=False)
+    policy = search.policy
+    how = f" ({policy.description})" if isinstance(policy, Describing) else ""
+    console.print(f"policy: {policy.name}{how}", highlight=False, markup=False)
     if search.restored_version is not None:
         console.print(f"serving policy version {search.restored_version} (the run's newest adapter)")
     if search.adapters_dir is not None:

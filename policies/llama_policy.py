@@ -1,0 +1,218 @@
+"""A GGUF model through llama.cpp: the prompt computed once, the G rows of a group decoded together.
+
+Why: on a 2-core CPU without native bf16 a decoding step is bound by reading the weights from memory, and
+the Q4_K_M weights llama.cpp reads are a quarter of the bf16 ones transformers reads; one step that carries
+all G rows costs little more than a step of one row. So a group is:
+
+1. the prompt decoded into sequence 0, from the first token where it differs from the previous group's
+   prompt (the problem's fixed text comes first in every prompt, so later groups skip it);
+2. sequence 0 copied to sequences 1..G (a unified KV cache shares the cells, nothing is copied);
+3. steps of one batch holding the newest token of every unfinished row, each row's next token drawn in
+   numpy from its logits (`policies.sampling`), which gives the exact logprob of the distribution it was
+   drawn from, after temperature, top-k and top-p: the behaviour policy the trainer divides by.
+
+Rows end at EOS, a stop string, a loop (`policies.stops`), or `max_new_tokens`. Ctrl-C ends a call between
+two steps, or inside a prompt's decode through llama.cpp's abort callback. A new LoRA version is written as a
+GGUF adapter and applied to the context without reloading the model.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from policies.base import Generated, PolicyError, SamplingParams, SamplingProgress, render_chat
+from policies.llama_runtime import DecodeAborted, Entry, LlamaRuntime, default_threads, requantize_q8_0
+from policies.sampling import TokenSampler
+from policies.stops import end_reason
+
+PREFILL_CHUNK = 256  # prompt tokens per decode call (llama.cpp's n_batch)
+
+
+@dataclass
+class _Row:
+    seq: int
+    ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    finish: str | None = None
+
+
+class LlamaPolicy:
+    max_concurrency = 1
+
+    def __init__(
+        self, gguf: Path, tokenizer: Any, name: str, trainer_model: str, eos_ids: set[int], threads: int | None = None
+    ) -> None:
+        self.name, self.tokenizer, self.trainer_model = name, tokenizer, trainer_model
+        self.version = 0
+        self.progress = SamplingProgress()
+        self._interrupt = threading.Event()
+        self.threads = threads or default_threads()
+        self.runtime = LlamaRuntime(gguf, self.threads, self._interrupt)
+        self.eos_ids = eos_ids
+        self._cached: list[int] = []  # the prompt tokens whose cells sequence 0 holds
+        self.description = f"llama.cpp on {gguf.name}, {self.threads} threads, a group's rows decoded in one batch"
+
+    @classmethod
+    def load(cls, spec: str) -> LlamaPolicy:
+        """`embedded`, or a GGUF file whose directory holds a transformers tokenizer (and, to train, the same
+        model as a transformers checkpoint)."""
+        from policies.embedded import EMBEDDED_NAME, embedded_gguf, embedded_model_dir
+
+        try:
+            from transformers import AutoTokenizer
+            from transformers.utils import logging as hf_logging
+        except ImportError as exc:
+            raise PolicyError(f"the llama policy tokenises with transformers ({exc})") from None
+        hf_logging.set_verbosity_error()
+        if spec == "embedded":
+            shipped = embedded_gguf()
+            gguf = requantize_q8_0(shipped, shipped.with_name("model-q8_0.gguf"))
+            source, name, trainer = embedded_model_dir(), EMBEDDED_NAME, "embedded"
+        else:
+            gguf = Path(spec)
+            if not gguf.is_file():
+                raise PolicyError(f"llama:{spec}: no such GGUF file; use llama:embedded or llama:PATH.gguf")
+            source, name, trainer = gguf.parent, gguf.name, str(gguf.parent)
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(source)
+        except (OSError, ValueError) as exc:
+            raise PolicyError(f"no tokenizer next to {gguf}: {str(exc).splitlines()[0]}") from None
+        return cls(gguf, tokenizer, name, trainer, end_of_turn_ids(Path(source), tokenizer))
+
+    # ---- Interruptible ----------------------------------------------------------------------------------
+    def interrupt(self) -> None:
+        """End the call in flight between two tokens (or inside a prompt decode); a request that finds no call
+        ends the next one at its start, unless withdrawn."""
+        self._interrupt.set()
+
+    def withdraw_interrupt(self) -> None:
+        self._interrupt.clear()
+
+    def _honour_interrupt(self) -> bool:
+        if not self._interrupt.is_set():
+            return False
+        self._interrupt.clear()
+        return True
+
+    # ---- sampling ---------------------------------------------------------------------------------------
+    def render(self, prompt: str) -> str:
+        return render_chat(self.tokenizer, prompt)
+
+    def generate(self, prompt: str, params: SamplingParams, n: int) -> list[Generated]:
+        ids = self.tokenizer(self.render(prompt), add_special_tokens=False).input_ids
+        return self.generate_ids(ids, params, n)
+
+    def generate_ids(self, prompt_ids: list[int], params: SamplingParams, n: int) -> list[Generated]:
+        """Sample n completions of an already rendered and tokenised prompt."""
+        if not prompt_ids or max(prompt_ids) >= self.runtime.n_vocab:
+            raise PolicyError(f"the prompt needs at least one token, all below the model's {self.runtime.n_vocab}")
+        self.progress.start(n, params.max_new_tokens, len(prompt_ids))
+        try:
+            rows = self._sample(prompt_ids, params, n)
+        except DecodeAborted:
+            self._cached = []  # an aborted decode leaves cells in an unknown state
+            self.runtime.clear()
+            rows = None
+        finally:
+            self.progress.active = False
+        if rows is None or self._honour_interrupt():
+            return [Generated("", [], [], "interrupted", self.version) for _ in range(n)]
+        return [self._completion(r) for r in rows]
+
+    def _sample(self, prompt_ids: list[int], params: SamplingParams, n: int) -> list[_Row] | None:
+        runtime = self.runtime
+        if runtime.ensure_context(len(prompt_ids) + n * params.max_new_tokens + 1, n + 1, PREFILL_CHUNK):
+            self._cached = []
+        logits = self._prefill(prompt_ids)
+        rows = [_Row(seq=i + 1) for i in range(n)]
+        for row in rows:
+            runtime.trim(row.seq, 0)
+            runtime.copy(0, row.seq)
+        sampler = TokenSampler(params)
+        stop = tuple(s for s in params.stop if s)
+        step_logits = [logits] * n
+        try:
+            while True:
+                if self._interrupt.is_set():
+                    return None
+                live = [r for r in rows if r.finish is None]
+                for row, row_logits in zip(live, step_logits, strict=True):
+                    token, logprob = sampler.draw(row_logits)
+                    row.ids.append(token)
+                    row.logprobs.append(logprob)
+                    row.finish = self._finish(row, params, stop)
+                    self.progress.tokens += 1
+                    self.progress.rows_done += row.finish is not None
+                live = [r for r in rows if r.finish is None]
+                if not live:
+                    return rows
+                base = len(prompt_ids) - 1
+                entries = [Entry(r.ids[-1], base + len(r.ids), r.seq, True) for r in live]
+                step_logits = list(runtime.decode(entries))
+        finally:
+            for row in rows:
+                runtime.trim(row.seq, 0)
+
+    def _prefill(self, prompt_ids: list[int]) -> Any:
+        """Bring sequence 0 to the prompt, decoding only from the first token that differs from the cached
+        prompt (at least the last one, whose logits start every row); its last token's logits."""
+        same = 0
+        for a, b in zip(self._cached, prompt_ids, strict=False):
+            if a != b:
+                break
+            same += 1
+        same = min(same, len(prompt_ids) - 1)
+        self.runtime.trim(0, same)
+        self._cached = prompt_ids[:same]
+        self.progress.prompt_tokens = len(prompt_ids) - same
+        logits = self.runtime.prefill(prompt_ids[same:], 0, same, PREFILL_CHUNK)
+        self._cached = list(prompt_ids)
+        return logits
+
+    def _finish(self, row: _Row, params: SamplingParams, stop: tuple[str, ...]) -> str | None:
+        if row.ids[-1] in self.eos_ids:
+            return "stop"
+        reason = end_reason(self.tokenizer, row.ids, stop)
+        if reason:
+            return reason
+        return "length" if len(row.ids) >= params.max_new_tokens else None
+
+    def _completion(self, row: _Row) -> Generated:
+        text = self.tokenizer.decode(row.ids, skip_special_tokens=True)
+        return Generated(text, row.ids, row.logprobs, row.finish, self.version)
+
+    # ---- new versions -----------------------------------------------------------------------------------
+    def publish(self, adapter_dir: str | Path, version: int) -> None:
+        """Serve a peft LoRA adapter (as written by the trainer) between groups, without reloading the model;
+        completions sampled afterwards carry `version`. The prompt cache was computed with the old weights,
+        so it is dropped."""
+        from policies.gguf_export import write_lora_gguf
+
+        directory = Path(adapter_dir)
+        if not (directory / "adapter_model.safetensors").is_file():
+            raise PolicyError(f"{adapter_dir}: no adapter_model.safetensors to publish")
+        gguf = write_lora_gguf(directory, directory / "adapter.gguf", self.runtime.n_layer)
+        self.runtime.load_adapter(gguf)
+        self._cached = []
+        if self.runtime.ctx is not None:
+            self.runtime.clear()
+        self.version = version
+
+    def close(self) -> None:
+        self.runtime.close()
+
+
+def end_of_turn_ids(model_dir: Path, tokenizer: Any) -> set[int]:
+    """The tokens that end a completion, as the transformers policy takes them: the generation config's EOS
+    ids (a chat model ends its turn with one, e.g. Qwen's <|im_end|>) and the tokenizer's EOS."""
+    import json
+
+    ids: list[Any] = [tokenizer.eos_token_id]
+    config = model_dir / "generation_config.json"
+    if config.is_file():
+        eos = json.loads(config.read_text()).get("eos_token_id")
+        ids += eos if isinstance(eos, list) else [eos]
+    return {int(i) for i in ids if i is not None}
