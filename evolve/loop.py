@@ -27,9 +27,10 @@ from typing import Any
 
 from evolve.adapt import Adapter, Ask
 from evolve.archive import Archive, code_hash
-from evolve.archive.batch import NewProgram, add_evaluated_programs
+from evolve.archive.batch import add_evaluated_programs
 from evolve.archive.models import Run, utcnow
-from evolve.fitness import oriented_by_name, scalar_view, signs
+from evolve.evaluated import program_rows
+from evolve.fitness import oriented_by_name, signs
 from evolve.groups import Child, GroupMaker, StageFailure
 from evolve.interrupt import cancel_on
 from evolve.problem import Problem
@@ -40,7 +41,6 @@ from evolve.stopping import FailureStreaks, Patience, Stall, solved
 from policies.base import Policy
 from sandboxes.base import AbortableSandbox, AsyncSandbox, ErrorKind, EvalOutcome, Sandbox
 
-STORED_OUTPUT = 8 * 1024
 COMMIT_BATCH = 64  # results written in one transaction at most
 ENGINE_THREADS = 12  # worker threads beside evaluations: generators (8 at most), the committer, the state saver
 
@@ -268,34 +268,7 @@ class SearchLoop(GroupMaker):
         self, batch: list[tuple[Child, EvalOutcome, Any, Any]]
     ) -> tuple[list[float], list[tuple[int, bool]]]:
         """Each result's scalar, and its program's (id, created) once the batch is committed."""
-        scalars = [scalar_view(self.problem.components, outcome.scores) for _, outcome, _s, _f in batch]
-        digests = [child.digest for child, *_ in batch]
-        rows = [
-            NewProgram(
-                child.code,
-                child.parent_id,
-                child.island,
-                child.generation,
-                child.variant_id,
-                dict(
-                    scores=outcome.scores,
-                    scalar=scalar,
-                    error_kind=outcome.error_kind,
-                    error=outcome.error,
-                    duration_s=outcome.duration_s,
-                    feedback=outcome.feedback,
-                    stages=outcome.stages,
-                    stdout=outcome.stdout[:STORED_OUTPUT],
-                    stderr=outcome.stderr[-STORED_OUTPUT:],  # the tail holds the traceback
-                    sandbox=outcome.sandbox,
-                    case_errors=dict(outcome.case_errors) or None,
-                    started_at=started,
-                    finished_at=finished,
-                ),
-                digest,
-            )
-            for (child, outcome, started, finished), scalar, digest in zip(batch, scalars, digests, strict=True)
-        ]
+        scalars, rows = program_rows(self.problem.components, batch)
         return scalars, add_evaluated_programs(self.archive, self.run.id, rows)
 
     def _record(self, child: Child, outcome: EvalOutcome, scalar: float, pid: int, created: bool) -> None:
