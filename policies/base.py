@@ -49,6 +49,11 @@ def render_chat(tokenizer: Any, prompt: str) -> str:
     return prompt
 
 
+def chat_token_ids(tokenizer: Any, prompt: str) -> list[int]:
+    """The ids of the prompt laid out by the chat template: what every in-process backend samples from."""
+    return tokenizer(render_chat(tokenizer, prompt), add_special_tokens=False).input_ids
+
+
 @dataclass
 class SamplingProgress:
     """The group being sampled, as the sampling thread updates it and the live view reads it (plain counters:

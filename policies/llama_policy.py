@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from policies.base import Generated, PolicyError, SamplingParams, SamplingProgress, render_chat
+from policies.base import Generated, PolicyError, SamplingParams, SamplingProgress, chat_token_ids, render_chat
 from policies.llama_runtime import DecodeAborted, Entry, LlamaRuntime, default_threads, requantize_q8_0
 from policies.sampling import TokenSampler
 from policies.stops import end_reason
@@ -102,8 +102,7 @@ class LlamaPolicy:
         return render_chat(self.tokenizer, prompt)
 
     def generate(self, prompt: str, params: SamplingParams, n: int) -> list[Generated]:
-        ids = self.tokenizer(self.render(prompt), add_special_tokens=False).input_ids
-        return self.generate_ids(ids, params, n)
+        return self.generate_ids(chat_token_ids(self.tokenizer, prompt), params, n)
 
     def generate_ids(self, prompt_ids: list[int], params: SamplingParams, n: int) -> list[Generated]:
         """Sample n completions of an already rendered and tokenised prompt."""

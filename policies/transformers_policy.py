@@ -14,7 +14,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from policies.base import Generated, PolicyError, SamplingParams, SamplingProgress, render_chat
+from policies.base import Generated, PolicyError, SamplingParams, SamplingProgress, chat_token_ids, render_chat
 from policies.embedded import EMBEDDED_NAME, INSTALL_HINT, embedded_model_dir
 from policies.prefill import PromptPrefill
 from policies.stops import RowStops
@@ -173,8 +173,7 @@ class TransformersPolicy:
         return render_chat(self.tokenizer, prompt)
 
     def generate(self, prompt: str, params: SamplingParams, n: int) -> list[Generated]:
-        ids = self.tokenizer(self.render(prompt), add_special_tokens=False).input_ids
-        return self.generate_ids(ids, params, n)
+        return self.generate_ids(chat_token_ids(self.tokenizer, prompt), params, n)
 
     def generate_ids(self, prompt_ids: list[int], params: SamplingParams, n: int) -> list[Generated]:
         """Sample n completions of an already rendered and tokenised prompt."""
