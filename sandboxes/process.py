@@ -18,6 +18,7 @@ sandboxes/seccomp.py), and the kernel bounds pipe buffers per user. `isolation()
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import fcntl
 import json
@@ -316,25 +317,26 @@ class ProcessSandbox:
             jailed,
             None if jailed else installer(self.sockets),
         )
+        # Only where leftovers are swept by adoption must a new leader be listed before a sweep can see it.
+        spawn_guard = self._spawn_lock if self._adopts_leftovers else contextlib.nullcontext()
         try:
-            self._spawn_lock.acquire()
-            proc = subprocess.Popen(
-                command,
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                pass_fds=(reply_w, *files.fds),
-                cwd=workdir,
-                env=candidate_env(problem, workdir, token, jailed),
-                start_new_session=True,
-                preexec_fn=child_setup(spec),
-            )
-            self._leaders.add(proc.pid)
+            with spawn_guard:
+                proc = subprocess.Popen(
+                    command,
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    pass_fds=(reply_w, *files.fds),
+                    cwd=workdir,
+                    env=candidate_env(problem, workdir, token, jailed),
+                    start_new_session=True,
+                    preexec_fn=child_setup(spec),
+                )
+                self._leaders.add(proc.pid)
         except (OSError, subprocess.SubprocessError) as exc:
             os.close(reply_r)
             raise SandboxRefused(f"process sandbox: could not set up the candidate's process: {exc}") from exc
         finally:
-            self._spawn_lock.release()
             os.close(reply_w)
             files.close()
         sinks: dict[str, list[bytes]] = {"out": [], "err": [], "reply": []}
