@@ -16,6 +16,7 @@ from evolve.archive import Archive
 from evolve.archive.models import Run
 from evolve.problem import Problem
 from evolve.problem.config import SearchSection
+from policies.advantages import METHODS as TRAIN_METHODS
 
 
 class RunMismatch(Exception):
@@ -23,6 +24,7 @@ class RunMismatch(Exception):
 
 
 _SEARCH = SearchSection()  # the defaults' one home
+DEFAULT_POLICY = "embedded"  # the embedded model on llama.cpp where it is installed, else transformers
 
 
 @dataclass(frozen=True)
@@ -40,9 +42,9 @@ class RunOptions:
     temperature: float = _SEARCH.temperature
     max_new_tokens: int = _SEARCH.max_new_tokens
     fit_tokens_to_code: bool = _SEARCH.fit_tokens_to_code  # max_new_tokens is a ceiling, fitted to the parent
-    policy: str = ""  # the policy spec, e.g. transformers:embedded (so `evolve train` can load it again)
+    policy: str = DEFAULT_POLICY  # the policy spec, e.g. transformers:embedded (so `evolve train` can load it)
     train_every: int = 0  # groups between policy updates; 0 = never
-    train_method: str = "vpo"  # vpo | grpo | multi-rlvr
+    train_method: str = TRAIN_METHODS[0]  # one of policies.advantages.METHODS
     top_p: float = _SEARCH.top_p
     sandbox: str = "auto"  # auto | docker | process | ray[:ADDRESS]
     allow_weak_sandbox: bool = False  # run a split-form problem on a sandbox that cannot hide its answers
@@ -77,6 +79,55 @@ class RunOptions:
         return cls(**{**from_search, **chosen})
 
 
+def option_default(name: str) -> Any:
+    """A `RunOptions` field's default, for help texts (so that they never repeat it)."""
+    return next(f.default for f in fields(RunOptions) if f.name == name)
+
+
+@dataclass(frozen=True)
+class RunOverrides:
+    """The options one `evolve run`/`resume` (or a library call) gives; None is "not given". A new run takes
+    them over the problem's `[search]` and the defaults; a resume takes the stored options and records each given
+    value that differs as an override. One field per `RunOptions` field (a test holds the two in step)."""
+
+    workers: int | None = None
+    group_size: int | None = None
+    variants: int | None = None
+    max_evaluations: int | None = None
+    max_time_s: float | None = None
+    target: float | None = None
+    seed: int | None = None
+    edit_format: str | None = None
+    temperature: float | None = None
+    max_new_tokens: int | None = None
+    fit_tokens_to_code: bool | None = None
+    policy: str | None = None
+    train_every: int | None = None
+    train_method: str | None = None
+    top_p: float | None = None
+    sandbox: str | None = None
+    allow_weak_sandbox: bool | None = None
+    learning_rate: float | None = None
+    adapters_dir: str | None = None
+    trainer_model: str | None = None
+    patience: int | None = None
+    stop_when_solved: bool | None = None
+    max_failures: int | None = None
+    stall_groups: int | None = None
+    adapt_every: int | None = None
+    template: str | None = None
+    max_groups: int | None = None
+
+    @classmethod
+    def of(cls, options: RunOptions) -> RunOverrides:
+        """Every option given: a `RunOptions` taken whole (on resume, each field that differs is an override)."""
+        return cls(**asdict(options))
+
+    def given(self) -> dict[str, Any]:
+        """The options given, by name."""
+        return {k: v for k, v in asdict(self).items() if v is not None}
+
+
 def check_resumable(archive: Archive, problem: Problem, run_id: int | None = None) -> Run | None:
     """The run of this problem that `evolve run` would resume (the latest, or `run_id`), refusing one made for
     a changed problem."""
@@ -95,18 +146,21 @@ def check_resumable(archive: Archive, problem: Problem, run_id: int | None = Non
 
 
 def stored_options(run: Run) -> RunOptions:
-    """The options a run was started with (fields unknown to an older archive take their defaults)."""
+    """The options a run was started with (fields unknown to an older archive take their defaults; an older
+    archive's empty policy meant the default one)."""
     known = {f.name for f in fields(RunOptions)}
-    raw = run.config.get("options", {})
-    return RunOptions(**{k: v for k, v in raw.items() if k in known})
+    raw = {k: v for k, v in run.config.get("options", {}).items() if k in known}
+    if not raw.get("policy", DEFAULT_POLICY):
+        raw["policy"] = DEFAULT_POLICY
+    return RunOptions(**raw)
 
 
 def resolve_options(
-    problem: Problem, run: Run | None, given: Mapping[str, Any]
+    problem: Problem, run: Run | None, overrides: RunOverrides
 ) -> tuple[RunOptions, dict[str, list[Any]]]:
     """A new run: what was given over the problem's `[search]`. A resume: the stored options, with each given
     value that differs as an override. Returns (options, overrides as name → [stored, given])."""
-    chosen = {k: v for k, v in given.items() if v is not None}
+    chosen = overrides.given()
     if run is None:
         return RunOptions.for_problem(problem.config.search, **chosen), {}
     stored = stored_options(run)

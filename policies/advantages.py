@@ -134,8 +134,11 @@ class MultiRLVR:
         return multi_rlvr_advantages(rewards, self.component_weights)
 
 
+ESTIMATORS: dict[str, type] = {"vpo": VPO, "grpo": GRPO, "multi-rlvr": MultiRLVR}
+METHODS = tuple(ESTIMATORS)  # the training methods' one home: option checks and help texts read it
+
+
 def make_estimator(method: str) -> AdvantageEstimator:
-    table: dict[str, type] = {"vpo": VPO, "grpo": GRPO, "multi-rlvr": MultiRLVR}
-    if method not in table:
-        raise ValueError(f"unknown method {method!r}; use vpo, grpo or multi-rlvr")
-    return table[method]()
+    if method not in ESTIMATORS:
+        raise ValueError(f"unknown method {method!r}; use {', '.join(METHODS)}")
+    return ESTIMATORS[method]()

@@ -7,12 +7,14 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from sqlalchemy import create_engine, inspect, text
 
 from evolve.archive import Archive, ArchiveError, CompletionRecord
+from evolve.archive.records import EvaluationRecord
 
 
 def _eval(scalar: float = 1.0) -> dict:
@@ -27,6 +29,10 @@ def _eval(scalar: float = 1.0) -> dict:
         stderr="",
         sandbox="process",
     )
+
+
+def _record(scalar: float = 1.0) -> EvaluationRecord:
+    return EvaluationRecord(**_eval(scalar))
 
 
 @pytest.fixture
@@ -146,7 +152,7 @@ def test_group_with_token_blobs_roundtrips(archive):
     )
     assert [len(v) for v in ids] == [2, 1]
     pending = archive.pending_variants(run.id)
-    assert [(p[1], p[2], p[3]) for p in pending] == [(0, pid, "text")]
+    assert [(p.slot, p.parent_id, p.completion_text) for p in pending] == [(0, pid, "text")]
     from evolve.archive.models import Completion
 
     with archive.session() as s:
@@ -192,10 +198,10 @@ def test_a_batch_commits_together_and_dedups_against_archive_and_itself(archive)
         run.id, "x = 1\n", parent_id=None, island=0, generation=0, evaluation=_eval()
     )
     items = [
-        NewProgram("y = 2\n", first, 0, 1, None, _eval(2.0)),
-        NewProgram("x  =  1\n", first, 1, 1, None, _eval(3.0)),  # the seed again, respelled
-        NewProgram("y = 2  # again\n", first, 1, 1, None, _eval(4.0)),  # the first item again
-        NewProgram("z = 3\n", first, 0, 1, None, _eval(5.0)),
+        NewProgram("y = 2\n", first, 0, 1, None, _record(2.0)),
+        NewProgram("x  =  1\n", first, 1, 1, None, _record(3.0)),  # the seed again, respelled
+        NewProgram("y = 2  # again\n", first, 1, 1, None, _record(4.0)),  # the first item again
+        NewProgram("z = 3\n", first, 0, 1, None, _record(5.0)),
     ]
     results = add_evaluated_programs(archive, run.id, items)
     assert [created for _, created in results] == [True, False, False, True]
@@ -206,7 +212,10 @@ def test_a_batch_commits_together_and_dedups_against_archive_and_itself(archive)
         add_evaluated_programs(
             archive,
             run.id,
-            [NewProgram("w = 4\n", first, 0, 1, None, _eval()), NewProgram("v = 5\n", first, 0, 1, None, {"bogus": 1})],
+            [
+                NewProgram("w = 4\n", first, 0, 1, None, _record()),
+                NewProgram("v = 5\n", first, 0, 1, None, replace(_record(), scores={"a": {1.0}})),  # not JSON
+            ],
         )
     assert archive.count_programs(run.id) == 3
 
@@ -233,7 +242,7 @@ def test_a_batch_links_each_variant_to_its_program_or_marks_it_a_duplicate(archi
     )
     codes = ["y = 2\n", "x = 1  # the seed\n", "y  =  2\n", "z = 3\n"]
     items = [
-        NewProgram(code, seed, 0, 1, vid, _eval(float(k)))
+        NewProgram(code, seed, 0, 1, vid, _record(float(k)))
         for k, (code, vid) in enumerate(zip(codes, slots, strict=True))
     ]
     results = add_evaluated_programs(archive, run.id, items)

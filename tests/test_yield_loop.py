@@ -62,7 +62,8 @@ def test_yield_from_the_archive_matches_the_live_counters_and_prompts_show_recen
     seed = loop.population.first
     children = [c for (c,) in con.execute("SELECT code FROM programs WHERE parent_id = ? ORDER BY id", (seed.id,))]
     assert len(children) >= 2
-    _codes, edit_format, prompt = loop._prompt(seed, [], loop.adapter.ask)
+    prompted = loop.sampler.prompt(seed, [], loop.adapter.ask)
+    edit_format, prompt = prompted.edit_format, prompted.text
     assert edit_format == "full"
     shown = prompt.split("# Recent children of the current program")[1].split("# Task")[0]
     body = [c.split("# EVOLVE-BLOCK-START\n")[1].split("# EVOLVE-BLOCK-END")[0].strip() for c in children[-2:]]

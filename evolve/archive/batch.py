@@ -21,31 +21,25 @@ from sqlalchemy.exc import IntegrityError
 from evolve.archive.codehash import code_hash
 from evolve.archive.inserts import insert_returning_ids
 from evolve.archive.models import Evaluation, Program, Variant
+from evolve.archive.records import EvaluationRecord, StoredProgram
 from evolve.archive.store import Archive
 
 PROGRAMS: Table = Program.__table__  # type: ignore[assignment]
 EVALUATIONS: Table = Evaluation.__table__  # type: ignore[assignment]
 VARIANTS: Table = Variant.__table__  # type: ignore[assignment]
-EVALUATION_FIELDS = frozenset(EVALUATIONS.c.keys()) - {"id", "program_id"}
 
 
 @dataclass(frozen=True)
 class NewProgram:
+    """A program to insert with its evaluation; the variant it came from is linked to it (or to its twin)."""
+
     code: str
     parent_id: int | None
     island: int
     generation: int
     variant_id: int | None
-    evaluation: dict[str, Any]
+    evaluation: EvaluationRecord
     digest: str | None = None  # the normalised-code hash when the caller has it already (it costs a parse)
-
-
-def _check_fields(items: Sequence[NewProgram]) -> None:
-    """An unknown evaluation field is a caller's bug: refuse the whole batch before anything is written."""
-    for item in items:
-        unknown = set(item.evaluation) - EVALUATION_FIELDS
-        if unknown:
-            raise TypeError(f"unknown evaluation field(s) {sorted(unknown)}")
 
 
 def _insert_programs(conn: Connection, rows: list[dict[str, Any]]) -> dict[str, int]:
@@ -61,24 +55,19 @@ def _insert_programs(conn: Connection, rows: list[dict[str, Any]]) -> dict[str, 
 
 
 def _evaluation_rows(items: Sequence[NewProgram], program_ids: list[int]) -> list[dict[str, Any]]:
-    """One parameter set per evaluation, all with the same keys (a multi-row statement needs that); a field
-    some items leave out is NULL for them, as it would be row by row."""
-    fields = {key for item in items for key in item.evaluation}
-    return [
-        {**dict.fromkeys(fields), **item.evaluation, "program_id": pid}
-        for item, pid in zip(items, program_ids, strict=True)
-    ]
+    """One parameter set per evaluation; a typed record gives every row the same keys, as a multi-row statement
+    needs."""
+    return [{**item.evaluation.columns(), "program_id": pid} for item, pid in zip(items, program_ids, strict=True)]
 
 
-def add_evaluated_programs(archive: Archive, run_id: int, items: Sequence[NewProgram]) -> list[tuple[int, bool]]:
-    """Insert programs with their evaluations in one transaction; returns (id, created) per item, in order.
+def add_evaluated_programs(archive: Archive, run_id: int, items: Sequence[NewProgram]) -> list[StoredProgram]:
+    """Insert programs with their evaluations in one transaction; returns what became of each item, in order.
 
     A program whose normalised code is already in the run (or earlier in the batch) is not inserted; its
     variant is marked a duplicate of the existing program, as `Archive.add_evaluated_program` does.
     """
     if not items:
         return []
-    _check_fields(items)
     digests = [item.digest or code_hash(item.code) for item in items]
     try:
         with archive.engine.begin() as conn:
@@ -110,27 +99,29 @@ def add_evaluated_programs(archive: Archive, run_id: int, items: Sequence[NewPro
             )
             if new:
                 conn.execute(insert(EVALUATIONS), _evaluation_rows(new, [created[digest] for digest in fresh]))
-            results: list[tuple[int, bool]] = []
+            results: list[StoredProgram] = []
             made: list[dict[str, int]] = []  # variants whose child is a new program
             repeats: list[dict[str, int]] = []  # variants whose child was there already: duplicates
             for index, (item, digest) in enumerate(zip(items, digests, strict=True)):
                 is_new = fresh.get(digest) == index
                 pid = created[digest] if digest in created else known[digest]
-                results.append((pid, is_new))
+                results.append(StoredProgram(pid, is_new))
                 if item.variant_id is not None:
                     (made if is_new else repeats).append({"v_id": item.variant_id, "v_program": pid})
             _link_variants(conn, made, repeats)
             return results
     except IntegrityError:  # another writer inserted one of these meanwhile: fall back to one at a time
         return [
-            archive.add_evaluated_program(
-                run_id,
-                item.code,
-                parent_id=item.parent_id,
-                island=item.island,
-                generation=item.generation,
-                evaluation=item.evaluation,
-                variant_id=item.variant_id,
+            StoredProgram(
+                *archive.add_evaluated_program(
+                    run_id,
+                    item.code,
+                    parent_id=item.parent_id,
+                    island=item.island,
+                    generation=item.generation,
+                    evaluation=item.evaluation.columns(),
+                    variant_id=item.variant_id,
+                )
             )
             for item in items
         ]

@@ -27,6 +27,7 @@ from evolve.archive.inserts import CompletionRecord, GroupTelemetry, write_group
 from evolve.archive.models import Completion, Evaluation, Incident, PolicyVersion, Program, Prompt, Run, Variant
 from evolve.archive.parents import ParentReads
 from evolve.archive.queries import ArchiveQueries
+from evolve.archive.records import PendingVariant
 from evolve.archive.urls import ArchiveUrlError, archive_url, display_url, missing_driver_hint, sqlite_file
 
 MIGRATIONS = Path(__file__).with_name("migrations")
@@ -291,11 +292,8 @@ class Archive(ArchiveQueries, ParentReads):
         with self.session() as s:
             s.execute(update(Variant).where(Variant.id == variant_id).values(**values))
 
-    def pending_variants(self, run_id: int) -> list[tuple[int, int, int, str, int]]:
-        """Variants parsed as new children whose evaluation never landed (the run was killed).
-
-        Returns (variant_id, slot, parent_id, completion_text, island).
-        """
+    def pending_variants(self, run_id: int) -> list[PendingVariant]:
+        """Variants parsed as new children whose evaluation never landed (the run was killed)."""
         q = (
             select(Variant.id, Variant.slot, Prompt.parent_id, Completion.text, Prompt.island)
             .join(Completion, Completion.id == Variant.completion_id)
@@ -303,7 +301,7 @@ class Archive(ArchiveQueries, ParentReads):
             .where(Prompt.run_id == run_id, Variant.status == "ok", Variant.program_id.is_(None))
         )
         with self.session() as s:
-            return [tuple(r) for r in s.execute(q)]  # type: ignore[misc]
+            return [PendingVariant(*r) for r in s.execute(q)]
 
     def count_groups(self, run_id: int) -> int:
         with self.session() as s:

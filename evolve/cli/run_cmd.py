@@ -6,7 +6,7 @@ import os
 import sys
 import threading
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 from rich.live import Live
@@ -18,14 +18,21 @@ from evolve.cli.problem_cmds import load_or_fail
 from evolve.fitness import raw_scores
 from evolve.loop import SearchLoop
 from evolve.problem import Problem
-from evolve.search import DEFAULT_POLICY, Search, SearchSetupError, build_search
+from evolve.runs import DEFAULT_POLICY, TRAIN_METHODS, RunOverrides, option_default
+from evolve.search import Search, SearchSetupError, build_search
 from policies.base import Describing, PolicyError, ProgressReporting, StatusReporting
 
 POLICY_HELP = (
     "embedded | llama:embedded | llama:PATH.gguf | transformers:embedded | transformers:DIR_OR_HUB_ID | "
     "vllm:URL[,URL2...][@MODEL] | openai:URL@MODEL | vllm-local:MODEL | replay:FILE"
 )
-TRAIN_METHODS = ("vpo", "grpo", "multi-rlvr")
+EDIT_FORMATS = ("auto", "diff", "full")
+METHODS_HELP = " | ".join(TRAIN_METHODS)
+
+
+def _default(name: str) -> str:
+    """`[default: X]` for a help text, read from `RunOptions` (the defaults' one home)."""
+    return f"[default: {option_default(name)}]"
 
 
 def _policy_status(loop: SearchLoop) -> str:
@@ -113,7 +120,7 @@ def _report(search: Search, reason: str, problem: Problem) -> None:
         console.print(
             f"see it with: evolve best {search.db}    or    evolve show {search.db} {best.id}", highlight=False
         )
-    if loop.interrupted.is_set():
+    if loop.control.interrupted.is_set():
         # A forward pass cut short by Ctrl-C may still run in the policy's daemon thread; everything is committed,
         # so leave now rather than let interpreter shutdown tear torch down under it.
         sys.stdout.flush()
@@ -125,8 +132,10 @@ def run(
     problem_dir: Annotated[Path, typer.Argument(metavar="PROBLEM")],
     db: Annotated[str | None, typer.Option(help="archive path or SQLAlchemy URL [default: runs/NAME.db]")] = None,
     policy: Annotated[str | None, typer.Option(help=f"{POLICY_HELP} [default: {DEFAULT_POLICY}]")] = None,
-    sandbox: Annotated[str | None, typer.Option(help="auto | docker | process | ray[:ADDRESS] [default: auto]")] = None,
-    workers: Annotated[int | None, typer.Option(min=1, help="[default: 2]")] = None,
+    sandbox: Annotated[
+        str | None, typer.Option(help=f"auto | docker | process | ray[:ADDRESS] {_default('sandbox')}")
+    ] = None,
+    workers: Annotated[int | None, typer.Option(min=1, help=_default("workers"))] = None,
     group_size: Annotated[int | None, typer.Option(min=1, help="completions per prompt (G)")] = None,
     variants: Annotated[int | None, typer.Option(min=1, max=8, help="variants per completion (m)")] = None,
     max_evaluations: Annotated[int | None, typer.Option(min=1)] = None,
@@ -140,13 +149,14 @@ def run(
             help="stop once every component is at its best declared bound [default: stop]",
         ),
     ] = None,
-    seed: Annotated[int | None, typer.Option(help="[default: 0]")] = None,
+    seed: Annotated[int | None, typer.Option(help=_default("seed"))] = None,
     edit_format: Annotated[
         str | None, typer.Option(help="auto | diff | full (auto: rewrite short code whole) [default: the problem's]")
     ] = None,
     temperature: Annotated[float | None, typer.Option(min=0.0)] = None,
     stall_groups: Annotated[
-        int | None, typer.Option(min=1, help="stop after N groups in a row without a new child [default: 6]")
+        int | None,
+        typer.Option(min=1, help=f"stop after N groups in a row without a new child {_default('stall_groups')}"),
     ] = None,
     max_new_tokens: Annotated[int | None, typer.Option(min=16)] = None,
     fit_tokens_to_code: Annotated[
@@ -157,14 +167,15 @@ def run(
         ),
     ] = None,
     train_every: Annotated[int | None, typer.Option(min=0, help="update the policy every N groups (0: never)")] = None,
-    train_method: Annotated[str | None, typer.Option(help="vpo | grpo | multi-rlvr [default: vpo]")] = None,
-    learning_rate: Annotated[float | None, typer.Option(help="LoRA learning rate [default: 2e-5]")] = None,
+    train_method: Annotated[str | None, typer.Option(help=f"{METHODS_HELP} {_default('train_method')}")] = None,
+    learning_rate: Annotated[float | None, typer.Option(help=f"LoRA learning rate {_default('learning_rate')}")] = None,
     adapters_dir: Annotated[Path | None, typer.Option(help="[default: next to the archive]")] = None,
     trainer_model: Annotated[
         str | None, typer.Option(help="local dir or hub id of the served base model (for vllm:/openai: policies)")
     ] = None,
     max_failures: Annotated[
-        int | None, typer.Option(min=1, help="stop when one failure repeats N times in a row [default: 5]")
+        int | None,
+        typer.Option(min=1, help=f"stop when one failure repeats N times in a row {_default('max_failures')}"),
     ] = None,
     allow_weak_sandbox: Annotated[
         bool | None,
@@ -176,8 +187,8 @@ def run(
 ) -> None:
     """Run (or resume) an evolutionary search. A resume reuses the options the run was started with; a flag
     given again overrides its stored value (recorded with the run). Ctrl-C stops cleanly."""
-    problem = load_or_fail(problem_dir, sandbox or "auto")
-    given = dict(
+    problem = load_or_fail(problem_dir, sandbox or option_default("sandbox"))
+    given = RunOverrides(
         policy=policy,
         sandbox=sandbox,
         workers=workers,
@@ -205,14 +216,14 @@ def run(
     start_search(problem, given, db, None)
 
 
-def check_given(given: dict[str, Any]) -> None:
-    if given.get("edit_format") not in (None, "auto", "diff", "full"):
-        fail(f"--edit-format {given['edit_format']}: use auto, diff or full")
-    if given.get("train_method") not in (None, *TRAIN_METHODS):
-        fail(f"--train-method {given['train_method']}: use vpo, grpo or multi-rlvr")
+def check_given(given: RunOverrides) -> None:
+    if given.edit_format not in (None, *EDIT_FORMATS):
+        fail(f"--edit-format {given.edit_format}: use {', '.join(EDIT_FORMATS)}")
+    if given.train_method not in (None, *TRAIN_METHODS):
+        fail(f"--train-method {given.train_method}: use {', '.join(TRAIN_METHODS)}")
 
 
-def start_search(problem: Problem, given: dict[str, Any], db: str | None, run_id: int | None) -> None:
+def start_search(problem: Problem, given: RunOverrides, db: str | None, run_id: int | None) -> None:
     """Build (or resume) the search, run it with the live view, report; exit 1 when it stopped on a failure."""
     check_given(given)
     try:
@@ -222,7 +233,7 @@ def start_search(problem: Problem, given: dict[str, Any], db: str | None, run_id
     _announce(search, problem)
     reason = _run_with_live_view(search)
     _report(search, reason, problem)
-    if search.loop.systemic:
+    if search.loop.control.systemic:
         raise typer.Exit(1)
 
 
@@ -244,8 +255,8 @@ def resume(
     folder = Path(chosen.config.get("problem_path") or chosen.problem_dir)
     if not folder.is_dir():
         fail(f"run {chosen.id}: its problem folder {folder} is gone; run `evolve run FOLDER --db {db}` instead")
-    problem = load_or_fail(folder, str(chosen.config.get("options", {}).get("sandbox", "auto")))
-    given = dict(
+    problem = load_or_fail(folder, str(chosen.config.get("options", {}).get("sandbox", option_default("sandbox"))))
+    given = RunOverrides(
         max_evaluations=max_evaluations,
         max_time_s=max_time,
         target=target,

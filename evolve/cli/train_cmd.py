@@ -10,6 +10,7 @@ import typer
 from evolve.cli.archive_cmds import RunOpt, open_archive, pick_run
 from evolve.cli.common import DbArg, console, fail
 from evolve.problem.config import FitnessSection
+from evolve.runs import TRAIN_METHODS, option_default
 from evolve.search import adapters_next_to
 from evolve.training import ArchiveTrainer, TrainingUnsupported, restore_latest_adapter
 from policies.base import PolicyError
@@ -19,17 +20,17 @@ from policies.trainer import TrainConfig
 
 def train(
     db: DbArg,
-    method: Annotated[str, typer.Option(help="vpo | grpo | multi-rlvr")] = "vpo",
+    method: Annotated[str, typer.Option(help=" | ".join(TRAIN_METHODS))] = option_default("train_method"),
     steps: Annotated[int, typer.Option(min=1, help="updates; each writes a policy version")] = 1,
     policy: Annotated[str | None, typer.Option(help="[default: the run's policy]")] = None,
-    learning_rate: float = 2e-5,
+    learning_rate: float = option_default("learning_rate"),
     adapters_dir: Annotated[Path | None, typer.Option(help="[default: next to the archive]")] = None,
     trainer_model: Annotated[str | None, typer.Option(help="local copy of a served base model")] = None,
     run: RunOpt = None,
 ) -> None:
     """Train the policy with VPO (or GRPO / Multi-RLVR) on the archive's own groups."""
-    if method not in ("vpo", "grpo", "multi-rlvr"):
-        fail(f"--method {method}: use vpo, grpo or multi-rlvr")
+    if method not in TRAIN_METHODS:
+        fail(f"--method {method}: use {', '.join(TRAIN_METHODS)}")
     archive = open_archive(db)
     chosen = pick_run(archive, run)
     options = chosen.config.get("options", {})

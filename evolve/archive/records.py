@@ -1,0 +1,62 @@
+"""What the archive accepts and hands back across its boundary, as named records rather than dicts and tuples.
+
+An evaluation used to arrive as a `dict[str, Any]` checked against the table's columns at run time; a typed
+record makes a misspelt or missing field an error where the record is built, before any write is attempted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, NamedTuple
+
+
+@dataclass(frozen=True)
+class EvaluationRecord:
+    """One program's evaluation as stored: its raw scores and scalar view, how it failed, what it printed."""
+
+    scores: dict[str, float]
+    scalar: float | None
+    error_kind: str | None
+    error: str | None
+    duration_s: float
+    sandbox: str
+    feedback: str | None = None
+    stages: list[Any] | None = None  # cascade evaluators: each stage's metrics
+    stdout: str | None = None
+    stderr: str | None = None
+    case_errors: dict[str, Any] | None = None  # case name → error, split form
+    started_at: datetime | None = None  # when the sandbox got the program
+    finished_at: datetime | None = None  # when its reply came back
+
+    def columns(self) -> dict[str, Any]:
+        """The record as the evaluations table's column values (every column, so that rows line up); shallow,
+        since this is the committer's hot path."""
+        return dict(vars(self))
+
+
+class VariantRow(NamedTuple):
+    """One parsed variant slot as stored with its group: its parse status, why, and the program it duplicates."""
+
+    status: str
+    detail: str | None
+    program_id: int | None  # the existing program a duplicate repeats; None otherwise
+
+
+@dataclass(frozen=True)
+class PendingVariant:
+    """A variant parsed as a new child whose evaluation never landed (the run was stopped or killed)."""
+
+    variant_id: int
+    slot: int
+    parent_id: int
+    completion_text: str
+    island: int
+
+
+class StoredProgram(NamedTuple):
+    """What became of one program given to the archive: its id, and whether this call created it (False: the
+    same normalised code was stored already, and its variant is marked a duplicate)."""
+
+    program_id: int
+    created: bool

@@ -1,0 +1,83 @@
+"""What flows between the loop's parts, as named records: a child, the group that made it, its evaluation.
+
+A child is parsed by the group sampler, queued for the evaluation stage, scored, and handed to the commit stage;
+each hand-over is one of these records, so that a reader of any part sees what it receives without following
+tuples back to where they were packed.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+
+from evolve.selection import Member
+from sandboxes.base import EvalOutcome
+
+
+@dataclass(frozen=True)
+class Child:
+    """A new program parsed out of one variant slot, waiting for (or under) evaluation."""
+
+    code: str
+    parent_id: int | None
+    island: int
+    generation: int
+    variant_id: int | None
+    digest: str  # its normalised-code hash, computed once when it was parsed
+
+
+@dataclass(frozen=True)
+class GroupResult:
+    """One stored group: its new children (to be queued), the parent they came from, and how its variants parsed."""
+
+    index: int  # the group's number in the run (it seeds the group's sampling)
+    parent: Member
+    island: int
+    children: list[Child]
+    statuses: Counter[str]  # variant status → count over the group
+
+    @property
+    def produced(self) -> bool:
+        return bool(self.children)
+
+
+@dataclass(frozen=True)
+class EvaluationResult:
+    """One child as the sandbox scored it, with when the sandbox got it and when its reply came back."""
+
+    child: Child
+    outcome: EvalOutcome
+    started_at: datetime
+    finished_at: datetime
+
+
+class KnownCode:
+    """The run's normalised-code hashes, each with its program id (None while that child is queued or under
+    evaluation): what makes a variant a duplicate. The sampler claims a hash when it parses a new child, the commit
+    stage fills in the id once the program is stored, and a group that failed to store gives its claims back."""
+
+    def __init__(self) -> None:
+        self._ids: dict[str, int | None] = {}
+
+    def __contains__(self, digest: object) -> bool:
+        return digest in self._ids
+
+    def program(self, digest: str) -> int | None:
+        """The stored program with this code, if it is stored yet."""
+        return self._ids.get(digest)
+
+    def claim(self, digests: Iterable[str]) -> None:
+        self._ids.update(dict.fromkeys(digests))
+
+    def stored(self, digest: str, program_id: int) -> None:
+        self._ids[digest] = program_id
+
+    def forget(self, digests: Iterable[str]) -> None:
+        for digest in digests:
+            self._ids.pop(digest, None)
+
+    def load(self, ids: Mapping[str, int]) -> None:
+        """Start from what the archive holds (a resume)."""
+        self._ids = dict(ids)

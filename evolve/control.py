@@ -1,0 +1,182 @@
+"""Run control: why a run stops, Ctrl-C, cutting the group being sampled, and the evaluation budget, in one place.
+
+Every part of the loop asks this object rather than keeping its own flags: the group sampler whether it may start a
+group, the evaluation stage whether it may take a child (`reserve`), the commit stage gives back what it could not
+store (`release`) and says when a goal is reached (`finish`, `cut_sampling`). The stop reason has one writer, so
+the first reason given is the one the run reports (Ctrl-C excepted: it always says "interrupted").
+
+Unexpected failures are counted here too (`Incidents`): one costs a group or a child; the same one repeated
+`max_failures` times in a row is systemic and stops the run with one line.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+
+from evolve.archive import Archive
+from evolve.stats import LoopStats
+from evolve.stopping import FailureStreaks
+
+
+class RunControl:
+    """The stop state and the evaluation budget of one session of a run."""
+
+    def __init__(
+        self,
+        max_evaluations: int,
+        *,
+        max_groups: int | None = None,
+        max_time_s: float | None = None,
+        elapsed_s: Callable[[], float] = lambda: 0.0,
+    ) -> None:
+        self.max_evaluations, self.max_groups, self.max_time_s = max_evaluations, max_groups, max_time_s
+        self._elapsed_s = elapsed_s
+        self.stop = asyncio.Event()  # no further group starts; what is queued is still evaluated unless abandoned
+        self.interrupted = asyncio.Event()  # Ctrl-C: a generation in flight is abandoned too
+        self.sampling_cut = asyncio.Event()  # Ctrl-C or the goal reached: no group in flight is stored
+        self.no_more_groups = False  # finish_generating(): no group starts, what is queued is evaluated
+        self.abandon = False  # leave queued children pending (Ctrl-C, systemic failure)
+        self.systemic: str | None = None  # the one line that stopped the run, when a failure repeated
+        self.reserved = 0  # evaluations committed plus those in flight
+        self._reason = ""
+        self._on_cut: list[Callable[[], None]] = []
+
+    # ---- the stop reason (its one writer is `_settle`) --------------------------------------------------
+    @property
+    def reason(self) -> str:
+        return self._reason
+
+    def _settle(self, reason: str, *, overrides: bool = False) -> None:
+        if overrides or not self._reason:
+            self._reason = reason
+
+    def finish(self, reason: str) -> None:
+        """Stop starting groups; queued children are still evaluated."""
+        self._settle(reason)
+        self.stop.set()
+
+    def budget_spent(self, reason: str) -> None:
+        """A budget ran out: the reason is recorded, and the rule that found it keeps refusing by itself."""
+        self._settle(reason)
+
+    def interrupt(self) -> None:
+        """Ctrl-C (or SIGTERM): stop now, leave queued children pending, cut the group being sampled. A second
+        one raises `KeyboardInterrupt`."""
+        if self.interrupted.is_set():
+            raise KeyboardInterrupt
+        self._settle("interrupted", overrides=True)
+        self.abandon = True
+        self.stop.set()
+        self.interrupted.set()
+        self.cut_sampling()
+
+    def fail_systemic(self, line: str) -> None:
+        """A failure repeated: stop at once, leaving queued children pending; the first such line is kept."""
+        if self.systemic is None:
+            self.systemic = line
+            self.abandon = True
+            self.stop.set()
+
+    def finish_generating(self) -> None:
+        """Start no further group; what is generated still gets evaluated (fixed-time benchmark runs)."""
+        self.no_more_groups = True
+
+    def on_cut(self, listener: Callable[[], None]) -> None:
+        """Call `listener` whenever sampling is cut (an in-process policy is told to stop between tokens)."""
+        self._on_cut.append(listener)
+
+    def cut_sampling(self) -> None:
+        """End the groups being sampled (they are not stored) instead of waiting for children past the goal."""
+        self.sampling_cut.set()
+        for listener in self._on_cut:
+            listener()
+
+    # ---- the evaluation budget --------------------------------------------------------------------------
+    def start_from(self, evaluations: int) -> None:
+        """A session starts with the evaluations the archive already holds counted against the budget."""
+        self.reserved = evaluations
+
+    def reserve(self, *, force: bool = False) -> bool:
+        """Take one evaluation from the budget; False (nothing taken) once it is spent or the run abandons its
+        queue. `force`: the seed, which is always scored."""
+        if not force and (self.abandon or self.reserved >= self.max_evaluations):
+            return False
+        self.reserved += 1
+        return True
+
+    def release(self, count: int = 1) -> None:
+        """Give back evaluations that stored nothing (aborted, duplicates, a failed commit)."""
+        self.reserved -= count
+
+    def counted(self, evaluations: int) -> None:
+        """The archive holds `evaluations` now: record the budget as the reason once they reach it."""
+        if evaluations >= self.max_evaluations:
+            self.budget_spent("evaluation budget reached")
+
+    def budget_left(self) -> bool:
+        if self.stop.is_set():
+            return False
+        if self.max_time_s is not None and self._elapsed_s() >= self.max_time_s:
+            self.budget_spent("time budget reached")
+            return False
+        return self.reserved < self.max_evaluations
+
+    def may_start_group(self, groups_started: int, queued: int) -> bool:
+        """Budget left for another group: time, evaluations (counting queued children), and the group budget."""
+        if self.no_more_groups:
+            return False
+        if self.max_groups is not None and groups_started >= self.max_groups:
+            self.budget_spent("group budget reached")
+            return False
+        return self.budget_left() and self.reserved + queued < self.max_evaluations
+
+    # ---- how the session ended --------------------------------------------------------------------------
+    def outcome(self) -> str:
+        """What `run()` returns once the session's work is done."""
+        if self.systemic:
+            return f"stopped: {self.systemic}"
+        self._settle("evaluation budget reached")
+        return self._reason
+
+    def status(self) -> str:
+        """The run's status for a session that ended by itself: `stopped` when it may be resumed to go on."""
+        return "stopped" if self._reason == "interrupted" or self.systemic else "finished"
+
+    def stop_reason(self, status: str) -> str:
+        """The line stored with the run."""
+        return self.systemic or self._reason or f"{status} by an error"
+
+
+class StageFailure(Exception):
+    """An unexpected exception at one stage of one group or child; it costs that group or child only."""
+
+    def __init__(self, stage: str, exc: BaseException) -> None:
+        super().__init__(f"{stage}: {type(exc).__name__}: {exc}")
+        self.stage, self.exc = stage, exc
+
+
+class Incidents:
+    """Unexpected failures: each is stored in the archive; the same kind at the same stage N times in a row
+    stops the run (`RunControl.fail_systemic`)."""
+
+    def __init__(self, archive: Archive, run_id: int, stats: LoopStats, control: RunControl, limit: int) -> None:
+        self.archive, self.run_id, self.stats, self.control = archive, run_id, stats, control
+        self.streaks = FailureStreaks(limit)
+
+    def record(self, failure: StageFailure) -> None:
+        kind = type(failure.exc).__name__
+        self.stats.incidents += 1
+        with contextlib.suppress(Exception):  # the archive itself may be what failed
+            self.archive.add_incident(self.run_id, failure.stage, kind, str(failure.exc) or repr(failure.exc))
+        count = self.streaks.failed(failure.stage, kind)
+        if self.streaks.systemic(count):
+            self.control.fail_systemic(
+                f"{count} {failure.stage} failures in a row ({kind}: {str(failure.exc)[:200]}); "
+                "fix the cause, then run the same command (or `evolve resume DB`) to continue"
+            )
+
+    def ok(self, stage: str) -> None:
+        """A stage succeeded: its streak ends."""
+        self.streaks.succeeded(stage)

@@ -1,0 +1,84 @@
+"""Calling the policy from the loop: a group's completions that Ctrl-C or a reached goal can cut short, and the
+archive row of the policy version that wrote them.
+
+An HTTP policy (`AsyncPolicy`) is awaited on the event loop and cancelled on a cut; an in-process one runs in a
+daemon thread and is told to stop between tokens, but only while one of its calls is in flight (a request that
+found none would end its next, unrelated call).
+"""
+
+from __future__ import annotations
+
+from evolve.archive import Archive
+from evolve.control import RunControl
+from evolve.interrupt import cancel_on, until_interrupted
+from evolve.stats import LoopStats
+from policies.base import AsyncPolicy, Generated, Interruptible, Policy, SamplingParams
+
+
+class PolicyCalls:
+    """Sampling that honours the run control's cut; registers itself to be told of one."""
+
+    def __init__(self, policy: Policy, control: RunControl) -> None:
+        self.policy, self.control = policy, control
+        self.in_flight = 0  # policy calls under way
+        control.on_cut(self.interrupt)
+
+    def interrupt(self) -> None:
+        """Tell an in-process policy to stop between tokens, only while a call is in flight; HTTP calls are
+        cancelled through `sampling_cut`."""
+        if self.in_flight and isinstance(self.policy, Interruptible) and not isinstance(self.policy, AsyncPolicy):
+            self.policy.interrupt()
+
+    async def sample(self, prompt: str, params: SamplingParams, n: int) -> list[Generated] | None:
+        """The group's completions; None when Ctrl-C came first (the call is abandoned, not waited for) or the
+        goal was reached (an HTTP call is cancelled; an in-process one ends at its next token)."""
+        cut = self.control.sampling_cut
+        if cut.is_set():
+            return None
+        self.in_flight += 1
+        try:
+            if isinstance(self.policy, AsyncPolicy):  # HTTP policies: many groups in flight at once
+                return await cancel_on(cut, self.policy.agenerate(prompt, params, n))
+            try:
+                group = await until_interrupted(self.control.interrupted, self.policy.generate, prompt, params, n)
+            except Exception:
+                self._withdraw_unseen_interrupt(None)
+                raise
+            if group is not None:  # None: abandoned on Ctrl-C; the policy's thread consumes the request itself
+                self._withdraw_unseen_interrupt(group)
+            return group
+        finally:
+            self.in_flight -= 1
+
+    def _withdraw_unseen_interrupt(self, group: list[Generated] | None) -> None:
+        """A call that came back (or raised) after the cut without honouring it had ended before it looked: the
+        request it was sent is still set and would end the policy's next, unrelated call, so withdraw it. The
+        cut is the only sender during a call: `interrupt` runs only once `sampling_cut` is set."""
+        if not self.control.sampling_cut.is_set() or not isinstance(self.policy, Interruptible):
+            return
+        if not (group and any(c.finish_reason == "interrupted" for c in group)):
+            self.policy.withdraw_interrupt()
+
+
+class PolicyVersions:
+    """Policy version number → its `PolicyVersion` row id in the run, inserting a row the first time one serves."""
+
+    def __init__(self, archive: Archive, run_id: int, policy: Policy, stats: LoopStats) -> None:
+        self.archive, self.run_id, self.policy, self.stats = archive, run_id, policy, stats
+        self._rows: dict[int, int] = {}
+
+    def serving(self) -> int:
+        """The row id of the version now serving."""
+        number = self.policy.version
+        if number not in self._rows:
+            self._rows.update({v.number: v.id for v in self.archive.policy_versions(self.run_id)})
+            if number not in self._rows:
+                self._rows[number] = self.archive.add_policy_version(
+                    run_id=self.run_id, base_model=self.policy.name, number=number
+                )
+        self.stats.policy_version = number
+        return self._rows[number]
+
+    def row_of(self, number: int, default: int) -> int:
+        """The row of a version seen before (a completion written by it), else `default`."""
+        return self._rows.get(number, default)
