@@ -1,6 +1,7 @@
 """The commit stage: the engine's one writer. Scored children become program rows (program and evaluation in one
-transaction, a batch at a time), then members of the population; the stop rules that read the scores (target,
-patience, solved, the evaluation budget) are checked here, as each result lands.
+transaction, a batch at a time; `stored_program` is the one home of what is stored of an outcome), then members of
+the population; the stop rules that read the scores (target, patience, solved, the evaluation budget) are checked
+here, as each result lands.
 
 The write runs on a worker thread; the population, the code index and the stats change on the event loop, where
 selection and the stop rules read them, never beside a writer.
@@ -9,21 +10,46 @@ selection and the stop rules read them, never beside a writer.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 
 from evolve.archive import Archive
 from evolve.archive.batch import NewProgram, add_evaluated_programs
-from evolve.archive.records import StoredProgram
+from evolve.archive.records import EvaluationRecord, StoredProgram
 from evolve.children import EvaluationResult, KnownCode
 from evolve.control import Incidents, RunControl, StageFailure
-from evolve.evaluated import stored_program
-from evolve.fitness import oriented_by_name, raw_scores
+from evolve.fitness import oriented_by_name, raw_scores, scalar_view
 from evolve.problem import Problem
+from evolve.problem.config import ComponentSpec
 from evolve.runs import RunOptions
 from evolve.selection import Member, Population
 from evolve.stats import LoopStats
 from evolve.stopping import Patience, solved
 
 COMMIT_BATCH = 64  # results written in one transaction at most
+STORED_OUTPUT = 8 * 1024  # of a candidate's stdout (its head) and stderr (its tail, which holds the traceback)
+
+
+def stored_program(components: Sequence[ComponentSpec], result: EvaluationResult) -> NewProgram:
+    """The program row of one result, with its evaluation and the scalar view the population ranks it by."""
+    child, outcome = result.child, result.outcome
+    record = EvaluationRecord(
+        scores=outcome.scores,
+        scalar=scalar_view(components, outcome.scores),
+        error_kind=outcome.error_kind,
+        error=outcome.error,
+        duration_s=outcome.duration_s,
+        sandbox=outcome.sandbox,
+        feedback=outcome.feedback,
+        stages=outcome.stages,
+        stdout=outcome.stdout[:STORED_OUTPUT],
+        stderr=outcome.stderr[-STORED_OUTPUT:],
+        case_errors=dict(outcome.case_errors) or None,
+        started_at=result.started_at,
+        finished_at=result.finished_at,
+    )
+    return NewProgram(
+        child.code, child.parent_id, child.island, child.generation, child.variant_id, record, digest=child.digest
+    )
 
 
 class CommitStage:

@@ -1,0 +1,162 @@
+"""The loop's parts through their own interfaces: the group sampler (replayed completions, a real SQLite archive),
+the evaluation stage (a real process sandbox; the commit stage it feeds replaced by a list, since the sink is
+what it is isolated from) and the commit stage (a real archive), each wired as `SearchLoop` wires them."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+
+from evolve.archive import code_hash
+from evolve.children import Child, EvaluationResult
+from evolve.loop import SearchLoop
+from policies.replay import ReplayPolicy
+from sandboxes.process import ProcessSandbox
+from tests.helpers import SQUARE_SEED, square_run
+
+SQUARE = "def solve(x):\n    return x * x\n"  # scores (1, 1) on the square problem
+FOUR = "def solve(x):\n    return 4\n"  # scores (1, 0)
+
+
+def answer(*bodies: str) -> str:
+    """One completion whose variants are these bodies, whole (the square problem asks for full rewrites)."""
+    return "".join(f"<variant {i}>\n```python\n{b}```\n</variant {i}>\n" for i, b in enumerate(bodies, start=1))
+
+
+def wired(tmp_path, texts: list[str], **options) -> SearchLoop:
+    problem, archive, run, run_options = square_run(tmp_path, **options)
+    return SearchLoop(problem, archive, ReplayPolicy(texts), ProcessSandbox(slots=2), run, run_options)
+
+
+def block(code: str) -> str:
+    return f"# EVOLVE-BLOCK-START\n{code}# EVOLVE-BLOCK-END\n"
+
+
+def child(code: str, parent_id: int | None = 1, island: int = 0) -> Child:
+    return Child(code, parent_id, island, 0 if parent_id is None else 1, None, code_hash(code))
+
+
+def test_the_group_sampler_stores_a_group_and_returns_only_new_children(tmp_path):
+    """A group of 2 completions x 2 variants: a new program, the seed unchanged, and the new program twice more.
+    The group and its variant rows land in the archive; only the new program comes back, once, as a child whose
+    variant id is its stored row; a second identical group makes no child and stores its variants as duplicates."""
+    loop = wired(tmp_path, [answer(SQUARE, "def solve(x):\n    return x + 1\n"), answer(SQUARE, SQUARE)], group_size=2)
+    try:
+
+        async def two_groups():
+            seed = await loop.evaluation.score_seed(child(SQUARE_SEED, None))
+            await loop.commits.commit([seed])
+            return [await loop.sampler.make_group(i, loop.adapter.ask) for i in (0, 1)]
+
+        first, second = asyncio.run(two_groups())
+        assert first is not None and second is not None
+        assert [c.code for c in first.children] == [block(SQUARE)]
+        assert first.parent.id == loop.population.first.id and first.children[0].generation == 1
+        assert first.statuses == {"ok": 1, "unchanged": 1, "duplicate": 2}
+        assert second.children == [] and second.statuses == {"unchanged": 1, "duplicate": 3}
+        con = sqlite3.connect(tmp_path / "a.db")
+        rows = con.execute("SELECT id, status, program_id FROM variants ORDER BY id").fetchall()
+        assert len(rows) == 8 and con.execute("SELECT COUNT(*) FROM prompts").fetchone()[0] == 2
+        assert [r for r in rows if r[1] == "ok"] == [(first.children[0].variant_id, "ok", None)]  # pending
+        assert [r[1:] for r in rows[:4]] == [
+            ("ok", None),
+            ("unchanged", None),
+            ("duplicate", None),
+            ("duplicate", None),
+        ]
+        pending = loop.archive.pending_variants(loop.run.id)
+        assert [(p.variant_id, p.slot, p.parent_id) for p in pending] == [(first.children[0].variant_id, 0, 1)]
+        # a later session (the run killed before the child was scored) parses the pending variant again
+        resumed = SearchLoop(loop.problem, loop.archive, ReplayPolicy(["-"]), loop.sandbox, loop.run, loop.options)
+        resumed.commits.rebuild()
+        again = list(resumed.sampler.resumed_children())
+        assert [(c.code, c.variant_id, c.island) for c in again] == [(block(SQUARE), first.children[0].variant_id, 0)]
+    finally:
+        loop.sandbox.close()
+        loop.archive.close()
+
+
+def test_a_cut_before_sampling_stores_nothing(tmp_path):
+    loop = wired(tmp_path, [answer(SQUARE, FOUR)], group_size=1)
+    try:
+
+        async def cut_then_group():
+            await loop.commits.commit([await loop.evaluation.score_seed(child(SQUARE_SEED, None))])
+            loop.control.cut_sampling()
+            return await loop.sampler.make_group(0, loop.adapter.ask)
+
+        assert asyncio.run(cut_then_group()) is None
+        assert sqlite3.connect(tmp_path / "a.db").execute("SELECT COUNT(*) FROM prompts").fetchone()[0] == 0
+    finally:
+        loop.sandbox.close()
+        loop.archive.close()
+
+
+class Collected:
+    """The evaluation stage's sink (the commit stage's place): what it was handed, in order."""
+
+    def __init__(self) -> None:
+        self.results: list[EvaluationResult] = []
+
+    async def submit(self, result: EvaluationResult) -> None:
+        self.results.append(result)
+
+
+def test_the_evaluation_stage_scores_children_within_the_budget_and_leaves_the_rest_pending(tmp_path):
+    """Three children, a budget of two: the workers score two (their exact vectors), hand them on as results, and
+    leave the third untouched; nothing is in flight afterwards."""
+    from evolve.evaluation import EvaluationStage
+
+    loop = wired(tmp_path, [answer(SQUARE, FOUR)], max_evaluations=2, workers=2)
+    sink = Collected()
+    stage = EvaluationStage(loop.problem, loop.sandbox, loop.control, loop.incidents, sink, workers=2)
+    codes = [block(SQUARE), block(FOUR), block("def solve(x):\n    return 9\n")]
+    try:
+
+        async def drain():
+            workers = [asyncio.create_task(stage.work()) for _ in range(2)]
+            for code in codes:
+                await stage.put(child(code))
+            await stage.drained()
+            for w in workers:
+                w.cancel()
+
+        asyncio.run(drain())
+        scored = {r.child.code: r.outcome.scores for r in sink.results}
+        assert scored == {codes[0]: {"c0": 1.0, "c1": 1.0}, codes[1]: {"c0": 1.0, "c1": 0.0}}
+        assert all(r.started_at <= r.finished_at for r in sink.results)
+        assert loop.control.reserved == 2 and stage.pending() == 0
+    finally:
+        loop.sandbox.close()
+        loop.archive.close()
+
+
+def test_the_commit_stage_stores_typed_evaluations_counts_new_programs_and_stops_at_the_target(tmp_path):
+    """Results of the sandbox become program rows with their evaluation; a repeat of stored code gives its
+    evaluation back to the budget; a child at the target ends the run and cuts the sampling."""
+    loop = wired(tmp_path, [answer(SQUARE, FOUR)], target=1.0)
+    try:
+
+        async def commit_all():
+            again = block(FOUR).replace("return 4", "return  4  # again")  # the same normalised code
+            for one in (child(SQUARE_SEED, None), child(block(FOUR)), child(block(SQUARE)), child(again, island=1)):
+                assert loop.control.reserve()
+                await loop.commits.commit([await loop.evaluation.score_seed(one)])
+
+        asyncio.run(commit_all())
+        con = sqlite3.connect(tmp_path / "a.db")
+        rows = con.execute(
+            "SELECT p.code, e.scalar, e.error_kind, e.sandbox FROM programs p JOIN evaluations e "
+            "ON e.program_id = p.id ORDER BY p.id"
+        ).fetchall()
+        assert [(r[1], r[2], r[3]) for r in rows] == [
+            (0.0, None, "process"),
+            (0.5, None, "process"),
+            (1.0, None, "process"),
+        ]
+        assert loop.stats.evaluations == 3 and loop.stats.new_valid == 2 and loop.control.reserved == 3
+        assert loop.control.reason == "target 1.0 reached" and loop.control.sampling_cut.is_set()
+        assert loop.population.best is not None and loop.population.best.scalar == 1.0
+    finally:
+        loop.sandbox.close()
+        loop.archive.close()
