@@ -60,3 +60,19 @@ def test_overrides_name_every_option_and_a_whole_options_object_overrides_all_of
     given = RunOverrides.of(options).given()
     assert given == {k: v for k, v in asdict(options).items() if v is not None}
     assert RunOverrides().given() == {}
+
+
+def test_run_help_states_the_defaults_and_methods_from_their_one_home():
+    """The help of `evolve run` shows each default it names, read from `RunOptions`, and the training methods the
+    trainer has (rich once dropped every `[default: ...]` of these options as markup)."""
+    from typer.testing import CliRunner
+
+    from evolve.cli import app
+    from policies.advantages import METHODS
+
+    shown = CliRunner().invoke(app, ["run", "--help"], env={"COLUMNS": "300"}, terminal_width=300)
+    assert shown.exit_code == 0
+    defaults = RunOptions()
+    for value in (defaults.workers, defaults.seed, defaults.stall_groups, defaults.max_failures, defaults.policy):
+        assert f"[default: {value}]" in shown.output
+    assert " | ".join(METHODS) + f" [default: {defaults.train_method}]" in shown.output

@@ -17,6 +17,12 @@ err_console = Console(stderr=True)
 DbArg = Annotated[str, typer.Argument(metavar="DB", help="archive file path or SQLAlchemy URL")]
 
 
+def default_note(value: object) -> str:
+    """How a help text states a default it cannot show itself (the option's own default is None, "not given"):
+    escaped, since rich would otherwise take `[default: ...]` for markup and drop it from the help."""
+    return rf"\[default: {value}]"
+
+
 def fail(message: str, code: int = 2) -> NoReturn:
     err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)

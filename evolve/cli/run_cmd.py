@@ -13,7 +13,7 @@ from rich.live import Live
 from sqlalchemy.exc import SQLAlchemyError
 
 from evolve.cli.archive_cmds import open_archive, pick_run
-from evolve.cli.common import console, fail, vector_table
+from evolve.cli.common import console, default_note, fail, vector_table
 from evolve.cli.problem_cmds import load_or_fail
 from evolve.fitness import raw_scores
 from evolve.loop import SearchLoop
@@ -27,12 +27,13 @@ POLICY_HELP = (
     "vllm:URL[,URL2...][@MODEL] | openai:URL@MODEL | vllm-local:MODEL | replay:FILE"
 )
 EDIT_FORMATS = ("auto", "diff", "full")
+THE_PROBLEMS = default_note("the problem's")
 METHODS_HELP = " | ".join(TRAIN_METHODS)
 
 
 def _default(name: str) -> str:
-    """`[default: X]` for a help text, read from `RunOptions` (the defaults' one home)."""
-    return f"[default: {option_default(name)}]"
+    """A help text's default, read from `RunOptions` (the defaults' one home)."""
+    return default_note(option_default(name))
 
 
 def _policy_status(loop: SearchLoop) -> str:
@@ -130,8 +131,10 @@ def _report(search: Search, reason: str, problem: Problem) -> None:
 
 def run(
     problem_dir: Annotated[Path, typer.Argument(metavar="PROBLEM")],
-    db: Annotated[str | None, typer.Option(help="archive path or SQLAlchemy URL [default: runs/NAME.db]")] = None,
-    policy: Annotated[str | None, typer.Option(help=f"{POLICY_HELP} [default: {DEFAULT_POLICY}]")] = None,
+    db: Annotated[
+        str | None, typer.Option(help=f"archive path or SQLAlchemy URL {default_note('runs/NAME.db')}")
+    ] = None,
+    policy: Annotated[str | None, typer.Option(help=f"{POLICY_HELP} {default_note(DEFAULT_POLICY)}")] = None,
     sandbox: Annotated[
         str | None, typer.Option(help=f"auto | docker | process | ray[:ADDRESS] {_default('sandbox')}")
     ] = None,
@@ -146,12 +149,13 @@ def run(
         bool | None,
         typer.Option(
             "--stop-when-solved/--no-stop-when-solved",
-            help="stop once every component is at its best declared bound [default: stop]",
+            help=f"stop once every component is at its best declared bound {default_note('stop')}",
         ),
     ] = None,
     seed: Annotated[int | None, typer.Option(help=_default("seed"))] = None,
     edit_format: Annotated[
-        str | None, typer.Option(help="auto | diff | full (auto: rewrite short code whole) [default: the problem's]")
+        str | None,
+        typer.Option(help=f"{' | '.join(EDIT_FORMATS)} (auto: rewrite short code whole) {THE_PROBLEMS}"),
     ] = None,
     temperature: Annotated[float | None, typer.Option(min=0.0)] = None,
     stall_groups: Annotated[
@@ -169,7 +173,7 @@ def run(
     train_every: Annotated[int | None, typer.Option(min=0, help="update the policy every N groups (0: never)")] = None,
     train_method: Annotated[str | None, typer.Option(help=f"{METHODS_HELP} {_default('train_method')}")] = None,
     learning_rate: Annotated[float | None, typer.Option(help=f"LoRA learning rate {_default('learning_rate')}")] = None,
-    adapters_dir: Annotated[Path | None, typer.Option(help="[default: next to the archive]")] = None,
+    adapters_dir: Annotated[Path | None, typer.Option(help=default_note("next to the archive"))] = None,
     trainer_model: Annotated[
         str | None, typer.Option(help="local dir or hub id of the served base model (for vllm:/openai: policies)")
     ] = None,

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from evolve.cli.archive_cmds import RunOpt, open_archive, pick_run
-from evolve.cli.common import DbArg, console, fail
+from evolve.cli.common import DbArg, console, default_note, fail
 from evolve.problem.config import FitnessSection
 from evolve.runs import TRAIN_METHODS, option_default
 from evolve.search import adapters_next_to
@@ -22,9 +22,9 @@ def train(
     db: DbArg,
     method: Annotated[str, typer.Option(help=" | ".join(TRAIN_METHODS))] = option_default("train_method"),
     steps: Annotated[int, typer.Option(min=1, help="updates; each writes a policy version")] = 1,
-    policy: Annotated[str | None, typer.Option(help="[default: the run's policy]")] = None,
+    policy: Annotated[str | None, typer.Option(help=default_note("the run's policy"))] = None,
     learning_rate: float = option_default("learning_rate"),
-    adapters_dir: Annotated[Path | None, typer.Option(help="[default: next to the archive]")] = None,
+    adapters_dir: Annotated[Path | None, typer.Option(help=default_note("next to the archive"))] = None,
     trainer_model: Annotated[str | None, typer.Option(help="local copy of a served base model")] = None,
     run: RunOpt = None,
 ) -> None:
