@@ -91,6 +91,7 @@ class SearchLoop:
         self.incidents = Incidents(archive, run.id, self.stats, self.control, options.max_failures)
         self.known = known = KnownCode()  # shared by the sampler (claims) and the commit stage (stored ids)
         self.versions = PolicyVersions(archive, run.id, policy, self.stats)
+        self.calls = PolicyCalls(policy, self.control)
         self.sampler = GroupSampler(
             problem,
             archive,
@@ -100,7 +101,7 @@ class SearchLoop:
             make_selector(search.selection, len(problem.components)),
             self.stats,
             known,
-            PolicyCalls(policy, self.control),
+            self.calls,
             self.versions,
             self.incidents,
         )
@@ -118,6 +119,12 @@ class SearchLoop:
     def finish_generating(self) -> None:
         """Start no further group; what is generated still gets evaluated (fixed-time benchmark runs)."""
         self.control.finish_generating()
+
+    def close_policy(self) -> None:
+        """Close the policy, unless Ctrl-C abandoned a call that may still run in its thread: freeing a model under
+        a forward pass would crash the process, which ends right after such a stop anyway."""
+        if not self.calls.abandoned:
+            self.policy.close()
 
     def _pending_work(self) -> int:
         return self.evaluation.pending() + self.commits.backlog

@@ -21,6 +21,7 @@ class PolicyCalls:
     def __init__(self, policy: Policy, control: RunControl) -> None:
         self.policy, self.control = policy, control
         self.in_flight = 0  # policy calls under way
+        self.abandoned = False  # Ctrl-C stopped waiting for a call whose thread may still be in a forward pass
         control.on_cut(self.interrupt)
 
     def interrupt(self) -> None:
@@ -46,6 +47,8 @@ class PolicyCalls:
                 raise
             if group is not None:  # None: abandoned on Ctrl-C; the policy's thread consumes the request itself
                 self._withdraw_unseen_interrupt(group)
+            else:
+                self.abandoned = True
             return group
         finally:
             self.in_flight -= 1

@@ -106,6 +106,7 @@ def build_search(
     Raises `SearchSetupError` with a one-line fix."""
     given = overrides if overrides is not None else RunOverrides()
     target_db = db if db is not None else default_db(problem)
+    loop: SearchLoop | None = None
     with contextlib.ExitStack() as opened:
         try:  # quick checks first; the policy (slow for local models) after them, before any write
             archive = Archive(target_db)
@@ -118,7 +119,7 @@ def build_search(
             if refusal is not None:
                 raise SearchSetupError(refusal)
             policy = make_policy(resolved.policy)
-            opened.callback(policy.close)
+            opened.callback(lambda: policy.close() if loop is None else loop.close_policy())
             run_row, resumed = open_run(archive, problem, resolved, run=existing, overrides=changes)
             restored = restore_latest_adapter(archive, run_row.id, policy)
             train_step, where = None, None
