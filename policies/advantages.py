@@ -140,5 +140,5 @@ METHODS = tuple(ESTIMATORS)  # the training methods' one home: option checks and
 
 def make_estimator(method: str) -> AdvantageEstimator:
     if method not in ESTIMATORS:
-        raise ValueError(f"unknown method {method!r}; use {', '.join(METHODS)}")
+        raise ValueError(f"unknown method {method!r}; use {', '.join(METHODS[:-1])} or {METHODS[-1]}")
     return ESTIMATORS[method]()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Annotated, NoReturn
 
 import typer
@@ -21,6 +21,11 @@ def default_note(value: object) -> str:
     """How a help text states a default it cannot show itself (the option's own default is None, "not given"):
     escaped, since rich would otherwise take `[default: ...]` for markup and drop it from the help."""
     return rf"\[default: {value}]"
+
+
+def one_of(choices: Sequence[str]) -> str:
+    """`a, b or c`: the choices an error message offers."""
+    return f"{', '.join(choices[:-1])} or {choices[-1]}" if len(choices) > 1 else "".join(choices)
 
 
 def fail(message: str, code: int = 2) -> NoReturn:

@@ -13,7 +13,7 @@ from rich.live import Live
 from sqlalchemy.exc import SQLAlchemyError
 
 from evolve.cli.archive_cmds import open_archive, pick_run
-from evolve.cli.common import console, default_note, fail, vector_table
+from evolve.cli.common import console, default_note, fail, one_of, vector_table
 from evolve.cli.problem_cmds import load_or_fail
 from evolve.fitness import raw_scores
 from evolve.loop import SearchLoop
@@ -222,9 +222,9 @@ def run(
 
 def check_given(given: RunOverrides) -> None:
     if given.edit_format not in (None, *EDIT_FORMATS):
-        fail(f"--edit-format {given.edit_format}: use {', '.join(EDIT_FORMATS)}")
+        fail(f"--edit-format {given.edit_format}: use {one_of(EDIT_FORMATS)}")
     if given.train_method not in (None, *TRAIN_METHODS):
-        fail(f"--train-method {given.train_method}: use {', '.join(TRAIN_METHODS)}")
+        fail(f"--train-method {given.train_method}: use {one_of(TRAIN_METHODS)}")
 
 
 def start_search(problem: Problem, given: RunOverrides, db: str | None, run_id: int | None) -> None:

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from evolve.cli.archive_cmds import RunOpt, open_archive, pick_run
-from evolve.cli.common import DbArg, console, default_note, fail
+from evolve.cli.common import DbArg, console, default_note, fail, one_of
 from evolve.problem.config import FitnessSection
 from evolve.runs import TRAIN_METHODS, option_default
 from evolve.search import adapters_next_to
@@ -30,7 +30,7 @@ def train(
 ) -> None:
     """Train the policy with VPO (or GRPO / Multi-RLVR) on the archive's own groups."""
     if method not in TRAIN_METHODS:
-        fail(f"--method {method}: use {', '.join(TRAIN_METHODS)}")
+        fail(f"--method {method}: use {one_of(TRAIN_METHODS)}")
     archive = open_archive(db)
     chosen = pick_run(archive, run)
     options = chosen.config.get("options", {})
