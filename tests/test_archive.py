@@ -273,3 +273,14 @@ def test_code_hash_memo_gives_the_parsed_hash_and_stays_bounded(monkeypatch):
     assert [codehash.code_hash(t) for t in texts] == first  # forgotten ones parse again, remembered ones do not
     assert codehash.code_hash("def f(x):\n    return x + 3\n") == first[3]  # layout and comments do not count
     assert codehash.code_hash("def f(:\n") == codehash.code_hash("def f(:   \n\n")  # unparseable: by lines
+
+
+def test_the_evaluation_record_names_every_column_the_archive_stores_for_an_evaluation():
+    """The typed record is the check that a dict's keys once were: a column it lacks would be NULL for every
+    evaluation, a field the table lacks would fail every insert."""
+    from dataclasses import fields
+
+    from evolve.archive.models import Evaluation
+
+    stored = {c.key for c in Evaluation.__table__.columns} - {"id", "program_id", "created_at"}
+    assert {f.name for f in fields(EvaluationRecord)} == stored
