@@ -12,7 +12,7 @@ from evolve.archive.batch import NewProgram
 from evolve.fitness import scalar_view
 from evolve.groups import Child
 from evolve.problem.config import ComponentSpec
-from sandboxes.base import EvalOutcome
+from evolve.problem.outcome import EvalOutcome
 
 STORED_OUTPUT = 8 * 1024  # of a candidate's stdout (its head) and stderr (its tail, which holds the traceback)
 

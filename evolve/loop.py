@@ -34,12 +34,13 @@ from evolve.fitness import oriented_by_name, signs
 from evolve.groups import Child, GroupMaker, StageFailure
 from evolve.interrupt import cancel_on
 from evolve.problem import Problem
+from evolve.problem.outcome import ErrorKind, EvalOutcome
 from evolve.runs import RunOptions
 from evolve.selection import Member, Population, make_selector
 from evolve.stats import LoopStats
 from evolve.stopping import FailureStreaks, Patience, Stall, solved
 from policies.base import Policy
-from sandboxes.base import AbortableSandbox, AsyncSandbox, ErrorKind, EvalOutcome, Sandbox
+from sandboxes.base import AbortableSandbox, AsyncSandbox, Sandbox
 
 COMMIT_BATCH = 64  # results written in one transaction at most
 ENGINE_THREADS = 12  # worker threads beside evaluations: generators (8 at most), the committer, the state saver
