@@ -30,7 +30,7 @@ from evolve.archive import Archive, code_hash
 from evolve.archive.batch import add_evaluated_programs
 from evolve.archive.models import Run, utcnow
 from evolve.evaluated import program_rows
-from evolve.fitness import oriented_by_name, signs
+from evolve.fitness import oriented_by_name, signs, solved
 from evolve.groups import Child, GroupMaker, StageFailure
 from evolve.interrupt import cancel_on
 from evolve.problem import Problem
@@ -38,7 +38,7 @@ from evolve.problem.outcome import ErrorKind, EvalOutcome
 from evolve.runs import RunOptions
 from evolve.selection import Member, Population, make_selector
 from evolve.stats import LoopStats
-from evolve.stopping import FailureStreaks, Patience, Stall, solved
+from evolve.stopping import FailureStreaks, Patience, Stall
 from policies.base import Policy
 from sandboxes.base import AbortableSandbox, AsyncSandbox, Sandbox
 

@@ -250,17 +250,17 @@ def test_a_batch_links_each_variant_to_its_program_or_marks_it_a_duplicate(archi
     assert sorted(p.scalar for p in archive.scored_programs(run.id)) == [0.0, 1.0, 3.0]
 
 
-def test_code_hash_memo_gives_the_parsed_hash_and_stays_bounded(monkeypatch):
+def test_code_hash_memo_gives_the_parsed_hash_and_stays_bounded():
     """Text seen before is hashed from the memo, to the same value a fresh parse gives; the memo forgets its
     oldest entries at its bound."""
-    from evolve.archive import codehash
+    from evolve.archive.codehash import CodeHasher, normalized_hash
 
-    monkeypatch.setattr(codehash, "_memo", {})
-    monkeypatch.setattr(codehash, "MEMO_SIZE", 8)
+    hasher = CodeHasher(memo_size=8)
     texts = [f"def f(x):\n    return x + {i}  # note {i}\n" for i in range(20)]
-    first = [codehash.code_hash(t) for t in texts]
-    assert first == [codehash._normalized_hash(t) for t in texts]
-    assert len(codehash._memo) == 8
-    assert [codehash.code_hash(t) for t in texts] == first  # forgotten ones parse again, remembered ones do not
-    assert codehash.code_hash("def f(x):\n    return x + 3\n") == first[3]  # layout and comments do not count
-    assert codehash.code_hash("def f(:\n") == codehash.code_hash("def f(:   \n\n")  # unparseable: by lines
+    first = [hasher.hash(t) for t in texts]
+    assert first == [normalized_hash(t) for t in texts]
+    assert hasher.remembered == 8
+    assert [hasher.hash(t) for t in texts] == first  # forgotten ones parse again, remembered ones do not
+    assert hasher.remembered == 8
+    assert hasher.hash("def f(x):\n    return x + 3\n") == first[3]  # layout and comments do not count
+    assert hasher.hash("def f(:\n") == hasher.hash("def f(:   \n\n")  # unparseable: by lines
