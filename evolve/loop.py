@@ -27,7 +27,6 @@ from typing import Any
 
 from evolve.adapt import Adapter, Ask
 from evolve.archive import Archive, code_hash
-from evolve.archive.batch import add_evaluated_programs
 from evolve.archive.models import Run, utcnow
 from evolve.evaluated import program_rows
 from evolve.fitness import oriented_by_name, signs, solved
@@ -270,7 +269,7 @@ class SearchLoop(GroupMaker):
     ) -> tuple[list[float], list[tuple[int, bool]]]:
         """Each result's scalar, and its program's (id, created) once the batch is committed."""
         scalars, rows = program_rows(self.problem.components, batch)
-        return scalars, add_evaluated_programs(self.archive, self.run.id, rows)
+        return scalars, self.archive.add_evaluated_programs(self.run.id, rows)
 
     def _record(self, child: Child, outcome: EvalOutcome, scalar: float, pid: int, created: bool) -> None:
         if not created:

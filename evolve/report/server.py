@@ -13,8 +13,8 @@ from flask import Flask, Response, abort, jsonify, request
 from plotly.offline import get_plotlyjs
 from werkzeug.serving import BaseWSGIServer, WSGIRequestHandler, make_server
 
+from evolve.archive import Archive
 from evolve.archive.models import Run
-from evolve.archive.store import Archive
 from evolve.report import queries
 from evolve.report.page import LINEAGE_STEPS, payload, render, safe_json
 
@@ -101,7 +101,7 @@ def create_app(archive: Archive, default_run: int) -> Flask:
 
     @app.get("/api/lineage/<int:program_id>")
     def lineage(program_id: int) -> Response:
-        nodes = queries.ancestry(archive, [program_id], LINEAGE_STEPS)
+        nodes = archive.ancestry([program_id], LINEAGE_STEPS)
         if not nodes:
             abort(404, f"no program {program_id}")
         return jsonify([vars(n) for n in nodes])
