@@ -79,7 +79,7 @@ def run_problem(
     seed_scalar = scored[0].scalar if scored else None
     valid = [p.scalar for p in scored if p.error_kind is None and p.scalar is not None]
     best = max(valid) if valid else None
-    run_row = next(r for r in archive.runs() if r.id == run.id)
+    run_row = archive.find_run(run.id)
     y = summary_yield(archive.summarize(run_row, signs(problem.components)))
     groups_made = archive.count_groups(run.id)
     archive.close()

@@ -7,13 +7,14 @@ polling every few seconds costs a handful of indexed MAX() queries while nothing
 from __future__ import annotations
 
 import threading
+from contextlib import suppress
 from typing import Any
 
 from flask import Flask, Response, abort, jsonify, request
 from plotly.offline import get_plotlyjs
 from werkzeug.serving import BaseWSGIServer, WSGIRequestHandler, make_server
 
-from evolve.archive import Archive
+from evolve.archive import Archive, ArchiveError
 from evolve.archive.models import Run
 from evolve.report import queries
 from evolve.report.page import LINEAGE_STEPS, payload, render, safe_json
@@ -61,17 +62,21 @@ def create_app(archive: Archive, default_run: int) -> Flask:
     """The dashboard's routes; the default run's payload is built before the app is returned."""
     app = Flask("evolve.report")
     cache = PayloadCache(archive)
-    for run in archive.runs():
-        if run.id == default_run:
-            cache.warm(run)
+    with suppress(ArchiveError):  # a run that is not there answers 404 below
+        first = archive.find_run(default_run)
+        if first is not None:
+            cache.warm(first)
     plotly_js = get_plotlyjs()
 
     def chosen_run() -> Run:
         wanted = request.args.get("run", default=default_run, type=int)
-        for run in archive.runs():
-            if run.id == wanted:
-                return run
-        abort(404, f"no run {wanted}")
+        try:
+            run = archive.find_run(wanted)
+        except ArchiveError:
+            run = None
+        if run is None:
+            abort(404, f"no run {wanted}")
+        return run
 
     @app.get("/")
     def page() -> Response:
