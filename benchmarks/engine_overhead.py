@@ -21,10 +21,10 @@ from evolve.archive import Archive, code_hash
 from evolve.archive.models import Evaluation, Program
 from evolve.loop import SearchLoop, run_search
 from evolve.problem import Problem, load_problem
+from evolve.problem.outcome import EvalOutcome
 from evolve.problem.samples import write_problem
 from evolve.runs import RunOptions, open_run
 from policies.replay import ReplayPolicy
-from sandboxes.base import EvalOutcome
 
 SEED = "# EVOLVE-BLOCK-START\ndef solve(x):\n    return x * x\n# EVOLVE-BLOCK-END\n"
 

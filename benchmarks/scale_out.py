@@ -26,9 +26,9 @@ from benchmarks.engine_overhead import SEED, InstantSandbox, completions
 from evolve.archive import Archive
 from evolve.loop import SearchLoop, run_search
 from evolve.problem import Problem, load_problem
+from evolve.problem.outcome import EvalOutcome
 from evolve.runs import RunOptions, open_run
 from policies.replay import ReplayPolicy
-from sandboxes.base import EvalOutcome
 from tests.helpers import write_problem
 
 

@@ -22,6 +22,7 @@ from rich.console import Console
 from rich.table import Table
 
 from evolve.archive import Archive, summary_yield
+from evolve.fitness import signs
 from evolve.loop import SearchLoop, run_search
 from evolve.problem import Problem, load_problem
 from evolve.problem.scaffold import scaffold
@@ -78,8 +79,8 @@ def run_problem(
     seed_scalar = scored[0].scalar if scored else None
     valid = [p.scalar for p in scored if p.error_kind is None and p.scalar is not None]
     best = max(valid) if valid else None
-    run_row = next(r for r in archive.runs() if r.id == run.id)
-    y = summary_yield(archive.summarize(run_row))
+    run_row = archive.find_run(run.id)
+    y = summary_yield(archive.summarize(run_row, signs(problem.components)))
     groups_made = archive.count_groups(run.id)
     archive.close()
     return y, seed_scalar, best, wall, groups_made, reason

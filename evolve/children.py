@@ -12,8 +12,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
+from evolve.problem.outcome import EvalOutcome
 from evolve.selection import Member
-from sandboxes.base import EvalOutcome
 
 
 @dataclass(frozen=True)

@@ -13,17 +13,17 @@ import asyncio
 from collections.abc import Sequence
 
 from evolve.archive import Archive
-from evolve.archive.batch import NewProgram, add_evaluated_programs
+from evolve.archive.batch import NewProgram
 from evolve.archive.records import EvaluationRecord, StoredProgram
 from evolve.children import EvaluationResult, KnownCode
 from evolve.control import Incidents, RunControl, StageFailure
-from evolve.fitness import oriented_by_name, raw_scores, scalar_view
+from evolve.fitness import oriented_by_name, raw_scores, scalar_view, solved
 from evolve.problem import Problem
 from evolve.problem.config import ComponentSpec
 from evolve.runs import RunOptions
 from evolve.selection import Member, Population
 from evolve.stats import LoopStats
-from evolve.stopping import Patience, solved
+from evolve.stopping import Patience
 
 COMMIT_BATCH = 64  # results written in one transaction at most
 STORED_OUTPUT = 8 * 1024  # of a candidate's stdout (its head) and stderr (its tail, which holds the traceback)
@@ -120,7 +120,7 @@ class CommitStage:
     def _write(self, batch: list[EvaluationResult]) -> tuple[list[NewProgram], list[StoredProgram]]:
         """The rows (built here, off the event loop) and what became of each once the batch is committed."""
         rows = [stored_program(self.problem.components, result) for result in batch]
-        return rows, add_evaluated_programs(self.archive, self.run_id, rows)
+        return rows, self.archive.add_evaluated_programs(self.run_id, rows)
 
     def _record(self, result: EvaluationResult, scalar: float, stored: StoredProgram) -> None:
         child, outcome = result.child, result.outcome

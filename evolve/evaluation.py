@@ -16,7 +16,8 @@ from evolve.archive.models import utcnow
 from evolve.children import Child, EvaluationResult
 from evolve.control import Incidents, RunControl, StageFailure
 from evolve.problem import Problem
-from sandboxes.base import AsyncSandbox, ErrorKind, EvalOutcome, Sandbox
+from evolve.problem.outcome import ErrorKind, EvalOutcome
+from sandboxes.base import AsyncSandbox, Sandbox
 
 
 class ResultSink(Protocol):

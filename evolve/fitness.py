@@ -61,6 +61,14 @@ def oriented_bounds(components: Sequence[ComponentSpec]) -> list[tuple[float, fl
     return out
 
 
+def solved(components: Sequence[ComponentSpec], scores: Mapping[str, float]) -> bool:
+    """Every component at its best declared bound, in its own direction (needs bounds on every component)."""
+    bounds = oriented_bounds(components)
+    if not components or any(b is None for b in bounds):
+        return False
+    return all(v >= b[1] for v, b in zip(oriented(components, scores), bounds, strict=True) if b is not None)
+
+
 def scalar_bounds(components: Sequence[ComponentSpec]) -> tuple[float, float] | None:
     """Bounds of `scalar_view`, when every component declares bounds."""
     bounds = oriented_bounds(components)

@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, fields, replace
 from datetime import UTC, datetime
 from typing import Any
 
-from evolve.archive import Archive
+from evolve.archive import Archive, ArchiveError
 from evolve.archive.models import Run
 from evolve.problem import Problem
 from evolve.problem.config import SearchSection
@@ -131,12 +131,10 @@ class RunOverrides:
 def check_resumable(archive: Archive, problem: Problem, run_id: int | None = None) -> Run | None:
     """The run of this problem that `evolve run` would resume (the latest, or `run_id`), refusing one made for
     a changed problem."""
-    if run_id is None:
-        run = archive.latest_run(problem.name)
-    else:
-        run = next((r for r in archive.runs() if r.id == run_id), None)
-        if run is None:
-            raise RunMismatch(f"{archive.url}: no run {run_id}; runs are {[r.id for r in archive.runs()]}")
+    try:
+        run = archive.find_run(run_id, problem.name)
+    except ArchiveError as exc:
+        raise RunMismatch(str(exc)) from None
     if run is not None and run.problem_fingerprint != problem.fingerprint():
         raise RunMismatch(
             f"{archive.url}: run {run.id} of {problem.name} was made with a different "

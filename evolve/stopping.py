@@ -10,23 +10,10 @@ with one line that says what the policy wrote instead, what the run tried, and w
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from evolve.problem.config import ComponentSpec
 from evolve.yields import COPIES, UNPARSEABLE, Yield
-
-
-def solved(components: Sequence[ComponentSpec], scores: Mapping[str, float]) -> bool:
-    """Every component at its best declared bound (needs bounds on every component)."""
-    if not components or any(c.bounds is None for c in components):
-        return False
-    for c in components:
-        low, high = c.bounds  # type: ignore[misc]
-        value = float(scores.get(c.name, c.failure))
-        if (value < high) if c.direction == "maximize" else (value > low):
-            return False
-    return True
 
 
 @dataclass

@@ -1,5 +1,8 @@
-"""Sandboxes: score one candidate program for a problem into a named vector, whatever the candidate does."""
+"""Sandboxes: score one candidate program for a problem into a named vector, whatever the candidate does.
 
-from sandboxes.base import ErrorKind, EvalOutcome, Sandbox
+What an evaluation comes to (`EvalOutcome`, `ErrorKind`) lives in `evolve.problem.outcome`, beside the problem
+model that reads it too."""
 
-__all__ = ["ErrorKind", "EvalOutcome", "Sandbox"]
+from sandboxes.base import Sandbox
+
+__all__ = ["Sandbox"]

@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from evolve.problem import Problem
+from evolve.problem.outcome import ErrorKind, EvalOutcome
 from sandboxes.abort import RunningJobs
-from sandboxes.base import ErrorKind, EvalOutcome
 from sandboxes.docker_images import ImageSpec, image_for, runtime_env
 from sandboxes.scoring import make_job, outcome_from, program_filename
 

@@ -39,8 +39,9 @@ from pathlib import Path
 from typing import Any
 
 from evolve.problem import Problem
+from evolve.problem.outcome import ErrorKind, EvalOutcome
 from sandboxes.abort import RunningJobs
-from sandboxes.base import OUTPUT_CAP, ErrorKind, EvalOutcome, SandboxRefused
+from sandboxes.base import OUTPUT_CAP, SandboxRefused
 from sandboxes.cgroups import make_slot_cgroups, remove_all
 from sandboxes.engine_guard import guard_engine
 from sandboxes.jail import SCRATCH_BYTES, WORK, JobFiles, find_jail

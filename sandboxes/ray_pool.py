@@ -25,7 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from evolve.problem import Problem, load_problem
-from sandboxes.base import ErrorKind, EvalOutcome, Sandbox
+from evolve.problem.outcome import ErrorKind, EvalOutcome
+from sandboxes.base import Sandbox
 
 UNPACK_ROOT = Path("/tmp/vpo-evolve-ray-problems")
 NO_ACTOR_WAIT_S = 600.0  # how long a job waits for any live actor before it is scored as a crash

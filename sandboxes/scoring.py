@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from evolve.problem import Problem
-from sandboxes.base import ErrorKind, EvalOutcome
+from evolve.problem.outcome import ErrorKind, EvalOutcome
 from sandboxes.simple_form import check_simple, simple_job_extras
 
 HARNESS_PATH = Path(__file__).with_name("harness.py")

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from evolve.problem import Problem
-from sandboxes.base import ErrorKind, EvalOutcome
+from evolve.problem.outcome import ErrorKind, EvalOutcome
 
 HERE = Path(__file__).resolve().parent
 SHIPPED_MODULES = {"_evolve_simple": "simple_results.py", "openevolve.evaluation_result": "openevolve_shim.py"}

@@ -148,3 +148,24 @@ def log_executions(folder: Path, log: Path) -> Path:
 def executions(log: Path) -> list[str]:
     """What each execution so far returned for the first case, in order (a line is written whole: it is short)."""
     return log.read_text().splitlines() if log.exists() else []
+
+
+def store_program(
+    archive: object,
+    run_id: int,
+    code: str,
+    *,
+    evaluation: dict,
+    parent_id: int | None = None,
+    island: int = 0,
+    generation: int = 0,
+    variant_id: int | None = None,
+) -> tuple[int, bool]:
+    """One evaluated program through the archive's one insert path; (id, created) as the batch returns it."""
+    from evolve.archive import NewProgram
+    from evolve.archive.records import EvaluationRecord
+
+    record = EvaluationRecord(**{"error_kind": None, "error": None, "sandbox": "test", **evaluation})
+    item = NewProgram(code, parent_id, island, generation, variant_id, record)
+    [result] = archive.add_evaluated_programs(run_id, [item])  # type: ignore[attr-defined]
+    return result

@@ -130,14 +130,15 @@ def test_temperature_is_capped():
 
 def test_recent_children_come_from_the_archive_newest_two_oldest_first(tmp_path):
     from evolve.archive import Archive
+    from tests.helpers import store_program
 
     archive = Archive(tmp_path / "a.db")
     run = archive.create_run("p", str(tmp_path), "x" * 64, {"problem": {}, "options": {}}, 0)
     ok = dict(scores={"c0": 1.0}, scalar=1.0, error_kind=None, error=None, duration_s=0.1, sandbox="process")
-    seed, _ = archive.add_evaluated_program(run.id, SHORT, parent_id=None, island=0, generation=0, evaluation=ok)
+    seed, _ = store_program(archive, run.id, SHORT, evaluation=ok)
     for k in (2, 3, 4):
         code = SHORT.replace("x + 1", f"x * {k}")
-        archive.add_evaluated_program(run.id, code, parent_id=seed, island=0, generation=1, evaluation=ok)
+        store_program(archive, run.id, code, parent_id=seed, generation=1, evaluation=ok)
     assert [c.split("return ")[1].split("\n")[0] for c in archive.recent_children(seed, 2)] == ["x * 3", "x * 4"]
     assert archive.recent_children(seed + 100, 2) == []
 

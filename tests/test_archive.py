@@ -11,10 +11,12 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from sqlalchemy import create_engine, inspect, text
+from sqlalchemy import create_engine, event, inspect, text
+from sqlalchemy.exc import IntegrityError
 
-from evolve.archive import Archive, ArchiveError, CompletionRecord
+from evolve.archive import Archive, ArchiveError, CompletionRecord, NewProgram
 from evolve.archive.records import EvaluationRecord
+from tests.helpers import store_program
 
 
 def _eval(scalar: float = 1.0) -> dict:
@@ -46,7 +48,7 @@ def _script_head() -> str:
     from alembic.config import Config
     from alembic.script import ScriptDirectory
 
-    from evolve.archive.store import MIGRATIONS
+    from evolve.archive.database import MIGRATIONS
 
     cfg = Config()
     cfg.set_main_option("script_location", str(MIGRATIONS))
@@ -114,27 +116,21 @@ def test_two_engines_opening_one_fresh_archive_migrate_once(db_url):
 
 def test_program_and_evaluation_commit_together_and_dedup(archive):
     run = archive.create_run("p", "/p", "fp", {}, 0)
-    pid, created = archive.add_evaluated_program(
-        run.id, "x = 1\n", parent_id=None, island=0, generation=0, evaluation=_eval()
-    )
+    pid, created = store_program(archive, run.id, "x = 1\n", evaluation=_eval())
     assert created
-    same, created = archive.add_evaluated_program(
-        run.id, "x   =   1  # same program\n", parent_id=pid, island=1, generation=1, evaluation=_eval(2.0)
+    same, created = store_program(
+        archive, run.id, "x   =   1  # same program\n", parent_id=pid, island=1, generation=1, evaluation=_eval(2.0)
     )
     assert (same, created) == (pid, False)
     assert archive.count_programs(run.id) == 1
     with pytest.raises(Exception):  # noqa: B017 - an evaluation without its program must not half-land
-        archive.add_evaluated_program(
-            run.id, "y = 2\n", parent_id=None, island=0, generation=0, evaluation={"scores": {}, "bogus": 1}
-        )
+        store_program(archive, run.id, "y = 2\n", evaluation={"scores": {}, "bogus": 1})
     assert archive.count_programs(run.id) == 1
 
 
 def test_group_with_token_blobs_roundtrips(archive):
     run = archive.create_run("p", "/p", "fp", {}, 0)
-    pid, _ = archive.add_evaluated_program(
-        run.id, "x = 1\n", parent_id=None, island=0, generation=0, evaluation=_eval()
-    )
+    pid, _ = store_program(archive, run.id, "x = 1\n", evaluation=_eval())
     version = archive.add_policy_version(run_id=run.id, base_model="tiny")
     recs = [
         CompletionRecord("text", [1, 2, 3], [-0.5, -1.25, -2.0], "stop", version),
@@ -170,12 +166,13 @@ def test_reads_work_while_another_process_writes(db_url):
             sys.executable,
             "-c",
             textwrap.dedent(f"""
-        from evolve.archive import Archive
+        from evolve.archive import Archive, NewProgram
+        from evolve.archive.records import EvaluationRecord
         a = Archive({str(db)!r})
         for i in range(300):
-            a.add_evaluated_program({run.id}, f"x = {{i}}\\n", parent_id=None, island=0, generation=0,
-                evaluation=dict(scores={{"a": 1.0}}, scalar=1.0, error_kind=None, error=None, duration_s=0.0,
-                                feedback=None, stdout="", stderr="", sandbox="process"))
+            evaluation = EvaluationRecord(scores={{"a": 1.0}}, scalar=1.0, error_kind=None, error=None,
+                                          duration_s=0.0, sandbox="process", stdout="", stderr="")
+            a.add_evaluated_programs({run.id}, [NewProgram(f"x = {{i}}\\n", None, 0, 0, None, evaluation)])
     """),
         ]
     )
@@ -191,26 +188,21 @@ def test_reads_work_while_another_process_writes(db_url):
 
 
 def test_a_batch_commits_together_and_dedups_against_archive_and_itself(archive):
-    from evolve.archive.batch import NewProgram, add_evaluated_programs
-
     run = archive.create_run("p", "/p", "fp", {}, 0)
-    first, _ = archive.add_evaluated_program(
-        run.id, "x = 1\n", parent_id=None, island=0, generation=0, evaluation=_eval()
-    )
+    first, _ = store_program(archive, run.id, "x = 1\n", evaluation=_eval())
     items = [
         NewProgram("y = 2\n", first, 0, 1, None, _record(2.0)),
         NewProgram("x  =  1\n", first, 1, 1, None, _record(3.0)),  # the seed again, respelled
         NewProgram("y = 2  # again\n", first, 1, 1, None, _record(4.0)),  # the first item again
         NewProgram("z = 3\n", first, 0, 1, None, _record(5.0)),
     ]
-    results = add_evaluated_programs(archive, run.id, items)
+    results = archive.add_evaluated_programs(run.id, items)
     assert [created for _, created in results] == [True, False, False, True]
     assert results[1][0] == first and results[2][0] == results[0][0]
     assert archive.count_programs(run.id) == 3
     assert sorted(p.scalar for p in archive.scored_programs(run.id)) == [1.0, 2.0, 5.0]
     with pytest.raises(Exception):  # noqa: B017 - one bad row: nothing of the batch lands
-        add_evaluated_programs(
-            archive,
+        archive.add_evaluated_programs(
             run.id,
             [
                 NewProgram("w = 4\n", first, 0, 1, None, _record()),
@@ -223,13 +215,8 @@ def test_a_batch_commits_together_and_dedups_against_archive_and_itself(archive)
 def test_a_batch_links_each_variant_to_its_program_or_marks_it_a_duplicate(archive):
     """The committer's multi-row path: a new child's variant points at its program; a child already in the
     archive (or earlier in the batch) makes its variant a duplicate of that program, and nothing stays pending."""
-    from evolve.archive.batch import NewProgram, add_evaluated_programs
-    from evolve.archive.models import Variant
-
     run = archive.create_run("p", "/p", "fp", {}, 0)
-    seed, _ = archive.add_evaluated_program(
-        run.id, "x = 1\n", parent_id=None, island=0, generation=0, evaluation=_eval()
-    )
+    seed, _ = store_program(archive, run.id, "x = 1\n", evaluation=_eval())
     [slots] = archive.add_group(
         run.id,
         parent_id=seed,
@@ -245,10 +232,9 @@ def test_a_batch_links_each_variant_to_its_program_or_marks_it_a_duplicate(archi
         NewProgram(code, seed, 0, 1, vid, _record(float(k)))
         for k, (code, vid) in enumerate(zip(codes, slots, strict=True))
     ]
-    results = add_evaluated_programs(archive, run.id, items)
+    results = archive.add_evaluated_programs(run.id, items)
     assert [created for _, created in results] == [True, False, False, True]
-    with archive.session() as s:
-        rows = {v.id: (v.status, v.program_id) for v in s.query(Variant)}
+    rows = _variant_rows(archive)
     assert [rows[vid] for vid in slots] == [
         ("ok", results[0][0]),
         ("duplicate", seed),
@@ -259,20 +245,140 @@ def test_a_batch_links_each_variant_to_its_program_or_marks_it_a_duplicate(archi
     assert sorted(p.scalar for p in archive.scored_programs(run.id)) == [0.0, 1.0, 3.0]
 
 
-def test_code_hash_memo_gives_the_parsed_hash_and_stays_bounded(monkeypatch):
+def _variant_rows(archive: Archive) -> dict[int, tuple[str, int | None]]:
+    from evolve.archive.models import Variant
+
+    with archive.session() as s:
+        return {v.id: (v.status, v.program_id) for v in s.query(Variant)}
+
+
+def test_two_writers_racing_on_the_same_code_end_with_one_program_and_a_duplicate(archive, db_url):
+    """Another writer commits the same program between this batch's look-up and its insert: the insert fails on
+    the unique code hash, the batch is tried again, and it ends with the other writer's id for that child (its
+    variant a duplicate, its evaluation not stored twice) and a new program for the rest."""
+    run = archive.create_run("p", "/p", "fp", {}, 0)
+    seed, _ = store_program(archive, run.id, "x = 1\n", evaluation=_eval())
+    [slots] = archive.add_group(
+        run.id,
+        parent_id=seed,
+        inspiration_ids=[],
+        island=0,
+        prompt="P",
+        sampling={},
+        completions=[CompletionRecord("t", None, None, "stop", None)],
+        variants=[[("ok", None, None)] * 2],
+    )
+    other = Archive(db_url)  # a second engine on the same database: another writer
+    raced: list[tuple[int, bool]] = []
+
+    def other_writer_first(conn, cursor, statement, parameters, context, executemany):  # type: ignore[no-untyped-def]
+        if statement.lstrip().upper().startswith("INSERT INTO PROGRAMS") and not raced:
+            respelled = "y = 2  # the other writer's spelling\n"
+            raced.append(store_program(other, run.id, respelled, parent_id=seed, generation=1, evaluation=_eval(7.0)))
+
+    event.listen(archive.engine, "before_cursor_execute", other_writer_first)
+    try:
+        items = [
+            NewProgram("y = 2\n", seed, 0, 1, slots[0], _record(2.0)),
+            NewProgram("z = 3\n", seed, 0, 1, slots[1], _record(3.0)),
+        ]
+        results = archive.add_evaluated_programs(run.id, items)
+    finally:
+        event.remove(archive.engine, "before_cursor_execute", other_writer_first)
+        other.close()
+    [(theirs, made)] = raced
+    assert made
+    assert results[0] == (theirs, False)
+    assert results[1][1] and results[1][0] not in (seed, theirs)
+    variants = _variant_rows(archive)
+    assert [variants[vid] for vid in slots] == [("duplicate", theirs), ("ok", results[1][0])]
+    assert archive.count_programs(run.id) == 3
+    assert sorted(p.scalar for p in archive.scored_programs(run.id)) == [1.0, 3.0, 7.0]  # theirs, never ours
+
+
+def test_a_constraint_broken_by_the_batch_itself_is_raised_not_retried(archive):
+    """An integrity error no other writer explains (here a parent that does not exist) ends the call with the
+    error, and nothing of the batch lands."""
+    run = archive.create_run("p", "/p", "fp", {}, 0)
+    seed, _ = store_program(archive, run.id, "x = 1\n", evaluation=_eval())
+    items = [
+        NewProgram("y = 2\n", seed, 0, 1, None, _record()),
+        NewProgram("z = 3\n", seed + 1000, 0, 1, None, _record()),
+    ]
+    with pytest.raises(IntegrityError):
+        archive.add_evaluated_programs(run.id, items)
+    assert archive.count_programs(run.id) == 1
+
+
+MINIMISED_RUN = {
+    "problem": {"fitness": {"components": [{"name": "cost", "direction": "minimize", "fail_value": 99.0}]}}
+}
+
+
+def _costs_run(archive: Archive) -> tuple[object, list[int]]:
+    """A run whose one component is minimised: three programs in a line, costs 5, 2, 8."""
+    run = archive.create_run("p", "/p", "fp", MINIMISED_RUN, 0)
+    ids: list[int] = []
+    for k, cost in enumerate((5.0, 2.0, 8.0)):
+        evaluation = {**_eval(-cost), "scores": {"cost": cost}}
+        pid, _ = store_program(archive, run.id, f"x = {k}\n", parent_id=ids[-1] if ids else None, evaluation=evaluation)
+        ids.append(pid)
+    return run, ids
+
+
+def test_summary_and_best_take_each_components_direction_as_a_value(archive):
+    run, ids = _costs_run(archive)
+    assert archive.summarize(run, {"cost": -1.0}).best_components == {"cost": (ids[1], 2.0)}
+    assert archive.summarize(run, {}).best_components == {"cost": (ids[2], 8.0)}  # not named: maximised
+    assert archive.best_program(run, "cost", sign=-1.0).id == ids[1]
+    assert archive.best_program(run).id == ids[1]  # by scalar view
+    assert archive.best_program(run, "nothing") is None
+
+
+def test_best_on_a_minimised_component_from_the_command_line(tmp_path):
+    """`evolve best --component` reads the run's directions from its stored problem and hands them on."""
+    archive = Archive(tmp_path / "a.db")
+    _costs_run(archive)
+    archive.close()
+    out = subprocess.run(
+        [sys.executable, "-m", "evolve.cli", "best", str(tmp_path / "a.db"), "--component", "cost"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == "x = 1\n"
+
+
+def test_lineage_and_ancestry_walk_the_same_parents(archive):
+    run, ids = _costs_run(archive)
+    side, _ = store_program(archive, run.id, "y = 1\n", parent_id=ids[0], evaluation=_eval(0.5))
+    assert [n.id for n in archive.lineage(ids[2])] == [ids[2], ids[1], ids[0]]
+    assert [n.id for n in archive.lineage(ids[2], limit=2)] == [ids[2], ids[1]]
+    assert [(n.id, n.parent_id, n.scalar) for n in archive.ancestry([ids[2], side])] == [
+        (ids[0], None, -5.0),
+        (ids[1], ids[0], -2.0),
+        (ids[2], ids[1], -8.0),
+        (side, ids[0], 0.5),
+    ]
+    assert [n.id for n in archive.ancestry([ids[2]], steps=1)] == [ids[1], ids[2]]
+    assert archive.lineage(10_000) == [] and archive.ancestry([None]) == []
+
+
+def test_code_hash_memo_gives_the_parsed_hash_and_stays_bounded():
     """Text seen before is hashed from the memo, to the same value a fresh parse gives; the memo forgets its
     oldest entries at its bound."""
-    from evolve.archive import codehash
+    from evolve.archive.codehash import CodeHasher, normalized_hash
 
-    monkeypatch.setattr(codehash, "_memo", {})
-    monkeypatch.setattr(codehash, "MEMO_SIZE", 8)
+    hasher = CodeHasher(memo_size=8)
     texts = [f"def f(x):\n    return x + {i}  # note {i}\n" for i in range(20)]
-    first = [codehash.code_hash(t) for t in texts]
-    assert first == [codehash._normalized_hash(t) for t in texts]
-    assert len(codehash._memo) == 8
-    assert [codehash.code_hash(t) for t in texts] == first  # forgotten ones parse again, remembered ones do not
-    assert codehash.code_hash("def f(x):\n    return x + 3\n") == first[3]  # layout and comments do not count
-    assert codehash.code_hash("def f(:\n") == codehash.code_hash("def f(:   \n\n")  # unparseable: by lines
+    first = [hasher.hash(t) for t in texts]
+    assert first == [normalized_hash(t) for t in texts]
+    assert hasher.remembered == 8
+    assert [hasher.hash(t) for t in texts] == first  # forgotten ones parse again, remembered ones do not
+    assert hasher.remembered == 8
+    assert hasher.hash("def f(x):\n    return x + 3\n") == first[3]  # layout and comments do not count
+    assert hasher.hash("def f(:\n") == hasher.hash("def f(:   \n\n")  # unparseable: by lines
 
 
 def test_the_evaluation_record_names_every_column_the_archive_stores_for_an_evaluation():

@@ -17,7 +17,8 @@ from collections.abc import Iterator
 import pytest
 
 from evolve.problem import load_problem
-from sandboxes.base import ErrorKind, SandboxRefused
+from evolve.problem.outcome import ErrorKind
+from sandboxes.base import SandboxRefused
 from sandboxes.jail import find_jail, jail_runtime
 from sandboxes.process import ProcessSandbox
 from sandboxes.seccomp import SocketRule

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from evolve.problem import load_problem
-from sandboxes.base import ErrorKind
+from evolve.problem.outcome import ErrorKind
 from sandboxes.docker_pool import OWNER
 from tests.helpers import SPLIT_TOML, docker_sandbox_or_skip, write_problem
 

@@ -10,8 +10,9 @@ import threading
 
 from evolve.loop import SearchLoop, run_search
 from evolve.problem import Problem
+from evolve.problem.outcome import EvalOutcome
 from policies.replay import ReplayPolicy
-from sandboxes.base import AsyncSandbox, EvalOutcome
+from sandboxes.base import AsyncSandbox
 from tests.helpers import square_run
 
 WORKERS = 40  # more than asyncio's default pool (cores + 4, at most 32) on any machine

@@ -241,7 +241,7 @@ def test_archive_gains_the_stage_metrics_column(tmp_path):
     from sqlalchemy import create_engine
 
     from evolve.archive import Archive
-    from evolve.archive.store import MIGRATIONS
+    from evolve.archive.database import MIGRATIONS
 
     db = tmp_path / "old.db"
     cfg = Config()

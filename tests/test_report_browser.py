@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import store_program
 from tests.report_run import HOSTILE, add_policy_update, make_report_run
 from tests.services import missing
 
@@ -162,8 +163,8 @@ def test_live_dashboard_in_chromium_refreshes(browser: object, archive_db: Path,
         before = visit.page.inner_text("#summary")
         writer = Archive(db, create=False)  # the run goes on: a new best lands while the page is open
         seed = min(program_codes(db))
-        new_id, _ = writer.add_evaluated_program(
-            run.id, "def solve(x):\n    return x ** 2\n", parent_id=seed, island=0, generation=1,
+        new_id, _ = store_program(
+            writer, run.id, "def solve(x):\n    return x ** 2\n", parent_id=seed, generation=1,
             evaluation={"scores": {"c0": 1.0, "c1": 1.0}, "scalar": 1.5, "duration_s": 0.1, "sandbox": "process"},
         )
         writer.close()

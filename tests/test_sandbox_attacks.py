@@ -21,7 +21,8 @@ from pathlib import Path
 import pytest
 
 from evolve.problem import load_problem
-from sandboxes.base import ErrorKind, SandboxRefused
+from evolve.problem.outcome import ErrorKind
+from sandboxes.base import SandboxRefused
 from sandboxes.jail import find_jail
 from sandboxes.process import ProcessSandbox
 from tests.helpers import KNOWN, assert_known_vectors, docker_sandbox_or_skip, write_problem

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from evolve.problem import load_problem
-from sandboxes.base import ErrorKind
+from evolve.problem.outcome import ErrorKind
 from sandboxes.process import ProcessSandbox
 from sandboxes.seccomp import SocketRule
 from tests.helpers import assert_known_vectors, docker_sandbox_or_skip, write_problem

@@ -19,7 +19,8 @@ from collections.abc import Iterator
 import pytest
 
 from evolve.problem import load_problem
-from sandboxes.base import ErrorKind, SandboxRefused
+from evolve.problem.outcome import ErrorKind
+from sandboxes.base import SandboxRefused
 from sandboxes.cgroups import PREFIX, find_parent
 from sandboxes.jail import find_jail
 from sandboxes.process import ProcessSandbox

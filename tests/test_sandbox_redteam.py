@@ -17,7 +17,8 @@ import pytest
 
 from evolve.problem import ProblemError, load_problem
 from evolve.problem.config import FitnessSection
-from sandboxes.base import ErrorKind, SandboxRefused
+from evolve.problem.outcome import ErrorKind
+from sandboxes.base import SandboxRefused
 from sandboxes.jail import find_jail
 from sandboxes.process import ProcessSandbox
 from tests.helpers import docker_sandbox_or_skip

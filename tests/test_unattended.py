@@ -237,6 +237,7 @@ def _hidden_expr(evaluator: str) -> str:
 
 def test_one_failure_costs_one_group_and_a_repeated_one_stops_the_run_with_one_line(tmp_path):
     """A policy whose server answers twice, then fails once, answers again, then goes away for good."""
+    from evolve.fitness import signs
     from evolve.loop import SearchLoop, run_search
     from policies.replay import ReplayPolicy
     from tests.helpers import square_run
@@ -260,7 +261,7 @@ def test_one_failure_costs_one_group_and_a_repeated_one_stops_the_run_with_one_l
         sandbox.close()
     assert reason.startswith("stopped: 3 sample failures in a row (ConnectionError: connection refused")
     assert "evolve resume DB" in reason
-    summary = archive.summarize(archive.runs()[0])
+    summary = archive.summarize(archive.runs()[0], signs(problem.components))
     assert summary.status == "stopped" and summary.stop_reason == reason.removeprefix("stopped: ")
     assert summary.incidents == {"sample: ConnectionError": 4}  # the lone one, then three in a row
     assert summary.groups == 3 and pending_children(tmp_path / "a.db") == 0

@@ -13,6 +13,7 @@ import time
 import pytest
 
 from evolve.archive import summary_yield
+from evolve.fitness import signs
 from evolve.loop import SearchLoop, run_search
 from policies.base import Generated, SamplingParams
 from policies.transformers_policy import TransformersPolicy
@@ -44,7 +45,7 @@ def test_yield_from_the_archive_matches_the_live_counters_and_prompts_show_recen
     problem, archive, run, options = square_run(tmp_path, max_evaluations=10)
     loop = SearchLoop(problem, archive, TransformersPolicy.load(str(tiny_model_dir)), ProcessSandbox(2), run, options)
     run_search(loop)
-    summary = archive.summarize(run)
+    summary = archive.summarize(run, signs(problem.components))
     y = summary_yield(summary)
     assert summary.yields == y.as_dict()  # what `evolve inspect --json` prints
     con = sqlite3.connect(tmp_path / "a.db")

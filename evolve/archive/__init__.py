@@ -1,15 +1,15 @@
 """The archive: every program, prompt, completion and evaluation of a search, in SQL."""
 
+from evolve.archive.batch import NewProgram
 from evolve.archive.codehash import code_hash, normalize
+from evolve.archive.database import ArchiveError
+from evolve.archive.facade import Archive
+from evolve.archive.group_store import GroupRows
+from evolve.archive.inserts import CompletionRecord, GroupTelemetry
+from evolve.archive.lineage import LineageNode
 from evolve.archive.parents import ParentContext
-from evolve.archive.queries import GroupRows, RunSummary, summary_yield
-from evolve.archive.store import (
-    Archive,
-    ArchiveError,
-    CompletionRecord,
-    GroupTelemetry,
-    ScoredProgram,
-)
+from evolve.archive.program_store import ScoredProgram
+from evolve.archive.summary import RunSummary, summary_yield
 from evolve.archive.urls import archive_url, sqlite_file
 
 __all__ = [
@@ -18,6 +18,8 @@ __all__ = [
     "CompletionRecord",
     "GroupRows",
     "GroupTelemetry",
+    "LineageNode",
+    "NewProgram",
     "ParentContext",
     "RunSummary",
     "ScoredProgram",

@@ -6,7 +6,7 @@ loses only the batch not yet committed, whose variants stay pending and are eval
 
 The rows go in through SQLAlchemy Core (multi-row INSERT ... RETURNING where the database has it), not the
 ORM's unit of work: the committer is the engine's one writer, and the ORM's per-object bookkeeping cost more
-than everything else a child costs the engine put together.
+than everything else a child costs the engine put together. It is the archive's only way to store a program.
 """
 
 from __future__ import annotations
@@ -15,14 +15,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, Table, bindparam, insert, select, update
+from sqlalchemy import Connection, Engine, Table, bindparam, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from evolve.archive.codehash import code_hash
 from evolve.archive.inserts import insert_returning_ids
 from evolve.archive.models import Evaluation, Program, Variant
 from evolve.archive.records import EvaluationRecord, StoredProgram
-from evolve.archive.store import Archive
 
 PROGRAMS: Table = Program.__table__  # type: ignore[assignment]
 EVALUATIONS: Table = Evaluation.__table__  # type: ignore[assignment]
@@ -60,71 +59,76 @@ def _evaluation_rows(items: Sequence[NewProgram], program_ids: list[int]) -> lis
     return [{**item.evaluation.columns(), "program_id": pid} for item, pid in zip(items, program_ids, strict=True)]
 
 
-def add_evaluated_programs(archive: Archive, run_id: int, items: Sequence[NewProgram]) -> list[StoredProgram]:
+def add_evaluated_programs(engine: Engine, run_id: int, items: Sequence[NewProgram]) -> list[StoredProgram]:
     """Insert programs with their evaluations in one transaction; returns what became of each item, in order.
 
     A program whose normalised code is already in the run (or earlier in the batch) is not inserted; its
-    variant is marked a duplicate of the existing program, as `Archive.add_evaluated_program` does.
+    variant is marked a duplicate of the existing program. When another writer commits one of these programs
+    between our look-up and our insert, the insert fails on the unique code hash and the whole batch is
+    tried again: the other writer's program is then found, so its id comes back and our copy is a duplicate.
     """
     if not items:
         return []
     digests = [item.digest or code_hash(item.code) for item in items]
-    try:
-        with archive.engine.begin() as conn:
-            known: dict[str, int] = dict(
-                conn.execute(  # type: ignore[arg-type]
-                    select(PROGRAMS.c.code_hash, PROGRAMS.c.id).where(
-                        PROGRAMS.c.run_id == run_id, PROGRAMS.c.code_hash.in_(set(digests))
-                    )
-                ).all()
+    while True:
+        known_before = -1
+        try:
+            with engine.begin() as conn:
+                known = _known_programs(conn, run_id, digests)
+                known_before = len(known)
+                return _insert_batch(conn, run_id, items, digests, known)
+        except IntegrityError:
+            with engine.connect() as conn:
+                known_now = len(_known_programs(conn, run_id, digests))
+            if known_now <= known_before:
+                raise  # no other writer brought one of these programs: a real constraint violation
+
+
+def _known_programs(conn: Connection, run_id: int, digests: list[str]) -> dict[str, int]:
+    """hash → id of the programs of the run among `digests`."""
+    rows = conn.execute(
+        select(PROGRAMS.c.code_hash, PROGRAMS.c.id).where(
+            PROGRAMS.c.run_id == run_id, PROGRAMS.c.code_hash.in_(set(digests))
+        )
+    )
+    return dict(rows.all())  # type: ignore[arg-type]
+
+
+def _insert_batch(
+    conn: Connection, run_id: int, items: Sequence[NewProgram], digests: list[str], known: dict[str, int]
+) -> list[StoredProgram]:
+    fresh: dict[str, int] = {}  # digest → index of the first item that brings it
+    for index, digest in enumerate(digests):
+        if digest not in known and digest not in fresh:
+            fresh[digest] = index
+    new = [items[i] for i in fresh.values()]
+    created = _insert_programs(
+        conn,
+        [
+            dict(
+                run_id=run_id,
+                code=item.code,
+                code_hash=digest,
+                parent_id=item.parent_id,
+                island=item.island,
+                generation=item.generation,
             )
-            fresh: dict[str, int] = {}  # digest → index of the first item that brings it
-            for index, digest in enumerate(digests):
-                if digest not in known and digest not in fresh:
-                    fresh[digest] = index
-            new = [items[i] for i in fresh.values()]
-            created = _insert_programs(
-                conn,
-                [
-                    dict(
-                        run_id=run_id,
-                        code=item.code,
-                        code_hash=digest,
-                        parent_id=item.parent_id,
-                        island=item.island,
-                        generation=item.generation,
-                    )
-                    for item, digest in zip(new, fresh, strict=True)
-                ],
-            )
-            if new:
-                conn.execute(insert(EVALUATIONS), _evaluation_rows(new, [created[digest] for digest in fresh]))
-            results: list[StoredProgram] = []
-            made: list[dict[str, int]] = []  # variants whose child is a new program
-            repeats: list[dict[str, int]] = []  # variants whose child was there already: duplicates
-            for index, (item, digest) in enumerate(zip(items, digests, strict=True)):
-                is_new = fresh.get(digest) == index
-                pid = created[digest] if digest in created else known[digest]
-                results.append(StoredProgram(pid, is_new))
-                if item.variant_id is not None:
-                    (made if is_new else repeats).append({"v_id": item.variant_id, "v_program": pid})
-            _link_variants(conn, made, repeats)
-            return results
-    except IntegrityError:  # another writer inserted one of these meanwhile: fall back to one at a time
-        return [
-            StoredProgram(
-                *archive.add_evaluated_program(
-                    run_id,
-                    item.code,
-                    parent_id=item.parent_id,
-                    island=item.island,
-                    generation=item.generation,
-                    evaluation=item.evaluation.columns(),
-                    variant_id=item.variant_id,
-                )
-            )
-            for item in items
-        ]
+            for item, digest in zip(new, fresh, strict=True)
+        ],
+    )
+    if new:
+        conn.execute(insert(EVALUATIONS), _evaluation_rows(new, [created[digest] for digest in fresh]))
+    results: list[StoredProgram] = []
+    made: list[dict[str, int]] = []  # variants whose child is a new program
+    repeats: list[dict[str, int]] = []  # variants whose child was there already: duplicates
+    for index, (item, digest) in enumerate(zip(items, digests, strict=True)):
+        is_new = fresh.get(digest) == index
+        pid = created[digest] if digest in created else known[digest]
+        results.append(StoredProgram(pid, is_new))
+        if item.variant_id is not None:
+            (made if is_new else repeats).append({"v_id": item.variant_id, "v_program": pid})
+    _link_variants(conn, made, repeats)
+    return results
 
 
 def _link_variants(conn: Connection, made: list[dict[str, int]], repeats: list[dict[str, int]]) -> None:

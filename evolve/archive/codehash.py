@@ -12,8 +12,6 @@ import hashlib
 import threading
 
 MEMO_SIZE = 1 << 15  # raw-text digests remembered (about 5 MB); the oldest is forgotten first
-_memo: dict[bytes, str] = {}
-_memo_lock = threading.Lock()  # the loop hashes on its thread, the committer's fallback on another
 
 
 def normalize(code: str) -> str:
@@ -24,19 +22,37 @@ def normalize(code: str) -> str:
         return "\n".join(line for line in lines if line)
 
 
-def _normalized_hash(code: str) -> str:
+def normalized_hash(code: str) -> str:
+    """The hash of the normalised code, parsed every time: what the memo must always agree with."""
     return hashlib.sha256(normalize(code).encode()).hexdigest()
 
 
-def code_hash(code: str) -> str:
-    raw = hashlib.blake2b(code.encode(errors="surrogatepass"), digest_size=16).digest()
-    with _memo_lock:
-        known = _memo.get(raw)
-    if known is not None:
-        return known
-    digest = _normalized_hash(code)
-    with _memo_lock:
-        if len(_memo) >= MEMO_SIZE:
-            del _memo[next(iter(_memo))]
-        _memo[raw] = digest
-    return digest
+class CodeHasher:
+    """`normalized_hash` with a bounded memo of the raw texts already seen; safe to share between threads (the
+    loop hashes on its thread, the committer on another)."""
+
+    def __init__(self, memo_size: int = MEMO_SIZE) -> None:
+        self.memo_size = memo_size
+        self._memo: dict[bytes, str] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def remembered(self) -> int:
+        """How many raw texts the memo holds now (at most `memo_size`)."""
+        return len(self._memo)
+
+    def hash(self, code: str) -> str:
+        raw = hashlib.blake2b(code.encode(errors="surrogatepass"), digest_size=16).digest()
+        with self._lock:
+            known = self._memo.get(raw)
+        if known is not None:
+            return known
+        digest = normalized_hash(code)
+        with self._lock:
+            if len(self._memo) >= self.memo_size:
+                del self._memo[next(iter(self._memo))]
+            self._memo[raw] = digest
+        return digest
+
+
+code_hash = CodeHasher().hash  # the process's one memo: every caller of the archive shares what was parsed

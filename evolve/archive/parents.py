@@ -1,17 +1,16 @@
 """What a prompt shows about its parent beyond the code: its evaluation's feedback, stderr and failed cases, and
-its newest children (their code, and the errors of those that failed). Methods of `Archive`, mixed in here to
-keep `store.py` small. Each is one query on an indexed column (`programs.parent_id`, `evaluations.program_id`)
+its newest children (their code, and the errors of those that failed). The `Archive` facade hands these on.
+Each is one query on an indexed column (`programs.parent_id`, `evaluations.program_id`)
 bounded by a limit, so asking per group costs the same in an archive of any size.
 """
 
 from __future__ import annotations
 
-from contextlib import AbstractContextManager
 from dataclasses import dataclass
 
 from sqlalchemy import select
-from sqlalchemy.orm import Session
 
+from evolve.archive.database import Database
 from evolve.archive.models import Evaluation, Program
 
 
@@ -23,15 +22,12 @@ class ParentContext:
 
 
 class ParentReads:
-    def session(self) -> AbstractContextManager[Session]: ...  # provided by Archive
-
-    def feedback(self, program_id: int) -> str | None:
-        with self.session() as s:
-            return s.scalar(select(Evaluation.feedback).where(Evaluation.program_id == program_id))
+    def __init__(self, db: Database) -> None:
+        self.db = db
 
     def parent_context(self, program_id: int) -> ParentContext:
         """What a prompt shows about a parent beyond its code: feedback, stderr, failed cases."""
-        with self.session() as s:
+        with self.db.session() as s:
             row = s.execute(
                 select(Evaluation.feedback, Evaluation.stderr, Evaluation.case_errors).where(
                     Evaluation.program_id == program_id
@@ -48,11 +44,11 @@ class ParentReads:
             .order_by(Program.id.desc())
             .limit(limit)
         )
-        with self.session() as s:
+        with self.db.session() as s:
             return [(kind, error or "") for kind, error in s.execute(q)]
 
     def recent_children(self, parent_id: int, limit: int = 2) -> list[str]:
         """The code of a parent's newest children, oldest first: what was already tried from it."""
         q = select(Program.code).where(Program.parent_id == parent_id).order_by(Program.id.desc()).limit(limit)
-        with self.session() as s:
+        with self.db.session() as s:
             return list(reversed(s.scalars(q).all()))

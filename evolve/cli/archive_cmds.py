@@ -14,6 +14,8 @@ from rich.table import Table
 from evolve.archive import Archive, ArchiveError
 from evolve.archive.models import Run
 from evolve.cli.common import DbArg, console, fail, vector_table
+from evolve.fitness import signs
+from evolve.report.aggregate import run_components
 from evolve.report.cli import serve, write_html
 from evolve.report.export import write_evaluations_csv
 from evolve.report.queries import export_rows
@@ -29,22 +31,26 @@ def open_archive(db: str) -> Archive:
 
 
 def pick_run(archive: Archive, run_id: int | None) -> Run:
-    runs = archive.runs()
-    if not runs:
+    """`--run`, or the latest run; a clear line and exit 1 when there is no such run."""
+    try:
+        run = archive.find_run(run_id)
+    except ArchiveError as exc:
+        fail(str(exc))
+    if run is None:
         fail(f"{archive.url}: the archive holds no run yet")
-    if run_id is None:
-        return runs[-1]
-    for run in runs:
-        if run.id == run_id:
-            return run
-    fail(f"{archive.url}: no run {run_id}; runs are {[r.id for r in runs]}")
+    return run
+
+
+def run_signs(run: Run) -> dict[str, float]:
+    """Which way is better for each component of a stored run, as the archive's summaries take it."""
+    return signs(run_components(run))
 
 
 def inspect(db: DbArg, as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
     """Per run: counts, errors by kind, yield, changes the run made to its ask, best per component and scalar,
     islands, policy versions."""
     archive = open_archive(db)
-    summaries = [archive.summarize(run) for run in archive.runs()]
+    summaries = [archive.summarize(run, run_signs(run)) for run in archive.runs()]
     if as_json:
         print(json.dumps([asdict(s) for s in summaries], default=str))
         return
@@ -94,7 +100,8 @@ def best(
 ) -> None:
     """Print the code of the best program (by scalar view, or by one component)."""
     archive = open_archive(db)
-    program = archive.best_program(pick_run(archive, run), component)
+    chosen = pick_run(archive, run)
+    program = archive.best_program(chosen, component, sign=run_signs(chosen).get(component or "", 1.0))
     if program is None:
         fail(f"{db}: no successful program{' with component ' + component if component else ''} yet")
     print(program.code, end="" if program.code.endswith("\n") else "\n")
@@ -140,10 +147,7 @@ def show(db: DbArg, program_id: int) -> None:
     chain = archive.lineage(program.id)
     console.print(
         "lineage: "
-        + " <- ".join(
-            f"{p.id}({p.evaluation.scalar:.4g})" if p.evaluation and p.evaluation.scalar is not None else str(p.id)
-            for p in chain
-        )
+        + " <- ".join(f"{node.id}({node.scalar:.4g})" if node.scalar is not None else str(node.id) for node in chain)
     )
 
 
@@ -174,7 +178,7 @@ def report(
         return
     archive = open_archive(db)
     chosen = pick_run(archive, run)
-    s = archive.summarize(chosen)
+    s = archive.summarize(chosen, run_signs(chosen))
     lines = [
         f"# {s.problem}: run {s.run_id} ({s.status})",
         "",

@@ -13,8 +13,9 @@ from evolve.cli.common import console, err_console, fail, vector_table
 from evolve.fitness import scalar_view
 from evolve.problem import Problem, ProblemError, load_problem
 from evolve.problem.openevolve import is_openevolve_folder, load_openevolve, problem_toml
+from evolve.problem.outcome import EvalOutcome
 from evolve.problem.scaffold import scaffold
-from sandboxes.base import EvalOutcome, SandboxRefused
+from sandboxes.base import SandboxRefused
 from sandboxes.factory import SandboxUnavailable, make_sandbox, weak_sandbox_refusal
 
 SandboxOpt = Annotated[str, typer.Option("--sandbox", help="auto | docker | process | ray | ray:ADDRESS")]

@@ -23,7 +23,7 @@ from evolve.problem.loader import Problem, ProblemError, _top_level_functions
 from evolve.problem.openevolve_config import MappedConfig, read_config
 
 if TYPE_CHECKING:
-    from sandboxes.base import EvalOutcome
+    from evolve.problem.outcome import EvalOutcome
 
 PROGRAM, EVALUATOR, CONFIG = "initial_program.py", "evaluator.py", "config.yaml"
 COMBINED = "combined_score"

@@ -7,8 +7,8 @@ from datetime import UTC, datetime
 
 import numpy as np
 
+from evolve.archive import Archive
 from evolve.archive.models import Run
-from evolve.archive.store import Archive
 from evolve.report import queries
 from evolve.report.aggregate import (
     Views,

@@ -17,8 +17,8 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 from plotly.offline import get_plotlyjs
 from plotly.utils import PlotlyJSONEncoder
 
+from evolve.archive import Archive
 from evolve.archive.models import Run
-from evolve.archive.store import Archive
 from evolve.report import queries
 from evolve.report.build import build_views
 from evolve.report.figures import all_figures
@@ -34,7 +34,7 @@ def safe_json(value: Any) -> str:
 
 
 def lineage_payload(archive: Archive, roots: list[int]) -> list[dict[str, Any]]:
-    return [asdict(n) for n in queries.ancestry(archive, roots, LINEAGE_STEPS)]
+    return [asdict(n) for n in archive.ancestry(roots, LINEAGE_STEPS)]
 
 
 def payload(archive: Archive, run: Run, *, with_details: bool) -> dict[str, Any]:

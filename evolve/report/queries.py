@@ -16,8 +16,8 @@ from typing import Any
 import numpy as np
 from sqlalchemy import String, Text, cast, func, select
 
+from evolve.archive import Archive
 from evolve.archive.models import Completion, Evaluation, PolicyVersion, Program, Prompt, Run, Variant
-from evolve.archive.store import Archive
 
 TEXT_LIMIT = 20_000  # per text field of a program's detail: enough to read, bounded for the report's size
 
@@ -167,34 +167,6 @@ def change_key(archive: Archive, run_id: int) -> tuple[Any, ...]:
             s.scalar(select(func.max(PolicyVersion.id))),
             s.scalar(select(Run.updated_at).where(Run.id == run_id)),
         )
-
-
-@dataclass(frozen=True)
-class Node:
-    id: int
-    parent_id: int | None
-    generation: int
-    island: int
-    scalar: float | None
-
-
-def ancestry(archive: Archive, program_ids: list[int], limit: int = 200) -> list[Node]:
-    """The union of the ancestor chains of `program_ids` (each walked at most `limit` steps), as one tree."""
-    nodes: dict[int, Node] = {}
-    frontier = [pid for pid in program_ids if pid is not None]
-    steps = 0
-    with archive.session() as s:
-        while frontier and steps <= limit:
-            rows = s.execute(
-                select(Program.id, Program.parent_id, Program.generation, Program.island, Evaluation.scalar)
-                .outerjoin(Evaluation, Evaluation.program_id == Program.id)
-                .where(Program.id.in_(frontier))
-            ).all()
-            for row in rows:
-                nodes[row[0]] = Node(*row)
-            frontier = sorted({r[1] for r in rows if r[1] is not None and r[1] not in nodes})
-            steps += 1
-    return sorted(nodes.values(), key=lambda n: n.id)
 
 
 def _clip(text: str | None) -> str | None:

@@ -7,14 +7,15 @@ polling every few seconds costs a handful of indexed MAX() queries while nothing
 from __future__ import annotations
 
 import threading
+from contextlib import suppress
 from typing import Any
 
 from flask import Flask, Response, abort, jsonify, request
 from plotly.offline import get_plotlyjs
 from werkzeug.serving import BaseWSGIServer, WSGIRequestHandler, make_server
 
+from evolve.archive import Archive, ArchiveError
 from evolve.archive.models import Run
-from evolve.archive.store import Archive
 from evolve.report import queries
 from evolve.report.page import LINEAGE_STEPS, payload, render, safe_json
 
@@ -61,17 +62,21 @@ def create_app(archive: Archive, default_run: int) -> Flask:
     """The dashboard's routes; the default run's payload is built before the app is returned."""
     app = Flask("evolve.report")
     cache = PayloadCache(archive)
-    for run in archive.runs():
-        if run.id == default_run:
-            cache.warm(run)
+    with suppress(ArchiveError):  # a run that is not there answers 404 below
+        first = archive.find_run(default_run)
+        if first is not None:
+            cache.warm(first)
     plotly_js = get_plotlyjs()
 
     def chosen_run() -> Run:
         wanted = request.args.get("run", default=default_run, type=int)
-        for run in archive.runs():
-            if run.id == wanted:
-                return run
-        abort(404, f"no run {wanted}")
+        try:
+            run = archive.find_run(wanted)
+        except ArchiveError:
+            run = None
+        if run is None:
+            abort(404, f"no run {wanted}")
+        return run
 
     @app.get("/")
     def page() -> Response:
@@ -101,7 +106,7 @@ def create_app(archive: Archive, default_run: int) -> Flask:
 
     @app.get("/api/lineage/<int:program_id>")
     def lineage(program_id: int) -> Response:
-        nodes = queries.ancestry(archive, [program_id], LINEAGE_STEPS)
+        nodes = archive.ancestry([program_id], LINEAGE_STEPS)
         if not nodes:
             abort(404, f"no program {program_id}")
         return jsonify([vars(n) for n in nodes])

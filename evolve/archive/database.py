@@ -1,0 +1,118 @@
+"""Opening an archive: the URL, the engine, the schema brought to head, and short transactions on it.
+
+Each write is its own short transaction (a program is committed together with its evaluation, never half),
+so a run killed at any instant leaves a consistent archive, and readers in other processes see committed
+rows at once (SQLite in WAL mode; any other SQLAlchemy URL works the same way). Every store of the archive
+shares one `Database`.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from alembic import command
+from alembic.config import Config
+from alembic.script import ScriptDirectory
+from sqlalchemy import Engine, create_engine, event, inspect, text
+from sqlalchemy.exc import OperationalError
+from sqlalchemy.orm import Session, sessionmaker
+
+from evolve.archive.urls import ArchiveUrlError, archive_url, display_url, missing_driver_hint, sqlite_file
+
+MIGRATIONS = Path(__file__).with_name("migrations")
+MIGRATION_LOCK = 0x6576_6F6C  # "evol": the PostgreSQL advisory lock key held while migrating
+
+
+class ArchiveError(Exception):
+    """The archive cannot be opened or used; `str()` says what to do."""
+
+
+def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
+    cur = dbapi_conn.cursor()
+    for pragma in ("journal_mode=WAL", "foreign_keys=ON", "busy_timeout=30000", "synchronous=NORMAL"):
+        cur.execute(f"PRAGMA {pragma}")
+    cur.close()
+
+
+@contextmanager
+def _file_lock(path: Path | None) -> Iterator[None]:
+    """Serialise schema creation between processes opening one new SQLite file at once.
+
+    pysqlite runs DDL outside any transaction, so two engines could both see an empty file and both create
+    tables. The flock is on the file's folder, never on the database file: closing any descriptor of the
+    database file would drop the POSIX locks SQLite holds on it through its own connections.
+    """
+    if path is None:
+        yield
+        return
+    fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+class Database:
+    """One archive's engine and session factory, its schema at head; `create=False` opens only what exists."""
+
+    def __init__(self, target: str | Path, *, create: bool = True) -> None:
+        try:
+            url = archive_url(target)
+        except ArchiveUrlError as exc:
+            raise ArchiveError(str(exc)) from None
+        self.url = display_url(url)  # for messages: never shows a password
+        path = sqlite_file(url)
+        if path is not None and not create and not path.exists():
+            raise ArchiveError(f"{path}: no archive there; run `evolve run PROBLEM --db {path}` first")
+        if path is not None and create:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self.engine: Engine = create_engine(url, pool_pre_ping=path is None)
+        except ModuleNotFoundError:
+            raise ArchiveError(missing_driver_hint(url)) from None
+        if self.engine.dialect.name == "sqlite":
+            event.listen(self.engine, "connect", _sqlite_pragmas)
+        try:
+            with _file_lock(path if create else None):
+                self._migrate(create)
+        except OperationalError as exc:
+            self.engine.dispose()
+            reason = str(exc.orig).strip().splitlines()[0] if exc.orig is not None else str(exc)
+            raise ArchiveError(
+                f"{self.url}: cannot open the archive ({reason}); check the URL and that the server is up"
+            ) from None
+        self._sessions = sessionmaker(self.engine, expire_on_commit=False)
+
+    def _migrate(self, create: bool) -> None:
+        cfg = Config()
+        cfg.set_main_option("script_location", str(MIGRATIONS))
+        known = {rev.revision for rev in ScriptDirectory.from_config(cfg).walk_revisions()}
+        with self.engine.begin() as conn:
+            if conn.dialect.name == "postgresql":  # two engines opening one fresh database migrate one at a time
+                conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK})
+            if inspect(conn).has_table("alembic_version"):
+                current = conn.execute(text("SELECT version_num FROM alembic_version")).scalar()
+                if current and current not in known:
+                    raise ArchiveError(
+                        f"{self.url}: archive schema {current} is newer than this vpo-evolve knows; "
+                        "upgrade vpo-evolve (pip install -U vpo-evolve)"
+                    )
+            elif not create:
+                raise ArchiveError(f"{self.url}: no archive there; run `evolve run PROBLEM --db URL` first")
+            cfg.attributes["connection"] = conn
+            command.upgrade(cfg, "head")
+
+    @contextmanager
+    def session(self) -> Iterator[Session]:
+        """One short transaction: committed when the block ends, rolled back if it raises."""
+        with self._sessions.begin() as s:
+            yield s
+
+    def close(self) -> None:
+        self.engine.dispose()

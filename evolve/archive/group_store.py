@@ -1,0 +1,105 @@
+"""Groups: a prompt with its G completions and the variants parsed from them, written through Core in one
+transaction (`inserts.py`); what is pending after a kill; the rows training reads back."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import func, select, update
+
+from evolve.archive.database import Database
+from evolve.archive.inserts import CompletionRecord, GroupTelemetry, write_group
+from evolve.archive.models import Completion, Evaluation, Prompt, Variant
+from evolve.archive.records import PendingVariant
+
+
+@dataclass(frozen=True)
+class GroupRows:
+    """The raw rows of training groups: prompts (id, text) newest first, their completions, and the answers
+    as (completion_id, slot, status, scores, error_kind), scores present only for evaluated answers."""
+
+    prompts: list[tuple[int, str]]
+    completions: list[Completion]
+    answers: list[tuple[int, int, str, dict[str, float] | None, str | None]]
+
+
+class GroupStore:
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    def add(
+        self,
+        run_id: int,
+        *,
+        parent_id: int,
+        inspiration_ids: list[int],
+        island: int,
+        prompt: str,
+        sampling: dict[str, Any],
+        completions: Sequence[CompletionRecord],
+        variants: Sequence[Sequence[tuple[str, str | None, int | None]]],
+        telemetry: GroupTelemetry | None = None,
+    ) -> list[list[int]]:
+        """Store a prompt with its G completions and their parsed variants in one transaction; returns the
+        variant ids. `variants[i]` lists (status, detail, program_id) for completion i, in slot order."""
+        with self.db.engine.begin() as conn:
+            return write_group(
+                conn,
+                run_id,
+                parent_id=parent_id,
+                inspiration_ids=inspiration_ids,
+                island=island,
+                prompt=prompt,
+                sampling=sampling,
+                completions=completions,
+                variants=variants,
+                telemetry=telemetry or GroupTelemetry(),
+            )
+
+    def set_variant(self, variant_id: int, **values: Any) -> None:
+        with self.db.session() as s:
+            s.execute(update(Variant).where(Variant.id == variant_id).values(**values))
+
+    def pending_variants(self, run_id: int) -> list[PendingVariant]:
+        """Variants parsed as new children whose evaluation never landed (the run was killed)."""
+        q = (
+            select(Variant.id, Variant.slot, Prompt.parent_id, Completion.text, Prompt.island)
+            .join(Completion, Completion.id == Variant.completion_id)
+            .join(Prompt, Prompt.id == Completion.prompt_id)
+            .where(Prompt.run_id == run_id, Variant.status == "ok", Variant.program_id.is_(None))
+        )
+        with self.db.session() as s:
+            return [PendingVariant(*r) for r in s.execute(q)]
+
+    def count(self, run_id: int) -> int:
+        with self.db.session() as s:
+            return s.scalar(select(func.count(Prompt.id)).where(Prompt.run_id == run_id)) or 0
+
+    def rows_for_training(self, run_id: int, version_ids: Sequence[int], max_groups: int | None = None) -> GroupRows:
+        """The newest `max_groups` groups sampled by the given policy versions, for training."""
+        with self.db.session() as s:
+            prompts = s.execute(
+                select(Prompt.id, Prompt.text)
+                .where(
+                    Prompt.run_id == run_id,
+                    Prompt.id.in_(
+                        select(Completion.prompt_id).where(Completion.policy_version_id.in_(list(version_ids)))
+                    ),
+                )
+                .order_by(Prompt.id.desc())
+                .limit(max_groups)
+            ).all()
+            prompt_ids = [p.id for p in prompts]
+            completions = (
+                s.execute(select(Completion).where(Completion.prompt_id.in_(prompt_ids)).order_by(Completion.id))
+                .scalars()
+                .all()
+            )
+            answers = s.execute(
+                select(Variant.completion_id, Variant.slot, Variant.status, Evaluation.scores, Evaluation.error_kind)
+                .outerjoin(Evaluation, (Evaluation.program_id == Variant.program_id) & (Variant.status == "ok"))
+                .where(Variant.completion_id.in_([c.id for c in completions]))
+            ).all()
+        return GroupRows([tuple(p) for p in prompts], list(completions), [tuple(a) for a in answers])  # type: ignore[misc]

@@ -1,0 +1,115 @@
+"""Programs and their evaluations: stored in batches through `batch.py`, read back by id, run and lineage."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from sqlalchemy import func, select
+
+from evolve.archive.batch import NewProgram, add_evaluated_programs
+from evolve.archive.codehash import code_hash
+from evolve.archive.database import Database
+from evolve.archive.lineage import LineageNode, ancestry, chain
+from evolve.archive.models import Evaluation, Program, Run
+from evolve.archive.records import StoredProgram
+
+
+@dataclass(frozen=True)
+class ScoredProgram:
+    """The slim row the selection indexes are built from (no code, no blobs)."""
+
+    id: int
+    island: int
+    generation: int
+    parent_id: int | None
+    scores: dict[str, float]
+    scalar: float | None
+    error_kind: str | None
+    code_length: int
+
+
+class ProgramStore:
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    def add_evaluated(self, run_id: int, items: Sequence[NewProgram]) -> list[StoredProgram]:
+        """Store programs with their evaluations, all or none; what became of each item (see `batch.py`)."""
+        return add_evaluated_programs(self.db.engine, run_id, items)
+
+    def find(self, run_id: int, code: str) -> int | None:
+        """The id of the run's program with this normalised code, if any."""
+        with self.db.session() as s:
+            return s.scalar(select(Program.id).where(Program.run_id == run_id, Program.code_hash == code_hash(code)))
+
+    def get(self, program_id: int) -> Program | None:
+        """One program with its evaluation loaded (readable after the session ends)."""
+        with self.db.session() as s:
+            prog = s.get(Program, program_id)
+            if prog is not None:
+                _ = prog.evaluation
+            return prog
+
+    def scored(self, run_id: int) -> list[ScoredProgram]:
+        q = (
+            select(
+                Program.id,
+                Program.island,
+                Program.generation,
+                Program.parent_id,
+                Evaluation.scores,
+                Evaluation.scalar,
+                Evaluation.error_kind,
+                func.length(Program.code),
+            )
+            .join(Evaluation, Evaluation.program_id == Program.id)
+            .where(Program.run_id == run_id)
+            .order_by(Program.id)
+        )
+        with self.db.session() as s:
+            return [ScoredProgram(*row) for row in s.execute(q)]
+
+    def codes(self, program_ids: Sequence[int]) -> dict[int, str]:
+        with self.db.session() as s:
+            rows = s.execute(select(Program.id, Program.code).where(Program.id.in_(list(program_ids))))
+            return dict(rows.all())
+
+    def count(self, run_id: int) -> int:
+        with self.db.session() as s:
+            return s.scalar(select(func.count(Program.id)).where(Program.run_id == run_id)) or 0
+
+    def code_hashes(self, run_id: int) -> dict[str, int]:
+        """normalised-code hash → program id for a run: the duplicate index the loop keeps in memory."""
+        with self.db.session() as s:
+            rows = s.execute(select(Program.code_hash, Program.id).where(Program.run_id == run_id))
+            return dict(rows.all())
+
+    def evaluation_rows(self, run: Run) -> list[tuple[Program, Evaluation]]:
+        with self.db.session() as s:
+            rows = s.execute(
+                select(Program, Evaluation).join(Evaluation).where(Program.run_id == run.id).order_by(Program.id)
+            )
+            return [tuple(r) for r in rows]  # type: ignore[misc]
+
+    def best_by_scalar(self, run: Run) -> Program | None:
+        """The successful program with the highest scalar view (the oldest among equals)."""
+        q = (
+            select(Program)
+            .join(Evaluation)
+            .where(Program.run_id == run.id, Evaluation.error_kind.is_(None))
+            .order_by(Evaluation.scalar.desc(), Program.id)
+            .limit(1)
+        )
+        with self.db.session() as s:
+            return s.scalars(q).first()
+
+    def ancestry(self, program_ids: Iterable[int | None], steps: int = 200) -> list[LineageNode]:
+        """The union of the programs' ancestor chains, each at most `steps` parents up (see `lineage.py`)."""
+        with self.db.session() as s:
+            return ancestry(s, program_ids, steps)
+
+    def lineage(self, program_id: int, limit: int = 50) -> list[LineageNode]:
+        """The program, its parent, and so on: `limit` programs at most."""
+        if limit < 1:
+            return []
+        return chain(self.ancestry([program_id], limit - 1), program_id)[:limit]

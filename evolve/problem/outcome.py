@@ -1,0 +1,93 @@
+"""What one evaluation of a program came to: the type the sandboxes produce and the problem model consumes.
+
+It lives beside the problem model, not in `sandboxes/`, so that the problem model (an OpenEvolve folder scores
+its seed to learn its components) and every sandbox can import it without either climbing into the other.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any
+
+from evolve.fitness import failure_scores
+
+if TYPE_CHECKING:
+    from evolve.problem.loader import Problem
+
+
+class ErrorKind(StrEnum):
+    TIMEOUT = "timeout"
+    MEMORY = "memory"
+    CRASH = "crash"
+    BAD_OUTPUT = "bad_output"
+    INVALID = "invalid"
+
+
+# What a candidate controls is stored and shown back: every text and collection in an outcome is bounded, so
+# no reply, however large, costs the archive more than a few tens of KiB per evaluation.
+ERROR_CAP = 2000
+FEEDBACK_CAP = 8 * 1024
+CASE_ERROR_CAP = 500
+METRICS_CAP = 256  # named numbers kept; names cut to NAME_CAP characters
+NAME_CAP = 100
+STAGES_CAP = 16  # stages kept, each with at most METRICS_CAP numbers
+
+
+@dataclass
+class EvalOutcome:
+    """A scored program. `scores` always has every component (failures hold the component's fail value)."""
+
+    scores: dict[str, float]
+    error_kind: ErrorKind | None
+    error: str | None
+    duration_s: float
+    sandbox: str
+    stdout: str = ""
+    stderr: str = ""
+    feedback: str | None = None
+    case_errors: dict[str, str] = field(default_factory=dict)
+    metrics: dict[str, float] = field(default_factory=dict)  # simple form: every number evaluate() returned
+    stages: list[dict[str, Any]] | None = None  # cascade: each stage's metrics, in order
+    # True when `abort_running()` ended this evaluation: its scores say nothing about the program, so the loop
+    # stores nothing for it and the child stays pending.
+    aborted: bool = False
+
+    def __post_init__(self) -> None:
+        self.error = None if self.error is None else self.error[:ERROR_CAP]
+        self.feedback = None if self.feedback is None else self.feedback[:FEEDBACK_CAP]
+        self.case_errors = {k[:NAME_CAP]: v[:CASE_ERROR_CAP] for k, v in self.case_errors.items()}
+        self.metrics = _named_numbers(self.metrics)
+        if self.stages is not None:
+            self.stages = [_stage(s) for s in self.stages[:STAGES_CAP]]
+
+    @property
+    def ok(self) -> bool:
+        return self.error_kind is None
+
+    @classmethod
+    def failure(cls, problem: Problem, kind: ErrorKind, error: str, duration_s: float, sandbox: str) -> EvalOutcome:
+        """A failed evaluation: every component at its fail value, the error cut to a storable length."""
+        return cls(failure_scores(problem.components), kind, error[:2000], duration_s, sandbox)
+
+
+def _named_numbers(values: dict[Any, Any]) -> dict[str, Any]:
+    """At most METRICS_CAP entries with short names; values other than numbers and short strings are dropped."""
+    kept: dict[str, Any] = {}
+    for key, value in values.items():
+        if len(kept) >= METRICS_CAP:
+            break
+        if isinstance(value, bool | int | float) or (isinstance(value, str) and len(value) <= NAME_CAP):
+            kept[str(key)[:NAME_CAP]] = value
+    return kept
+
+
+def _stage(stage: Any) -> dict[str, Any]:
+    """A cascade stage as the simple form reports it: {"stage": n, "metrics": {name: number}}."""
+    if not isinstance(stage, dict):
+        return {}
+    number, metrics = stage.get("stage"), stage.get("metrics")
+    return {
+        "stage": number if isinstance(number, int) else None,
+        "metrics": _named_numbers(metrics) if isinstance(metrics, dict) else {},
+    }
