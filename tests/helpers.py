@@ -148,3 +148,20 @@ def log_executions(folder: Path, log: Path) -> Path:
 def executions(log: Path) -> list[str]:
     """What each execution so far returned for the first case, in order (a line is written whole: it is short)."""
     return log.read_text().splitlines() if log.exists() else []
+
+
+def refuse_version_rows(db: Path, refuse: bool) -> None:
+    """Make the archive's SQLite database refuse (or accept again) new policy version rows: a real failure after
+    a training step's adapter was written and published, which the step must undo."""
+    import sqlite3
+
+    con = sqlite3.connect(db)
+    if refuse:
+        con.execute(
+            "CREATE TRIGGER refuse_versions BEFORE INSERT ON policy_versions "
+            "BEGIN SELECT RAISE(ABORT, 'version rows refused'); END"
+        )
+    else:
+        con.execute("DROP TRIGGER refuse_versions")
+    con.commit()
+    con.close()

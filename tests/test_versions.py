@@ -15,23 +15,10 @@ from policies.base import SamplingParams
 from policies.trainer import TrainConfig
 from policies.transformers_policy import TransformersPolicy
 from sandboxes.process import ProcessSandbox
-from tests.helpers import square_run
+from tests.helpers import refuse_version_rows, square_run
 
 pytestmark = pytest.mark.slow
 PROBE = SamplingParams(temperature=0.7, top_p=1.0, max_new_tokens=40, seed=21)
-
-
-def _refuse_versions(db, refuse: bool) -> None:
-    con = sqlite3.connect(db)
-    if refuse:
-        con.execute(
-            "CREATE TRIGGER refuse_versions BEFORE INSERT ON policy_versions "
-            "BEGIN SELECT RAISE(ABORT, 'version rows refused'); END"
-        )
-    else:
-        con.execute("DROP TRIGGER refuse_versions")
-    con.commit()
-    con.close()
 
 
 def _state(trainer: ArchiveTrainer) -> tuple[dict, dict]:
@@ -70,7 +57,7 @@ def test_a_refused_version_row_undoes_the_adapter_the_publish_and_the_optimizer_
     base = _state(trainer)
     assert base[1] == {}  # no optimizer step yet
 
-    _refuse_versions(db, True)
+    refuse_version_rows(db, True)
     with pytest.raises(Exception, match="version rows refused"):
         trainer.step()  # trained, saved and published; then the archive refused the row
     assert _versions(db) == [(0, None)] and policy.version == 0
@@ -79,7 +66,7 @@ def test_a_refused_version_row_undoes_the_adapter_the_publish_and_the_optimizer_
     assert _same(weights, base[0]) and optimizer == {}
     assert [g.logprobs for g in policy.generate("Square the input.", PROBE, 2)] == probe  # serving v0 again
 
-    _refuse_versions(db, False)
+    refuse_version_rows(db, False)
     stats = trainer.step()
     assert stats.samples > 0 and policy.version == 1
     assert _versions(db) == [(0, None), (1, str(adapters / "v1"))]
@@ -89,7 +76,7 @@ def test_a_refused_version_row_undoes_the_adapter_the_publish_and_the_optimizer_
     probe_v1 = [g.logprobs for g in policy.generate("Square the input.", PROBE, 2)]
     assert probe_v1 != probe
 
-    _refuse_versions(db, True)
+    refuse_version_rows(db, True)
     with pytest.raises(Exception, match="version rows refused"):
         trainer.step()
     assert _versions(db) == [(0, None), (1, str(adapters / "v1"))] and policy.version == 1
@@ -98,6 +85,6 @@ def test_a_refused_version_row_undoes_the_adapter_the_publish_and_the_optimizer_
     assert _same(weights, v1[0]) and _same(optimizer, v1[1])
     assert [g.logprobs for g in policy.generate("Square the input.", PROBE, 2)] == probe_v1  # v1 served again
 
-    _refuse_versions(db, False)
+    refuse_version_rows(db, False)
     trainer.step()
     assert [n for n, _ in _versions(db)] == [0, 1, 2] and policy.version == 2  # no number skipped or reused
