@@ -59,9 +59,16 @@ class MultiServerPolicy:
         return [s.policy.base_url for s in self._servers if s.down_until <= now]
 
     def health(self) -> dict[str, dict[str, object]]:
-        """Per server: failures in a row, the last error, and the adapter version it serves."""
+        """Per server: failures in a row, the last error, the adapter version it serves, and the seconds until a
+        server that failed is tried again (0 for one in use)."""
+        now = time.monotonic()
         return {
-            s.policy.base_url: {"failures": s.failures, "last_error": s.last_error, "version": s.policy.version}
+            s.policy.base_url: {
+                "failures": s.failures,
+                "last_error": s.last_error,
+                "version": s.policy.version,
+                "retry_in_s": max(0.0, s.down_until - now),
+            }
             for s in self._servers
         }
 

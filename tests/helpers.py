@@ -165,3 +165,27 @@ def refuse_version_rows(db: Path, refuse: bool) -> None:
         con.execute("DROP TRIGGER refuse_versions")
     con.commit()
     con.close()
+
+
+def host_binds_seen_from_venv(venv: Path, copies: bool = False) -> tuple[str, dict[str, str]]:
+    """Make a virtual environment at `venv` (its interpreter symlinked, or copied) and return what
+    `sandboxes.docker_images.host_binds()` answers in the engine run from it: the container's interpreter and
+    every read-only bind of the base image built there."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    command = [sys.executable, "-m", "venv", "--without-pip", "--system-site-packages", str(venv)]
+    subprocess.run([*command, *(["--copies"] if copies else [])], check=True, timeout=120)
+    probe = "import json; from sandboxes.docker_images import host_binds; print(json.dumps(host_binds()))"
+    out = subprocess.run(
+        [str(venv / "bin" / "python"), "-c", probe],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])},
+        check=True,
+    )
+    python, binds = json.loads(out.stdout)
+    return python, binds
