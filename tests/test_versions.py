@@ -37,6 +37,10 @@ def _same(a: dict, b: dict) -> bool:
     return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) if torch.is_tensor(a[k]) else a[k] == b[k] for k in a)
 
 
+def _probe(policy) -> list[tuple[list[int], list[float]]]:
+    return [(g.token_ids, g.logprobs) for g in policy.generate("Square the input.", PROBE, 2)]
+
+
 def _versions(db) -> list[tuple[int, str | None]]:
     con = sqlite3.connect(db)
     rows = con.execute("SELECT number, adapter_path FROM policy_versions ORDER BY number").fetchall()
@@ -53,7 +57,7 @@ def test_a_refused_version_row_undoes_the_adapter_the_publish_and_the_optimizer_
     adapters, db = tmp_path / "adapters", tmp_path / "a.db"
     config = TrainConfig(learning_rate=1e-3, lora_rank=4)
     trainer = ArchiveTrainer(archive, run.id, list(problem.components), 2, policy, config, adapters)
-    probe = [g.logprobs for g in policy.generate("Square the input.", PROBE, 2)]
+    probe = _probe(policy)  # the base model's tokens and logprobs
     base = _state(trainer)
     assert base[1] == {}  # no optimizer step yet
 
@@ -64,7 +68,7 @@ def test_a_refused_version_row_undoes_the_adapter_the_publish_and_the_optimizer_
     assert not adapters.exists() or list(adapters.iterdir()) == []
     weights, optimizer = _state(trainer)
     assert _same(weights, base[0]) and optimizer == {}
-    assert [g.logprobs for g in policy.generate("Square the input.", PROBE, 2)] == probe  # serving v0 again
+    assert _probe(policy) == probe  # the base model again: the same tokens with the same logprobs
 
     refuse_version_rows(db, False)
     stats = trainer.step()
@@ -73,7 +77,7 @@ def test_a_refused_version_row_undoes_the_adapter_the_publish_and_the_optimizer_
     assert sorted(p.name for p in adapters.iterdir()) == ["v1"]
     v1 = _state(trainer)
     assert v1[1] and not _same(v1[0], base[0])
-    probe_v1 = [g.logprobs for g in policy.generate("Square the input.", PROBE, 2)]
+    probe_v1 = _probe(policy)
     assert probe_v1 != probe
 
     refuse_version_rows(db, True)
@@ -83,7 +87,7 @@ def test_a_refused_version_row_undoes_the_adapter_the_publish_and_the_optimizer_
     assert sorted(p.name for p in adapters.iterdir()) == ["v1"]
     weights, optimizer = _state(trainer)
     assert _same(weights, v1[0]) and _same(optimizer, v1[1])
-    assert [g.logprobs for g in policy.generate("Square the input.", PROBE, 2)] == probe_v1  # v1 served again
+    assert _probe(policy) == probe_v1  # v1 served again
 
     refuse_version_rows(db, False)
     trainer.step()
