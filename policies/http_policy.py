@@ -19,7 +19,6 @@ backoff for up to `max_wait_s`; a 4xx (a wrong model name, say) is reported at o
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import random
 import threading
@@ -206,16 +205,20 @@ class HttpPolicy:
         """Name the base model in every request from now on, as `version`, and unload the adapters."""
         with self._lock:
             self.served, self.version = self._model, version
-            loaded, self._adapters = self._adapters, []
+            loaded = list(self._adapters)
         self._unload(loaded)
 
     def _unload(self, names: list[str]) -> None:
-        """Best effort: a failed unload costs only server memory."""
-        with self._lock:
-            self._adapters = [a for a in self._adapters if a not in names]
+        """Best effort: a failed unload costs only server memory. A name whose unload failed stays listed (the
+        server may still hold it), so that loading that name again unloads it first."""
         for name in names:
-            with contextlib.suppress(PolicyError):
+            try:
                 asyncio.run(self._post_once("/v1/unload_lora_adapter", {"lora_name": name}))
+            except PolicyError:
+                continue
+            with self._lock:
+                if name in self._adapters:
+                    self._adapters.remove(name)
 
     async def _post_once(self, path: str, payload: dict[str, Any]) -> Any:
         url = f"{self.base_url}{path}"

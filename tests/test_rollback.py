@@ -81,6 +81,18 @@ def test_one_server_is_asked_for_the_base_again_and_loads_the_next_version(searc
         server.requests.clear()
         group = policy.generate(PROMPT, PARAMS, 2)
         assert _asked(server) == {"policy-v1"} and {g.version for g in group} == {1}
+
+        refuse_version_rows(tmp_path / "a.db", True)
+        with pytest.raises(Exception, match="version rows refused"):
+            trainer.step()  # v2 published, then refused: v1, still loaded on the server, is served again
+        server.requests.clear()
+        group = policy.generate(PROMPT, PARAMS, 2)
+        assert _asked(server) == {"policy-v1"} and {g.version for g in group} == {1} and policy.version == 1
+        refuse_version_rows(tmp_path / "a.db", False)
+        trainer.step()  # v2 again: a name the server may still hold is loaded afresh
+        server.requests.clear()
+        group = policy.generate(PROMPT, PARAMS, 2)
+        assert _asked(server) == {"policy-v2"} and {g.version for g in group} == {2}
     finally:
         server.stop()
 
