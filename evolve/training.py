@@ -102,6 +102,7 @@ class ArchiveTrainer:
         numerics: the sampler's stored logprobs are the behaviour policy (see policies/trainer.py)."""
         if not isinstance(policy, PublishingPolicy):
             raise TrainingUnsupported(f"policy {policy.name!r} cannot load new adapters")
+        self.publisher: PublishingPolicy = policy
         self.archive, self.run_id, self.components, self.variants = archive, run_id, components, variants
         self.policy, self.config, self.adapters_dir, self.max_groups = policy, config, adapters_dir, max_groups
         local: InProcessPolicy | None = policy if isinstance(policy, InProcessPolicy) else None
@@ -139,7 +140,7 @@ class ArchiveTrainer:
             if stats.samples == 0:
                 return stats
             self._save_into(directory)
-            self.policy.publish(directory, number)
+            self.publisher.publish(directory, number)
             published = True
             self.archive.add_policy_version(
                 run_id=self.run_id,
@@ -168,14 +169,11 @@ class ArchiveTrainer:
         staging.rename(directory)
 
     def _serve_again(self, number: int, adapter_path: str | None) -> None:
-        """Undo a publish whose version could not be recorded."""
+        """Undo a publish whose version could not be recorded: the version served before it, adapter or base."""
         if adapter_path:
-            self.policy.publish(adapter_path, number)
-            return
-        # back to the base model: in-process weights were restored above; a server's requests name the base again
-        if hasattr(self.policy, "served"):
-            self.policy.served = None
-        self.policy.version = number
+            self.publisher.publish(adapter_path, number)
+        else:
+            self.publisher.serve_base(number)
 
 
 def restore_latest_adapter(archive: Archive, run_id: int, policy: Policy) -> int | None:

@@ -116,9 +116,19 @@ class AsyncPolicy(Protocol):
 
 @runtime_checkable
 class PublishingPolicy(Protocol):
-    """Serves a new LoRA adapter from `adapter_dir` as policy version `version`, without a restart."""
+    """Serves a new LoRA adapter from `adapter_dir` as policy version `version`, without a restart, and can
+    serve its base model again (a training step that fails after its publish rolls back to the base this way).
+
+    Each method sets the policy's own `version` (and that of every server behind it), so that the completions
+    sampled afterwards carry the version of the weights that really sampled them."""
+
+    version: int
 
     def publish(self, adapter_dir: str | os.PathLike[str], version: int) -> None: ...
+
+    def serve_base(self, version: int) -> None:
+        """Sample from the base model again, without any adapter, as policy version `version`."""
+        ...
 
 
 @runtime_checkable

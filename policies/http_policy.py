@@ -19,7 +19,6 @@ backoff for up to `max_wait_s`; a 4xx (a wrong model name, say) is reported at o
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import random
 import threading
@@ -187,17 +186,39 @@ class HttpPolicy:
 
     # ---- publishing -------------------------------------------------------------------------------------
     def publish(self, adapter_dir: str | os.PathLike[str], version: int) -> None:
-        """Load the adapter as `policy-v{version}`, route new requests to it, unload the one before last."""
+        """Load the adapter as `policy-v{version}`, route new requests to it, unload the one before last.
+
+        A name the server still holds (a rollback serves an older version again, or a failed step's number is
+        reused) is unloaded first: vLLM refuses to load a name twice, and the directory may hold new weights."""
         name = f"policy-v{version}"
+        if name in self._adapters:
+            self._unload([name])
         asyncio.run(self._post_once("/v1/load_lora_adapter", {"lora_name": name, "lora_path": str(adapter_dir)}))
         with self._lock:
             self.served, self.version = name, version
             self._adapters.append(name)
             stale = self._adapters[:-2]
             self._adapters = self._adapters[-2:]
-        for old in stale:  # best effort: a failed unload costs only server memory
-            with contextlib.suppress(PolicyError):
-                asyncio.run(self._post_once("/v1/unload_lora_adapter", {"lora_name": old}))
+        self._unload(stale)
+
+    def serve_base(self, version: int) -> None:
+        """Name the base model in every request from now on, as `version`, and unload the adapters."""
+        with self._lock:
+            self.served, self.version = self._model, version
+            loaded = list(self._adapters)
+        self._unload(loaded)
+
+    def _unload(self, names: list[str]) -> None:
+        """Best effort: a failed unload costs only server memory. A name whose unload failed stays listed (the
+        server may still hold it), so that loading that name again unloads it first."""
+        for name in names:
+            try:
+                asyncio.run(self._post_once("/v1/unload_lora_adapter", {"lora_name": name}))
+            except PolicyError:
+                continue
+            with self._lock:
+                if name in self._adapters:
+                    self._adapters.remove(name)
 
     async def _post_once(self, path: str, payload: dict[str, Any]) -> Any:
         url = f"{self.base_url}{path}"

@@ -195,6 +195,15 @@ class LlamaPolicy:
             raise PolicyError(f"{adapter_dir}: no adapter_model.safetensors to publish")
         gguf = write_lora_gguf(directory, directory / "adapter.gguf", self.runtime.n_layer)
         self.runtime.load_adapter(gguf)
+        self._weights_changed(version)
+
+    def serve_base(self, version: int) -> None:
+        """Drop the adapter: the GGUF model's own weights sample again, as `version`."""
+        self.runtime.drop_adapter()
+        self._weights_changed(version)
+
+    def _weights_changed(self, version: int) -> None:
+        """The cached prompt was computed with the old weights: drop it."""
         self._cached = []
         if self.runtime.ctx is not None:
             self.runtime.clear()

@@ -4,7 +4,8 @@ Each group goes to the healthy server with the fewest groups in flight. A server
 marked down and retried after a back-off (doubling to a cap); the group it held is sent to another server at
 once, so a lost GPU node costs a re-sent group, never a stopped run. `publish()` loads a new adapter on every
 server; each server serves the newest adapter it has loaded (its completions carry that version), and a
-server that missed a publish gets it again before it is next used.
+server that missed a publish gets it again before it is next used. `serve_base()` (a rollback) returns every
+server to the base model.
 """
 
 from __future__ import annotations
@@ -58,9 +59,16 @@ class MultiServerPolicy:
         return [s.policy.base_url for s in self._servers if s.down_until <= now]
 
     def health(self) -> dict[str, dict[str, object]]:
-        """Per server: failures in a row, the last error, and the adapter version it serves."""
+        """Per server: failures in a row, the last error, the adapter version it serves, and the seconds until a
+        server that failed is tried again (0 for one in use)."""
+        now = time.monotonic()
         return {
-            s.policy.base_url: {"failures": s.failures, "last_error": s.last_error, "version": s.policy.version}
+            s.policy.base_url: {
+                "failures": s.failures,
+                "last_error": s.last_error,
+                "version": s.policy.version,
+                "retry_in_s": max(0.0, s.down_until - now),
+            }
             for s in self._servers
         }
 
@@ -127,6 +135,15 @@ class MultiServerPolicy:
         if len(errors) == len(self._servers):
             raise PolicyError("; ".join(errors))
         self._published = (str(adapter_dir), version)
+        self.version = version
+
+    def serve_base(self, version: int) -> None:
+        """Every server names the base model in its requests again (the name is kept here, so a server that is
+        down changes too; only its adapter unloads fail, harmlessly), and no server catches up an adapter."""
+        with self._lock:
+            self._published = None
+        for server in self._servers:
+            server.policy.serve_base(version)
         self.version = version
 
     def close(self) -> None:

@@ -12,6 +12,7 @@ adapter is published), and decode in the model's own dtype.
 from __future__ import annotations
 
 import copy
+from collections.abc import Hashable
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +43,7 @@ class PromptPrefill:
     def __init__(self, use_float32_twin: bool) -> None:
         self.use_float32_twin = use_float32_twin
         self._twin: Any = None
-        self._twin_of: tuple[int, int] | None = None
+        self._twin_of: tuple[int, Hashable] | None = None
 
     @classmethod
     def for_model(cls, model: Any) -> PromptPrefill:
@@ -52,18 +53,23 @@ class PromptPrefill:
         slow_bf16 = param.device.type == "cpu" and param.dtype == torch.bfloat16 and not cpu_has_native_bf16()
         return cls(use_float32_twin=slow_bf16)
 
-    def cache(self, model: Any, version: int, prompt_ids: list[int], n: int) -> Any:
-        """`version` names the weights: every change of weights (a publish, a rollback, a swapped model
-        object) comes with a new version or a new object, and then the twin is copied again."""
+    @property
+    def twin(self) -> Any:
+        """The float32 copy the prompt runs through now (None before the first prompt, or without a twin)."""
+        return self._twin
+
+    def cache(self, model: Any, weights: Hashable, prompt_ids: list[int], n: int) -> Any:
+        """`weights` names the weights: every change of weights (a publish, a rollback, a swapped model
+        object) comes with new `weights` or a new object, and then the twin is copied again."""
         import torch
 
         device = next(model.parameters()).device
         runner = model
         if self.use_float32_twin:
-            if self._twin_of != (id(model), version):
+            if self._twin_of != (id(model), weights):
                 self._twin = None  # free the old copy before making the new one
-                self._twin = copy.deepcopy(model).float().eval()
-                self._twin_of = (id(model), version)
+                self._twin = copy.deepcopy(model).float().eval()  # an adapter switched off stays off in the copy
+                self._twin_of = (id(model), weights)
             runner = self._twin
         with torch.no_grad():
             out = runner(input_ids=torch.tensor([prompt_ids], device=device), use_cache=True)

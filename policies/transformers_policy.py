@@ -9,6 +9,7 @@ last: what it sees is exactly what `torch.multinomial` draws from.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import warnings
 from pathlib import Path
@@ -120,6 +121,7 @@ class TransformersPolicy:
     def __init__(self, model: Any, tokenizer: Any, name: str) -> None:
         self.model, self.tokenizer, self.name = model, tokenizer, name
         self.version = 0
+        self.serving_base = False  # True after `serve_base`: samples with the adapter switched off
         self.device = next(model.parameters()).device
         eos = model.generation_config.eos_token_id
         eos_ids = eos if isinstance(eos, list) else [eos]
@@ -178,7 +180,6 @@ class TransformersPolicy:
     def generate_ids(self, prompt_ids: list[int], params: SamplingParams, n: int) -> list[Generated]:
         """Sample n completions of an already rendered and tokenised prompt."""
         import torch
-        from transformers import LogitsProcessorList, StoppingCriteriaList
 
         if params.seed is not None:
             torch.manual_seed(params.seed)
@@ -188,26 +189,9 @@ class TransformersPolicy:
         rows = RowStops(self.tokenizer, input_ids.shape[1], params.stop)
         counter = _CountTokens(self.progress, rows, input_ids.shape[1], self.eos_ids)
         self.progress.start(n, params.max_new_tokens, len(prompt_ids))
-        # the prompt runs once, not n times; generate() feeds only the last prompt token on top of this cache
         try:
-            cached = {}
-            if len(prompt_ids) > 1:
-                cached["past_key_values"] = self.prefill.cache(self.model, self.version, prompt_ids[:-1], n)
-            with torch.no_grad(), warnings.catch_warnings():
-                # transformers 5 renamed past_key_values to `cache`; the old name is the one 4.x and 5.x both take
-                warnings.filterwarnings("ignore", message=".*past_key_values.*deprecated", category=FutureWarning)
-                out = self.model.generate(
-                    input_ids,
-                    attention_mask=torch.ones_like(input_ids),
-                    **cached,
-                    do_sample=True,
-                    **_NO_BUILTIN_WARPERS,
-                    max_new_tokens=params.max_new_tokens,
-                    eos_token_id=self.eos_ids,
-                    pad_token_id=self.pad_id,
-                    logits_processor=LogitsProcessorList([*warper_chain(params), recorder]),
-                    stopping_criteria=StoppingCriteriaList([stopper, rows, counter]),
-                )
+            with self._weights_served():
+                out = self._generate(input_ids, prompt_ids, params, n, recorder, [stopper, rows, counter])
         finally:
             self.progress.active = False
         if stopper.honoured():
@@ -218,6 +202,40 @@ class TransformersPolicy:
             self._completion(new[i], None if logprobs is None else logprobs[i], rows.ended.get(i), rows.reasons.get(i))
             for i in range(n)
         ]
+
+    def _weights_served(self) -> Any:
+        """The adapter switched off for the call after `serve_base`, else the model as it is."""
+        if self.serving_base and hasattr(self.model, "disable_adapter"):
+            return self.model.disable_adapter()
+        return contextlib.nullcontext()
+
+    def _generate(
+        self, input_ids: Any, prompt_ids: list[int], params: SamplingParams, n: int, recorder: Any, criteria: list[Any]
+    ) -> Any:
+        """One batched `generate` call. The prompt runs once, not n times: generate() feeds only the last prompt
+        token on top of the cache of the others."""
+        import torch
+        from transformers import LogitsProcessorList, StoppingCriteriaList
+
+        cached = {}
+        if len(prompt_ids) > 1:
+            weights = (self.version, self.serving_base)
+            cached["past_key_values"] = self.prefill.cache(self.model, weights, prompt_ids[:-1], n)
+        with torch.no_grad(), warnings.catch_warnings():
+            # transformers 5 renamed past_key_values to `cache`; the old name is the one 4.x and 5.x both take
+            warnings.filterwarnings("ignore", message=".*past_key_values.*deprecated", category=FutureWarning)
+            return self.model.generate(
+                input_ids,
+                attention_mask=torch.ones_like(input_ids),
+                **cached,
+                do_sample=True,
+                **_NO_BUILTIN_WARPERS,
+                max_new_tokens=params.max_new_tokens,
+                eos_token_id=self.eos_ids,
+                pad_token_id=self.pad_id,
+                logits_processor=LogitsProcessorList([*warper_chain(params), recorder]),
+                stopping_criteria=StoppingCriteriaList(criteria),
+            )
 
     def _completion(self, tokens: Any, logprobs: Any, ended: int | None, reason: str | None) -> Generated:
         """Cut a row at its first EOS or where `RowStops` ended it, whichever came first: every later position
@@ -247,7 +265,12 @@ class TransformersPolicy:
         else:
             self.model = PeftModel.from_pretrained(self.model, str(adapter_dir), is_trainable=True).to(self.device)
         self.model.eval()
-        self.version = version
+        self.serving_base, self.version = False, version
+
+    def serve_base(self, version: int) -> None:
+        """Sample with the adapter switched off from now on, as `version` (its weights stay, for the trainer that
+        shares this model); the next `publish` switches it on again."""
+        self.serving_base, self.version = True, version
 
     def close(self) -> None:
         self.model = None

@@ -58,5 +58,9 @@ class VLLMLocalPolicy:
         self._lora = LoRARequest(f"policy-v{version}", version, str(adapter_dir))
         self.version = version
 
+    def serve_base(self, version: int) -> None:
+        """Requests name no adapter from now on."""
+        self._lora, self.version = None, version
+
     def close(self) -> None:
         self.llm = None

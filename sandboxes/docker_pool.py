@@ -221,6 +221,11 @@ class DockerSandbox:
                 with contextlib.suppress(docker.errors.APIError):  # NotFound, or 409: removal in progress
                     c.remove(force=True)
 
+    @property
+    def image_spec(self) -> ImageSpec | None:
+        """The image (and binds) its containers run now: None before the first evaluation."""
+        return self._spec
+
     def isolation(self) -> str:
         mode = "spawn mode" if self.spawn else "fork mode, from a zygote that never held a job"
         return (

@@ -187,6 +187,11 @@ class ProcessSandbox:
         self._spawn_lock = threading.Lock()
 
     @property
+    def cgroup_paths(self) -> tuple[Path, ...]:
+        """The memory cgroup folder of each slot (none without a memory bound, or once closed)."""
+        return tuple(c.path for c in self._cgroups.values())
+
+    @property
     def slot_uids(self) -> tuple[int, ...]:
         """The uids this sandbox's candidates run as (one per slot it holds); empty where they keep ours."""
         return tuple(self._base_uid + slot for slot in self._slot_locks) if self.drop_uid else ()

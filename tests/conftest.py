@@ -8,6 +8,13 @@ from pathlib import Path
 
 import pytest
 
+# One torch thread, here and in every engine subprocess a test starts (unless the caller sets another count).
+# The suite's models are tiny (hidden 128, 2 layers): a matrix product takes microseconds, and with two OpenMP
+# threads on a 2-core machine that is also running sandboxed candidates, servers and other suites, every product
+# waits for a busy second core. Measured on the loaded 2-core machine: test_row_stops' stop-string test took
+# 50.6 s with 2 threads and 5.9 s with 1 (the same tokens, the same asserts).
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 from evolve.prompts import PromptInputs, build_prompt
 from tests.helpers import SQUARE_SEED
 

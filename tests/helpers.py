@@ -169,3 +169,44 @@ def store_program(
     item = NewProgram(code, parent_id, island, generation, variant_id, record)
     [result] = archive.add_evaluated_programs(run_id, [item])  # type: ignore[attr-defined]
     return result
+
+
+def refuse_version_rows(db: Path, refuse: bool) -> None:
+    """Make the archive's SQLite database refuse (or accept again) new policy version rows: a real failure after
+    a training step's adapter was written and published, which the step must undo."""
+    import sqlite3
+
+    con = sqlite3.connect(db)
+    if refuse:
+        con.execute(
+            "CREATE TRIGGER refuse_versions BEFORE INSERT ON policy_versions "
+            "BEGIN SELECT RAISE(ABORT, 'version rows refused'); END"
+        )
+    else:
+        con.execute("DROP TRIGGER refuse_versions")
+    con.commit()
+    con.close()
+
+
+def host_binds_seen_from_venv(venv: Path, copies: bool = False) -> tuple[str, dict[str, str]]:
+    """Make a virtual environment at `venv` (its interpreter symlinked, or copied) and return what
+    `sandboxes.docker_images.host_binds()` answers in the engine run from it: the container's interpreter and
+    every read-only bind of the base image built there."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    command = [sys.executable, "-m", "venv", "--without-pip", "--system-site-packages", str(venv)]
+    subprocess.run([*command, *(["--copies"] if copies else [])], check=True, timeout=120)
+    probe = "import json; from sandboxes.docker_images import host_binds; print(json.dumps(host_binds()))"
+    out = subprocess.run(
+        [str(venv / "bin" / "python"), "-c", probe],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])},
+        check=True,
+    )
+    python, binds = json.loads(out.stdout)
+    return python, binds

@@ -104,6 +104,8 @@ class LoopbackServer:
         if not (Path(path) / "adapter_model.safetensors").is_file():
             return f"no adapter at {path}"
         with self._lock:
+            if name in self.adapters:  # as vLLM answers: a name is loaded once, until it is unloaded
+                return f"The lora adapter '{name}' has already been loaded."
             if isinstance(self.policy.model, PeftModel):
                 self.policy.model.load_adapter(path, adapter_name=name)
             else:
@@ -116,8 +118,11 @@ class LoopbackServer:
         with self._lock:
             if name not in self.adapters:
                 return False
-            self.policy.model.delete_adapter(name)
             del self.adapters[name]
+            if self.adapters:
+                self.policy.model.delete_adapter(name)
+            else:  # peft keeps no model without an adapter: the base model comes back as it was
+                self.policy.model = self.policy.model.unload()
             return True
 
 

@@ -9,10 +9,8 @@ reach; it is bound at /opt/python instead, and the container's interpreter is th
 from __future__ import annotations
 
 import ast
-import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -21,7 +19,7 @@ import pytest
 
 from evolve.problem import load_problem
 from sandboxes.docker_images import HOST_BASE, PYTHON_INSIDE, ImageSpec, build_base, python_binds
-from tests.helpers import docker_sandbox_or_skip, write_problem
+from tests.helpers import docker_sandbox_or_skip, host_binds_seen_from_venv, write_problem
 
 SCRATCH = ("/work", "/tmp", "/dev/shm", "/dev/mqueue")  # the container's scratch mounts, wiped after every job
 REPO = Path(__file__).resolve().parents[1]
@@ -70,19 +68,7 @@ def test_a_virtual_environment_anywhere_runs_the_host_python_in_docker(where, co
     root = Path(tempfile.mkdtemp(prefix=".evolve-venv-", dir=parent))
     box = None
     try:
-        venv = root / "venv"
-        command = [sys.executable, "-m", "venv", "--without-pip", "--system-site-packages", str(venv)]
-        subprocess.run([*command, *(["--copies"] if copies else [])], check=True, timeout=120)
-        probe = "import json; from sandboxes.docker_images import host_binds; print(json.dumps(host_binds()))"
-        out = subprocess.run(
-            [str(venv / "bin" / "python"), "-c", probe],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            env={**os.environ, "PYTHONPATH": str(REPO)},
-            check=True,
-        )
-        python, binds = json.loads(out.stdout)
+        python, binds = host_binds_seen_from_venv(root / "venv", copies)
         assert python.startswith(f"{PYTHON_INSIDE}/") or python.startswith("/usr/"), python
         assert all(not _under(inside, top) for inside in binds.values() for top in SCRATCH), binds
         box = docker_sandbox_or_skip(workers=1, image=ImageSpec(HOST_BASE, python, binds))

@@ -208,7 +208,7 @@ def _forge_on_every_channel(sandbox, stop: threading.Event, once: bool) -> None:
     while not stop.is_set():
         for box in _ours(sandbox):
             with contextlib.suppress(Exception):  # the container may be being replaced
-                box.exec_run([sandbox._spec.python, "-I", "-c", FORGE])
+                box.exec_run([sandbox.image_spec.python, "-I", "-c", FORGE])
         if once:
             return
         time.sleep(0.1)

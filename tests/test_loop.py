@@ -7,7 +7,6 @@ import os
 import signal
 import sqlite3
 import subprocess
-import sys
 import time
 
 import pytest
@@ -132,14 +131,15 @@ def test_kill_9_mid_run_then_resume_finishes_without_duplicates(tmp_path, tiny_m
 
 
 def test_cli_readers_work_on_the_archive(tmp_path, tiny_model_dir):
+    """The run as a user starts it (a process of its own); the readers in this process, through the same
+    command-line app (each `python -m evolve.cli` would only import the engine again)."""
     folder = write_square_problem(tmp_path / "sq")
     db = tmp_path / "run.db"
-    base = [sys.executable, "-m", "evolve.cli"]
     out = subprocess.run(
         evolve_run_cmd(folder, db, f"transformers:{tiny_model_dir}", 5), capture_output=True, text=True, timeout=300
     )
     assert out.returncode == 0, out.stderr[-2000:]
-    inspect = subprocess.run([*base, "inspect", str(db), "--json"], capture_output=True, text=True, timeout=60)
+    inspect = _cli("inspect", str(db), "--json")
 
     summary = json.loads(inspect.stdout)[0]
     assert summary["evaluations"] == 5 and summary["problem"] == "square"
@@ -153,19 +153,25 @@ def test_cli_readers_work_on_the_archive(tmp_path, tiny_model_dir):
         assert started <= finished and sandbox == "process"
     for tokens, seconds, counts in con.execute("SELECT tokens, generation_s, parse_counts FROM prompts"):
         assert tokens > 0 and seconds > 0 and sum(json.loads(counts).values()) == 4 * 2
-    best = subprocess.run([*base, "best", str(db)], capture_output=True, text=True, timeout=60)
-    assert "def solve" in best.stdout
+    best = _cli("best", str(db))
+    assert best.exit_code == 0 and "def solve" in best.stdout
     pid = summary["best_scalar"][0]
-    show = subprocess.run([*base, "show", str(db), str(pid)], capture_output=True, text=True, timeout=60)
-    assert show.returncode == 0 and "lineage" in show.stdout
-    export = subprocess.run(
-        [*base, "export", str(db), str(tmp_path / "out")], capture_output=True, text=True, timeout=60
-    )
-    assert export.returncode == 0
+    show = _cli("show", str(db), str(pid))
+    assert show.exit_code == 0 and "lineage" in show.stdout
+    export = _cli("export", str(db), str(tmp_path / "out"))
+    assert export.exit_code == 0
     rows = (tmp_path / "out" / "evaluations.csv").read_text().splitlines()
     assert len(rows) == 6 and rows[0].startswith("program_id,parent_id")
-    report = subprocess.run([*base, "report", str(db)], capture_output=True, text=True, timeout=60)
-    assert report.returncode == 0 and report.stdout.startswith("# square: run 1")
+    report = _cli("report", str(db))
+    assert report.exit_code == 0 and report.stdout.startswith("# square: run 1")
     assert "| c0 | 1 |" in report.stdout and "```python" in report.stdout
-    missing = subprocess.run([*base, "inspect", str(tmp_path / "nope.db")], capture_output=True, text=True)
-    assert missing.returncode == 2 and "no archive there" in missing.stderr
+    missing = _cli("inspect", str(tmp_path / "nope.db"))
+    assert missing.exit_code == 2 and "no archive there" in missing.stderr
+
+
+def _cli(*args: str):
+    from typer.testing import CliRunner
+
+    from evolve.cli import app
+
+    return CliRunner().invoke(app, list(args), catch_exceptions=False)

@@ -29,7 +29,7 @@ def test_a_bf16_model_on_a_slow_cpu_gets_a_twin_and_its_logprobs_stay_those_samp
     policy.prefill = PromptPrefill(use_float32_twin=True)
     params = SamplingParams(temperature=0.8, top_p=0.95, max_new_tokens=40, seed=3)
     group = policy.generate(PROMPT, params, 3)
-    twin = policy.prefill._twin
+    twin = policy.prefill.twin
     assert next(twin.parameters()).dtype == torch.float32
     prompt_ids = policy.tokenizer(policy.render(PROMPT), add_special_tokens=False).input_ids
     for g in group:
@@ -41,12 +41,12 @@ def test_a_bf16_model_on_a_slow_cpu_gets_a_twin_and_its_logprobs_stay_those_samp
         assert float(inside.float().mean()) > 0.9
         assert float((torch.tensor(g.logprobs)[inside] - expected[inside]).abs().mean()) < 0.05
     policy.generate(PROMPT, params, 2)
-    assert policy.prefill._twin is twin  # same weights, same twin
+    assert policy.prefill.twin is twin  # same weights, same twin
     with torch.no_grad():
         next(policy.model.parameters()).add_(1.0)
     policy.version += 1  # what publish() does after changing weights
     policy.generate(PROMPT, params, 2)
-    fresh = policy.prefill._twin
+    fresh = policy.prefill.twin
     assert fresh is not twin
     assert torch.equal(next(fresh.parameters()), next(policy.model.parameters()).float())
 

@@ -8,7 +8,6 @@ setpriv, as an unprivileged user.
 from __future__ import annotations
 
 import ast
-import json
 import os
 import sqlite3
 import subprocess
@@ -25,7 +24,7 @@ from evolve.problem.outcome import ErrorKind
 from sandboxes.base import SandboxRefused
 from sandboxes.jail import find_jail
 from sandboxes.process import ProcessSandbox
-from tests.helpers import KNOWN, assert_known_vectors, docker_sandbox_or_skip, write_problem
+from tests.helpers import KNOWN, assert_known_vectors, docker_sandbox_or_skip, host_binds_seen_from_venv, write_problem
 from tests.services import missing
 
 TIMEOUT = 3.0
@@ -360,19 +359,7 @@ def test_without_bubblewrap_the_process_sandbox_says_weak_and_run_refuses_split_
 def test_a_python_in_a_scratch_folder_is_bound_where_no_runner_wipes(tmp_path):
     """A virtual environment under /tmp still puts the container's interpreter at /opt/python, never in scratch."""
     venv = tmp_path / "venv"
-    subprocess.run(
-        [sys.executable, "-m", "venv", "--without-pip", "--system-site-packages", str(venv)], check=True, timeout=120
-    )
-    probe = "import json; from sandboxes.docker_images import _host_python; print(json.dumps(_host_python()))"
-    out = subprocess.run(
-        [str(venv / "bin" / "python"), "-c", probe],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])},
-        check=True,
-    )
-    python, binds = json.loads(out.stdout)
+    python, binds = host_binds_seen_from_venv(venv)
     scratch = ("/work", "/tmp", "/dev/shm")
     assert python.startswith(("/opt/python/", "/usr/")), python
     assert not any(inside == s or inside.startswith(s + "/") for inside in binds.values() for s in scratch)

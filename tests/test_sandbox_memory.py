@@ -242,10 +242,10 @@ def test_cgroups_of_dead_engines_are_removed_at_start_and_ours_at_close():
     live.mkdir(exist_ok=True)
     try:
         box = ProcessSandbox(slots=1)
-        ours = [c.path for c in box._cgroups.values()]
-        assert not stale.exists() and live.exists() and all(p.exists() for p in ours)
+        ours = box.cgroup_paths
+        assert ours and not stale.exists() and live.exists() and all(p.exists() for p in ours)
         box.close()
-        assert not any(p.exists() for p in ours)
+        assert box.cgroup_paths == () and not any(p.exists() for p in ours)
     finally:
         for path in (stale, live):
             with contextlib.suppress(FileNotFoundError):

@@ -15,23 +15,10 @@ from policies.base import SamplingParams
 from policies.trainer import TrainConfig
 from policies.transformers_policy import TransformersPolicy
 from sandboxes.process import ProcessSandbox
-from tests.helpers import square_run
+from tests.helpers import refuse_version_rows, square_run
 
 pytestmark = pytest.mark.slow
 PROBE = SamplingParams(temperature=0.7, top_p=1.0, max_new_tokens=40, seed=21)
-
-
-def _refuse_versions(db, refuse: bool) -> None:
-    con = sqlite3.connect(db)
-    if refuse:
-        con.execute(
-            "CREATE TRIGGER refuse_versions BEFORE INSERT ON policy_versions "
-            "BEGIN SELECT RAISE(ABORT, 'version rows refused'); END"
-        )
-    else:
-        con.execute("DROP TRIGGER refuse_versions")
-    con.commit()
-    con.close()
 
 
 def _state(trainer: ArchiveTrainer) -> tuple[dict, dict]:
@@ -50,6 +37,10 @@ def _same(a: dict, b: dict) -> bool:
     return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) if torch.is_tensor(a[k]) else a[k] == b[k] for k in a)
 
 
+def _probe(policy) -> list[tuple[list[int], list[float]]]:
+    return [(g.token_ids, g.logprobs) for g in policy.generate("Square the input.", PROBE, 2)]
+
+
 def _versions(db) -> list[tuple[int, str | None]]:
     con = sqlite3.connect(db)
     rows = con.execute("SELECT number, adapter_path FROM policy_versions ORDER BY number").fetchall()
@@ -66,38 +57,38 @@ def test_a_refused_version_row_undoes_the_adapter_the_publish_and_the_optimizer_
     adapters, db = tmp_path / "adapters", tmp_path / "a.db"
     config = TrainConfig(learning_rate=1e-3, lora_rank=4)
     trainer = ArchiveTrainer(archive, run.id, list(problem.components), 2, policy, config, adapters)
-    probe = [g.logprobs for g in policy.generate("Square the input.", PROBE, 2)]
+    probe = _probe(policy)  # the base model's tokens and logprobs
     base = _state(trainer)
     assert base[1] == {}  # no optimizer step yet
 
-    _refuse_versions(db, True)
+    refuse_version_rows(db, True)
     with pytest.raises(Exception, match="version rows refused"):
         trainer.step()  # trained, saved and published; then the archive refused the row
     assert _versions(db) == [(0, None)] and policy.version == 0
     assert not adapters.exists() or list(adapters.iterdir()) == []
     weights, optimizer = _state(trainer)
     assert _same(weights, base[0]) and optimizer == {}
-    assert [g.logprobs for g in policy.generate("Square the input.", PROBE, 2)] == probe  # serving v0 again
+    assert _probe(policy) == probe  # the base model again: the same tokens with the same logprobs
 
-    _refuse_versions(db, False)
+    refuse_version_rows(db, False)
     stats = trainer.step()
     assert stats.samples > 0 and policy.version == 1
     assert _versions(db) == [(0, None), (1, str(adapters / "v1"))]
     assert sorted(p.name for p in adapters.iterdir()) == ["v1"]
     v1 = _state(trainer)
     assert v1[1] and not _same(v1[0], base[0])
-    probe_v1 = [g.logprobs for g in policy.generate("Square the input.", PROBE, 2)]
+    probe_v1 = _probe(policy)
     assert probe_v1 != probe
 
-    _refuse_versions(db, True)
+    refuse_version_rows(db, True)
     with pytest.raises(Exception, match="version rows refused"):
         trainer.step()
     assert _versions(db) == [(0, None), (1, str(adapters / "v1"))] and policy.version == 1
     assert sorted(p.name for p in adapters.iterdir()) == ["v1"]
     weights, optimizer = _state(trainer)
     assert _same(weights, v1[0]) and _same(optimizer, v1[1])
-    assert [g.logprobs for g in policy.generate("Square the input.", PROBE, 2)] == probe_v1  # v1 served again
+    assert _probe(policy) == probe_v1  # v1 served again
 
-    _refuse_versions(db, False)
+    refuse_version_rows(db, False)
     trainer.step()
     assert [n for n, _ in _versions(db)] == [0, 1, 2] and policy.version == 2  # no number skipped or reused
