@@ -239,7 +239,7 @@ def test_environment_is_scrubbed(sandbox, problem, monkeypatch):
 
 def test_garbage_on_the_reply_pipe_is_bad_output(sandbox, problem):
     code = (
-        "import os\ndef solve(x):\n    for fd in range(3, 64):\n        try:\n"
+        "import os\ndef solve(x):\n    for fd in range(3, 4096):\n        try:\n"
         "            os.write(fd, b'not json')\n        except OSError:\n            pass\n"
         "    os._exit(0)\n"
     )
