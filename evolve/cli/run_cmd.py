@@ -18,6 +18,7 @@ from evolve.cli.problem_cmds import load_or_fail
 from evolve.fitness import raw_scores
 from evolve.loop import SearchLoop
 from evolve.problem import Problem
+from evolve.sampling_feed import feed_sampling
 from evolve.search import DEFAULT_POLICY, Search, SearchSetupError, build_search
 from policies.base import Describing, PolicyError, ProgressReporting, StatusReporting
 
@@ -88,6 +89,9 @@ def _run_with_live_view(search: Search) -> str:
     done = threading.Event()
     viewer = threading.Thread(target=_live, args=(search.loop, done), daemon=True)
     viewer.start()
+    feed_args = (search.policy, search.archive, search.loop.run.id, done)
+    feeder = threading.Thread(target=feed_sampling, args=feed_args, daemon=True)  # for `evolve serve`
+    feeder.start()
     try:
         return search.run()
     except (PolicyError, SQLAlchemyError) as exc:  # everything committed so far stays; the same command resumes
@@ -100,6 +104,7 @@ def _run_with_live_view(search: Search) -> str:
     finally:
         done.set()
         viewer.join(timeout=2)
+        feeder.join(timeout=2)
         search.close()
 
 
