@@ -73,6 +73,7 @@ def _llama_groups(plan: str, args: argparse.Namespace, prompts: list[str]) -> li
         group = policy.generate_ids(ids, params, g)
         seconds = time.perf_counter() - start
         times.append(GroupTime(len(ids), policy.progress.prompt_tokens, seconds, _sampled(group)))
+        _say(plan, times[-1])
     policy.close()
     return times
 
@@ -91,8 +92,18 @@ def _transformers_groups(plan: str, args: argparse.Namespace, prompts: list[str]
         group = policy.generate_ids(ids, params, args.g)
         seconds = time.perf_counter() - start
         times.append(GroupTime(len(ids), len(ids), seconds, _sampled(group)))
+        _say(plan, times[-1])
     del policy
     return times
+
+
+def _say(plan: str, t: GroupTime) -> None:
+    """One line per group as it ends: a slow plan on a busy machine takes many minutes."""
+    print(
+        f"{plan}: {t.prompt_tokens} prompt tokens ({t.decoded} decoded), {t.seconds:.1f} s, {t.tokens} tokens, "
+        f"{t.tokens / t.seconds:.1f} tok/s ({_load()})",
+        flush=True,
+    )
 
 
 def _sampled(group: list) -> int:
