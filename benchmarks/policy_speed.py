@@ -1,46 +1,41 @@
-"""Seconds per group and tokens per second of the embedded policy, per plan, on the same real prompt.
+"""Group throughput of the embedded policy, per plan, over the same consecutive groups of one run.
 
-One group = one prompt (the real first prompt of a problem: its seed as parent and as two inspirations) and
-G completions; its throughput is the tokens sampled over the group's wall time, the prompt's decode included.
+A run samples group after group, each on another parent of the same problem (`benchmarks.group_prompts`: the
+seed first, then children of it). A group's throughput is the tokens it sampled over its wall time, the
+prompt's decode included. Per plan: the first group (cold: the whole prompt decoded) and the steady state (the
+later groups together: a plan with a prompt cache decodes only the prompt's part from the parent on, the
+problem's text and the ask's rules being cached since the first group).
+
 Plans: `llama` samples with llama.cpp on the embedded GGUF, the G rows decoded in one batch (the default where
 llama-cpp-python is installed); `llama-gN` the same with a group of N; `twin` is transformers, the prompt
 prefilled once in float32 and decoded in bfloat16 (the default without llama.cpp, and the baseline);
 `bf16` prefills once in bfloat16; `bf16-batched` is what generate() does untouched (the prompt run G times);
-`fp32` loads the model in float32. A llama plan also samples a second group whose prompt shares the first
-one's opening (the problem's text; another parent's scores): `cached` is that group's throughput, with the
-shared part of the prompt taken from the cache.
+`fp32` loads the model in float32. A transformers plan keeps no prompt cache between groups; its float32 twin
+is made before the first group is timed.
 
-The last line compares the default plan (`llama` where it imports, else `twin`) with `twin`:
-`policy_speed baseline_tok_s=... default_tok_s=... ratio=...`. Run it on a quiet machine.
+The last line compares the default plan (`llama` where it imports, else `twin`) with `twin`, both in the steady
+state: `policy_speed baseline_tok_s=... default_tok_s=... ratio=...`. Run it on a quiet machine.
 
 Usage: python -m benchmarks.policy_speed [--model embedded] [--problem problems/roman_numerals] [--g 4]
-       [--max-new-tokens 256] [--plans twin,llama,llama-g8]
+       [--groups 4] [--max-new-tokens 256] [--plans twin,llama,llama-g8]
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib.util
+import os
 import time
+from dataclasses import dataclass
 
 import torch
 from rich.console import Console
 from rich.table import Table
 
-from evolve.problem import load_problem
-from evolve.prompts.builder import PromptInputs, build_prompt
-from policies.base import SamplingParams
+from benchmarks.group_prompts import group_prompts
+from policies.base import SamplingParams, chat_token_ids
 from policies.prefill import PromptPrefill
 from policies.transformers_policy import TransformersPolicy
-
-
-def _prompt(problem_dir: str, score: float = 0.5) -> str:
-    problem = load_problem(problem_dir)
-    scores = {name: score for name in problem.component_names}
-    inspirations = [(problem.seed_code, scores), (problem.seed_code, scores)]
-    return build_prompt(
-        PromptInputs(problem.config.description, problem.seed_code, scores, None, inspirations, 3, "full")
-    )
 
 
 def _policy(model: str, plan: str) -> TransformersPolicy:
@@ -57,32 +52,70 @@ def _policy(model: str, plan: str) -> TransformersPolicy:
     return policy
 
 
-def _llama_plan(plan: str, args: argparse.Namespace, table: Table) -> float:
-    """One cold group (the whole prompt decoded) and one whose prompt opening is cached; the cold throughput."""
+@dataclass
+class GroupTime:
+    prompt_tokens: int
+    decoded: int  # prompt tokens decoded for this group (the rest came from the cache)
+    seconds: float
+    tokens: int
+
+
+def _llama_groups(plan: str, args: argparse.Namespace, prompts: list[str]) -> list[GroupTime]:
     from policies.llama_policy import LlamaPolicy
 
     g = int(plan.partition("-g")[2] or args.g)
     policy = LlamaPolicy.load(args.model)
     params = SamplingParams(temperature=0.8, top_p=0.95, max_new_tokens=args.max_new_tokens, seed=1)
-    rates = []
-    for label, score in (("", 0.5), (" cached", 0.25)):
-        ids = policy.tokenizer(policy.render(_prompt(args.problem, score)), add_special_tokens=False).input_ids
+    times = []
+    for text in prompts:
+        ids = chat_token_ids(policy.tokenizer, text)
         start = time.perf_counter()
         group = policy.generate_ids(ids, params, g)
-        group_s = time.perf_counter() - start
-        tokens = sum(len(c.token_ids or []) for c in group)
-        decoded = policy.progress.prompt_tokens
-        rates.append(tokens / group_s)
-        table.add_row(
-            f"{plan}{label} (G={g})",
-            f"{len(ids)} ({decoded} decoded)",
-            "-",
-            f"{group_s:.1f}",
-            str(tokens),
-            f"{rates[-1]:.1f}",
-        )
+        seconds = time.perf_counter() - start
+        times.append(GroupTime(len(ids), policy.progress.prompt_tokens, seconds, _sampled(group)))
+        _say(plan, times[-1])
     policy.close()
-    return rates[0]
+    return times
+
+
+def _transformers_groups(plan: str, args: argparse.Namespace, prompts: list[str]) -> list[GroupTime]:
+    policy = _policy(args.model, plan)
+    params = SamplingParams(temperature=0.8, top_p=0.95, max_new_tokens=args.max_new_tokens, seed=1)
+    if plan == "bf16-batched":  # no cache handed over: generate() runs the prompt once per sequence
+        policy.prefill.cache = lambda *a, **k: None  # type: ignore[method-assign]
+    else:  # the float32 twin is copied once per weights version, not per group: not timed
+        policy.prefill.cache(policy.model, policy.version, chat_token_ids(policy.tokenizer, prompts[0])[:8], 1)
+    times = []
+    for text in prompts:
+        ids = chat_token_ids(policy.tokenizer, text)
+        start = time.perf_counter()  # the group's time includes its own prefill
+        group = policy.generate_ids(ids, params, args.g)
+        seconds = time.perf_counter() - start
+        times.append(GroupTime(len(ids), len(ids), seconds, _sampled(group)))
+        _say(plan, times[-1])
+    del policy
+    return times
+
+
+def _say(plan: str, t: GroupTime) -> None:
+    """One line per group as it ends: a slow plan on a busy machine takes many minutes."""
+    print(
+        f"{plan}: {t.prompt_tokens} prompt tokens ({t.decoded} decoded), {t.seconds:.1f} s, {t.tokens} tokens, "
+        f"{t.tokens / t.seconds:.1f} tok/s ({_load()})",
+        flush=True,
+    )
+
+
+def _sampled(group: list) -> int:
+    return sum(len(c.token_ids or []) for c in group)
+
+
+def _rate(times: list[GroupTime]) -> float:
+    return sum(t.tokens for t in times) / sum(t.seconds for t in times)
+
+
+def _load() -> str:
+    return "load " + " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 def main() -> None:
@@ -90,41 +123,34 @@ def main() -> None:
     ap.add_argument("--model", default="embedded")
     ap.add_argument("--problem", default="problems/roman_numerals")
     ap.add_argument("--g", type=int, default=4)
+    ap.add_argument("--groups", type=int, default=4, help="consecutive groups per plan (the first is cold)")
     ap.add_argument("--max-new-tokens", type=int, default=256)
     ap.add_argument("--plans", default="twin,llama,llama-g8")
     args = ap.parse_args()
-    text = _prompt(args.problem)
-    table = Table("plan", "prompt tokens", "prefill s", "group s", "sampled tokens", "tok/s (group)")
-    summary, rates = [], {}
+    if args.groups < 2:
+        ap.error("--groups must be at least 2: one cold group and at least one in the steady state")
+    prompts = group_prompts(args.problem, args.groups)
+    table = Table("plan", "group", "prompt tokens", "decoded", "group s", "sampled tokens", "tok/s", "load after")
+    summary, steady = [], {}
     for plan in args.plans.split(","):
-        if plan.startswith("llama"):
-            rates[plan] = _llama_plan(plan, args, table)
-            summary.append(f"{plan}_tok_s={rates[plan]:.1f}")
-            continue
-        policy = _policy(args.model, plan)
-        ids = policy.tokenizer(policy.render(text), add_special_tokens=False).input_ids
-        params = SamplingParams(temperature=0.8, top_p=0.95, max_new_tokens=args.max_new_tokens, seed=1)
-        prefill_s = 0.0
-        if plan == "bf16-batched":  # no cache handed over: generate() runs the prompt once per sequence
-            policy.prefill.cache = lambda *a, **k: None  # type: ignore[method-assign]
-        else:
-            policy.prefill.cache(policy.model, policy.version, ids[:-1], args.g)  # copies the twin, if any
-            start = time.perf_counter()
-            policy.prefill.cache(policy.model, policy.version, ids[:-1], args.g)
-            prefill_s = time.perf_counter() - start
-        start = time.perf_counter()  # the group's time includes its own prefill
-        group = policy.generate_ids(ids, params, args.g)
-        group_s = time.perf_counter() - start
-        tokens = sum(len(g.token_ids or []) for g in group)
-        table.add_row(plan, str(len(ids)), f"{prefill_s:.1f}", f"{group_s:.1f}", str(tokens), f"{tokens / group_s:.1f}")
-        rates[plan] = tokens / group_s
-        summary.append(f"{plan}_tok_s={rates[plan]:.1f}")
-        del policy
+        groups = (_llama_groups if plan.startswith("llama") else _transformers_groups)(plan, args, prompts)
+        for k, t in enumerate(groups, 1):
+            row = (
+                str(t.prompt_tokens),
+                str(t.decoded),
+                f"{t.seconds:.1f}",
+                str(t.tokens),
+                f"{t.tokens / t.seconds:.1f}",
+            )
+            table.add_row(plan, str(k), *row, _load() if k == len(groups) else "")
+        steady[plan] = _rate(groups[1:])
+        summary.append(f"{plan}_first_tok_s={_rate(groups[:1]):.1f} {plan}_steady_tok_s={steady[plan]:.1f}")
+        print(f"{plan}: first group {_rate(groups[:1]):.1f} tok/s, steady state {steady[plan]:.1f} tok/s ({_load()})")
     Console().print(table)
     print("plans " + " ".join(summary))
     default = "llama" if importlib.util.find_spec("llama_cpp") is not None else "twin"
-    if "twin" in rates and default in rates:
-        baseline, chosen = rates["twin"], rates[default]
+    if "twin" in steady and default in steady:
+        baseline, chosen = steady["twin"], steady[default]
         print(f"policy_speed baseline_tok_s={baseline:.1f} default_tok_s={chosen:.1f} ratio={chosen / baseline:.2f}")
 
 

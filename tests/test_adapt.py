@@ -39,7 +39,7 @@ def test_prompt_insists_on_change_and_shows_recent_children_of_the_parent():
     assert "Every variant must change the code" in text
     assert "differ from each other and from the recent children above" in text
     assert "# Recent children of the current program" in text
-    assert text.index("return x * 3") < text.index("return x - 7") < text.index("# Task")
+    assert text.index("return x * 3") < text.index("return x - 7") < text.index("# Your answer")
     assert "import math" not in text  # only the editable blocks are shown, for recent children too
     assert "Recent children" not in _prompt() and "recent children above" not in _prompt()
     # a recent attempt longer than the cap is cut, so one long child cannot crowd out the problem

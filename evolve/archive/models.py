@@ -161,3 +161,13 @@ class Variant(Base):
     status: Mapped[str] = mapped_column(String(20))
     detail: Mapped[str | None] = mapped_column(Text)
     program_id: Mapped[int | None] = mapped_column(ForeignKey("programs.id"), index=True)
+
+
+class SamplingProgressRow(Base):
+    """The group a run is sampling now (one row per run, overwritten every few seconds while it samples; `data`
+    is None between groups): the run's process publishes it so that `evolve serve`, another process, shows it."""
+
+    __tablename__ = "sampling_progress"
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id"), primary_key=True)
+    data: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    updated_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)

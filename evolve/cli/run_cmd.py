@@ -19,6 +19,7 @@ from evolve.fitness import raw_scores
 from evolve.loop import SearchLoop
 from evolve.problem import Problem
 from evolve.runs import DEFAULT_POLICY, TRAIN_METHODS, RunOverrides, option_default
+from evolve.sampling_feed import feed_sampling
 from evolve.search import Search, SearchSetupError, build_search
 from policies.base import Describing, PolicyError, ProgressReporting, StatusReporting
 
@@ -96,6 +97,9 @@ def _run_with_live_view(search: Search) -> str:
     done = threading.Event()
     viewer = threading.Thread(target=_live, args=(search.loop, done), daemon=True)
     viewer.start()
+    feed_args = (search.policy, search.archive, search.loop.run.id, done)
+    feeder = threading.Thread(target=feed_sampling, args=feed_args, daemon=True)  # for `evolve serve`
+    feeder.start()
     try:
         return search.run()
     except (PolicyError, SQLAlchemyError) as exc:  # everything committed so far stays; the same command resumes
@@ -108,6 +112,7 @@ def _run_with_live_view(search: Search) -> str:
     finally:
         done.set()
         viewer.join(timeout=2)
+        feeder.join(timeout=2)
         search.close()
 
 

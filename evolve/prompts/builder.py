@@ -1,5 +1,10 @@
-"""The prompt: problem, parent blocks with their named score vector, feedback and failures, inspirations, the
-parent's recent children, and the ask.
+"""The prompt: the problem and the ask's instructions first, then the parent blocks with their named score
+vector, feedback and failures, inspirations, the parent's recent children, and a short closing line.
+
+Why this order: everything before the parent is the same for every group of a run (the problem's text, the
+variants asked for, their format and directions), so a backend with a prompt cache (llama.cpp's, see
+policies/llama_policy.py) computes it once per run and only the part from the parent on per group. The closing
+line repeats the ask in one sentence, so the last thing a small model reads is still what to write.
 
 Failures teach: the parent's evaluator feedback, the tail of its stderr, its per-case errors and the most recent
 failures among its children are shown (each bounded), so the next completion can avoid them. Nothing here
@@ -84,10 +89,26 @@ def completion_stop(variants: int) -> tuple[str, ...]:
     return (f"</variant {variants}>",)
 
 
+RUN_MIN = 3  # this many neighbouring components with one value are written as a range
+
+
 def _vector(scores: Mapping[str, float], limit: int = 24) -> str:
-    items = list(scores.items())
-    text = ", ".join(f"{k}={v:.4g}" for k, v in items[:limit])
-    return text + (f", … ({len(items) - limit} more)" if len(items) > limit else "")
+    """`name=value` per component, but a run of neighbours sharing a value as `first…last=value`: a problem scored
+    per case (24 cases, mostly 0 or 1) then costs tens of tokens per program shown instead of ~170."""
+    items = [(k, f"{v:.4g}") for k, v in list(scores.items())[:limit]]
+    shown: list[str] = []
+    i = 0
+    while i < len(items):
+        j = i
+        while j + 1 < len(items) and items[j + 1][1] == items[i][1]:
+            j += 1
+        if j - i + 1 >= RUN_MIN:
+            shown.append(f"{items[i][0]}…{items[j][0]}={items[i][1]}")
+        else:
+            shown += [f"{k}={v}" for k, v in items[i : j + 1]]
+        i = j + 1
+    more = len(scores) - limit
+    return ", ".join(shown) + (f", … ({more} more)" if more > 0 else "")
 
 
 def _safe_blocks(code: str) -> list[EditableBlock]:
@@ -109,19 +130,18 @@ def _blocks(code: str, cap: int | None = None) -> str:
     return "\n".join(f"Block {b.index + 1}:\n```python\n{body(b.text)}\n```" for b in blocks)
 
 
-def _ask(m: int, edit_format: str, n_blocks: int, template: str, has_recent: bool) -> str:
+def _instructions(m: int, edit_format: str, n_blocks: int, template: str) -> str:
+    """The ask's rules, fixed for a run (the variants, their format and directions); the part that depends on the
+    group (its recent children) is in the closing line."""
     tags = " ".join(f"<variant {k}>…</variant {k}>" for k in range(1, m + 1))
     many = "s" if m > 1 else ""
     rules = [
-        f"Write {m} new variant{many} of the editable code, each meant to score better than the current program.",
+        f"Write {m} new variant{many} of the editable code of the current program shown below, each meant to score "
+        "better than it.",
         "Every variant must change the code: a copy of the current code is wasted and scores nothing.",
     ]
     if m > 1:
-        rules.append(
-            "The variants must differ from each other" + (" and from the recent children above." if has_recent else ".")
-        )
-    elif has_recent:
-        rules.append("The variant must differ from the recent children above.")
+        rules.append("The variants must differ from each other.")
     if template == "directed":
         rules += [f"Variant {k}: {DIRECTIONS[(k - 1) % len(DIRECTIONS)]}." for k in range(1, m + 1)]
     elif m > 1:
@@ -134,14 +154,40 @@ def _ask(m: int, edit_format: str, n_blocks: int, template: str, has_recent: boo
             "current editable code exactly and REPLACE differs from it:\n<<<<<<< SEARCH\n(lines to find)\n"
             "=======\n(new lines)\n>>>>>>> REPLACE\n"
         )
-    blocks = "one ```python fenced block" if n_blocks == 1 else f"{n_blocks} ```python fenced blocks, in order"
-    return head + f"Inside a variant, give {blocks} holding the complete new editable code.\n"
+    return head + f"Inside a variant, give {_fences(n_blocks)} holding the complete new editable code.\n"
+
+
+def _fences(n_blocks: int) -> str:
+    return "one ```python fenced block" if n_blocks == 1 else f"{n_blocks} ```python fenced blocks, in order"
+
+
+def _closing(m: int, edit_format: str, n_blocks: int, has_recent: bool) -> str:
+    """The ask again in a sentence or two, after the parent: what to write now, in which tags and form."""
+    many = "s" if m > 1 else ""
+    form = "SEARCH/REPLACE edits" if edit_format == "diff" else _fences(n_blocks)
+    lines = [
+        f"Now write the {m} variant{many} of the current program, as the task above says: each in its tag "
+        f"<variant k>…</variant k>, holding {form}."
+    ]
+    if has_recent:
+        lines.append(
+            "The variants must differ from each other and from the recent children above."
+            if m > 1
+            else "The variant must differ from the recent children above."
+        )
+    return " ".join(lines)
 
 
 def build_prompt(p: PromptInputs) -> str:
-    parts = [
+    fmt = resolve_edit_format(p.edit_format, p.parent_code)
+    n_blocks = len(_safe_blocks(p.parent_code))
+    parts = [  # fixed for a run: a prompt cache reuses all of it
         "# Problem",
         p.description.strip(),
+        "# Task",
+        _instructions(p.variants, fmt, n_blocks, p.template),
+    ]
+    parts += [  # this group's own: from here on every prompt differs
         "# Current program",
         f"Scores (higher is better unless the problem says otherwise): {_vector(p.parent_scores)}",
         "Editable code:",
@@ -155,8 +201,7 @@ def build_prompt(p: PromptInputs) -> str:
     if p.recent:
         parts.append("# Recent children of the current program (already tried: do not repeat them)")
         parts += [_blocks(code, RECENT_CAP) for code in p.recent]
-    fmt = resolve_edit_format(p.edit_format, p.parent_code)
-    parts += ["# Task", _ask(p.variants, fmt, len(_safe_blocks(p.parent_code)), p.template, bool(p.recent))]
+    parts += ["# Your answer", _closing(p.variants, fmt, n_blocks, bool(p.recent))]
     return "\n\n".join(parts)
 
 

@@ -22,6 +22,7 @@ from evolve.report.aggregate import (
     throughput_view,
     version_view,
 )
+from evolve.report.token_spans import token_spans
 
 MAX_LINEAGE_ROOTS = 6
 
@@ -47,8 +48,9 @@ def build_views(archive: Archive, run: Run) -> Views:
     }
 
     statuses, var_at = queries.variant_rows(archive, run.id)
-    tok_at, tokens = queries.completion_rows(archive, run.id)
-    var_t, tok_t = seconds_since(start, var_at), seconds_since(start, tok_at)
+    spans = token_spans(archive, run.id)
+    tokens = spans.tokens
+    var_t, tok_t = seconds_since(start, var_at), seconds_since(start, spans.end)
     t_end = float(np.nanmax(np.concatenate([[0.0], t, var_t])))
     edges = buckets(t_end)
     kinds = [kind or "ok" for kind in cols.error_kind]
@@ -83,7 +85,11 @@ def build_views(archive: Archive, run: Run) -> Views:
         errors={"t": edges.tolist(), "counts": count_by(kinds, t, edges)},
         parse={"t": edges.tolist(), "counts": count_by(statuses, var_t, edges)},
         throughput=throughput_view(
-            edges, t, tok_t, tokens, seconds_since(start, queries.valid_child_times(archive, run.id))
+            edges,
+            t,
+            (seconds_since(start, spans.start), tok_t),
+            tokens,
+            seconds_since(start, queries.valid_child_times(archive, run.id)),
         ),
         versions=version_view(queries.version_rows(archive, run.id), start),
         lineage_roots=roots[:MAX_LINEAGE_ROOTS],

@@ -16,8 +16,11 @@ from werkzeug.serving import BaseWSGIServer, WSGIRequestHandler, make_server
 
 from evolve.archive import Archive, ArchiveError
 from evolve.archive.models import Run
+from evolve.archive.progress import published_sampling
 from evolve.report import queries
 from evolve.report.page import LINEAGE_STEPS, payload, render, safe_json
+
+SAMPLING_STALE_S = 30.0  # a run writes its sampling progress every 2 s; older than this, it is gone
 
 
 class PayloadCache:
@@ -97,6 +100,15 @@ def create_app(archive: Archive, default_run: int) -> Flask:
             return Response(status=204)
         return Response(safe_json(fresh), mimetype="application/json")
 
+    @app.get("/api/sampling")
+    def sampling() -> Response:
+        """The group the run is sampling (as the run's live view shows it), or an empty line between groups,
+        once the run has stopped, or when the run last wrote longer ago than a live run would."""
+        run = chosen_run()
+        published = published_sampling(archive, run.id)
+        live = published is not None and published.age_s <= SAMPLING_STALE_S and _running(archive, run.id)
+        return jsonify({"line": published.line() if live and published is not None else ""})
+
     @app.get("/api/program/<int:program_id>")
     def program(program_id: int) -> Response:
         detail = queries.program_detail(archive, program_id)
@@ -119,6 +131,10 @@ def create_app(archive: Archive, default_run: int) -> Flask:
         return response
 
     return app
+
+
+def _running(archive: Archive, run_id: int) -> bool:
+    return any(r.id == run_id and r.status == "running" for r in archive.runs())
 
 
 def make_dashboard(archive: Archive, run_id: int, host: str, port: int) -> BaseWSGIServer:

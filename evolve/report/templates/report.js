@@ -217,8 +217,17 @@
     document.getElementById("pareto-y").addEventListener("change", pareto);
     document.getElementById("lineage-go").addEventListener("click", lookup);
     draw(function () { body.dataset.ready = "true"; });
-    if (live) poll();
+    if (live) { poll(); pollSampling(); }
   });
+
+  // The group being sampled, as the run publishes it every 2 s (tokens so far, tokens/s, rows finished, elapsed).
+  function pollSampling() {
+    setInterval(function () {
+      fetch("/api/sampling?run=" + runId).then(function (r) { return r.json(); })
+        .then(function (s) { text("sampling", s.line); })
+        .catch(function () { text("sampling", ""); });
+    }, 2000);
+  }
 
   function poll() {
     let key = data.key;

@@ -1,0 +1,83 @@
+"""The prompts of consecutive groups of one run, for the speed benchmarks: each group has another parent.
+
+A run's first group is posed on the seed; later ones on children of it, with their own scores, and the
+programs met so far as inspirations. The children here are made by a fixed edit of the seed's editable code
+(a marked comment, and the numbers of one literal changed), so that every prompt differs from the previous
+one from the parent's scores on, as in a real run, while the problem's text and the ask stay the same.
+
+`python -m benchmarks.group_prompts [--problem DIR] [--groups N]` prints, per group, the prompt's tokens under
+the embedded model's chat template and how many of them open the previous group's prompt too (what
+llama.cpp's prompt cache skips).
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import re
+
+from evolve.problem import load_problem
+from evolve.prompts.builder import PromptInputs, build_prompt
+
+VARIANTS = 3
+
+
+def child_of(seed: str, k: int) -> str:
+    """The seed with its k-th fixed edit: a comment naming the attempt at the top of the editable code, and the
+    first integer literal inside the editable code raised by k (the kind of small change children carry)."""
+    start = seed.index("EVOLVE-BLOCK-START")
+    head_end = seed.index("\n", start) + 1
+    body = seed[head_end:]
+    body = re.sub(r"\b(\d+)\b", lambda m: str(int(m.group(1)) + k), body, count=1)
+    return seed[:head_end] + f"# attempt {k}: a variation of the seed\n" + body
+
+
+def group_prompts(problem_dir: str, groups: int, edit_format: str = "full") -> list[str]:
+    """The prompts of `groups` consecutive groups: the seed as the first parent, then child k as the k-th."""
+    problem = load_problem(problem_dir)
+    names = problem.component_names
+    seed = problem.seed_code
+    prompts = []
+    for k in range(groups):
+        parent = seed if k == 0 else child_of(seed, k)
+        draw = random.Random(k)  # per-case scores of 0 or 1, as a problem scored per hidden case has
+        scores = {name: float(draw.random() < 0.3 + 0.1 * k) for name in names}
+        met = [seed, *(child_of(seed, j) for j in range(1, k))][-2:]
+        inspirations = [(code, {name: 0.5 for name in names}) for code in (met if k else [seed, seed])]
+        prompts.append(
+            build_prompt(
+                PromptInputs(problem.config.description, parent, scores, None, inspirations, VARIANTS, edit_format)
+            )
+        )
+    return prompts
+
+
+def shared_prefix(a: list[int], b: list[int]) -> int:
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def main() -> None:
+    from transformers import AutoTokenizer
+
+    from policies.base import chat_token_ids
+    from policies.embedded import embedded_model_dir
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--problem", default="problems/roman_numerals")
+    ap.add_argument("--groups", type=int, default=4)
+    args = ap.parse_args()
+    tokenizer = AutoTokenizer.from_pretrained(embedded_model_dir())
+    previous: list[int] = []
+    for k, prompt in enumerate(group_prompts(args.problem, args.groups)):
+        ids = chat_token_ids(tokenizer, prompt)
+        print(f"group {k + 1}: {len(ids)} prompt tokens, {shared_prefix(previous, ids)} shared with the previous")
+        previous = ids
+
+
+if __name__ == "__main__":
+    main()
