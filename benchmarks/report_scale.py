@@ -33,8 +33,15 @@ from evolve.report.server import make_dashboard
 
 PROBLEM = Path(__file__).resolve().parents[1] / "problems" / "roman_numerals"
 CHROMIUM = "/usr/bin/chromium"
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-         "--disable-component-update", "--disable-sync", "--no-first-run"]
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
 
 
 def fill(db: Path, n: int) -> None:
@@ -53,37 +60,93 @@ def fill(db: Path, n: int) -> None:
     for i in range(1, n + 1):
         at = start + span * (i / n)
         if i == 1 or i % 10_000 == 0:
-            versions.append(dict(id=len(versions) + 1, run_id=run.id, number=len(versions), base_model="bench",
-                                 created_at=at, stats=None if i == 1 else {"loss": rng.random(), "kl": 0.01}))
+            versions.append(
+                dict(
+                    id=len(versions) + 1,
+                    run_id=run.id,
+                    number=len(versions),
+                    base_model="bench",
+                    created_at=at,
+                    stats=None if i == 1 else {"loss": rng.random(), "kl": 0.01},
+                )
+            )
         parent = rng.randrange(1, i) if i > 1 else None
         code = f"def solve(n):\n    program = {i}\n    return {'X' * rng.randrange(1, 300)!r}\n"
-        programs.append(dict(id=i, run_id=run.id, code=code, code_hash=code_hash(code), parent_id=parent,
-                             island=i % 4, generation=i.bit_length(), created_at=at))
+        programs.append(
+            dict(
+                id=i,
+                run_id=run.id,
+                code=code,
+                code_hash=code_hash(code),
+                parent_id=parent,
+                island=i % 4,
+                generation=i.bit_length(),
+                created_at=at,
+            )
+        )
         failed = rng.random() < 0.1
         skill = [min(1.0, s + 0.00002 * rng.random()) for s in skill]
         scores = {name: float(rng.random() < s) for name, s in zip(names, skill, strict=True)}
-        evaluations.append(dict(program_id=i, scores={} if failed else scores,
-                                scalar=None if failed else sum(scores.values()) / len(scores),
-                                error_kind=rng.choice(["crash", "timeout", "invalid"]) if failed else None,
-                                duration_s=rng.random(), sandbox="process", created_at=at + timedelta(seconds=1)))
+        evaluations.append(
+            dict(
+                program_id=i,
+                scores={} if failed else scores,
+                scalar=None if failed else sum(scores.values()) / len(scores),
+                error_kind=rng.choice(["crash", "timeout", "invalid"]) if failed else None,
+                duration_s=rng.random(),
+                sandbox="process",
+                created_at=at + timedelta(seconds=1),
+            )
+        )
         if parent is not None and i % 6 == 0:  # one group (4 completions x 3 answers) per 6 children
             prompt_id += 1
-            prompts.append(dict(id=prompt_id, run_id=run.id, parent_id=parent, inspiration_ids=[], island=i % 4,
-                                text="prompt", created_at=at))
+            prompts.append(
+                dict(
+                    id=prompt_id,
+                    run_id=run.id,
+                    parent_id=parent,
+                    inspiration_ids=[],
+                    island=i % 4,
+                    text="prompt",
+                    created_at=at,
+                )
+            )
             for g in range(4):
                 completion_id += 1
                 tokens = array("i", range(rng.randrange(100, 400))).tobytes()
-                completions.append(dict(id=completion_id, prompt_id=prompt_id, policy_version_id=len(versions),
-                                        sampling={}, text="completion", token_ids=tokens, created_at=at))
+                completions.append(
+                    dict(
+                        id=completion_id,
+                        prompt_id=prompt_id,
+                        policy_version_id=len(versions),
+                        sampling={},
+                        text="completion",
+                        token_ids=tokens,
+                        created_at=at,
+                    )
+                )
                 for k in range(3):
                     variant_id += 1
                     j = 3 * g + k  # the first six answers made the six children i-5..i
                     status = "ok" if j < 6 else rng.choice(["duplicate", "parse_error", "unchanged"])
-                    variants.append(dict(id=variant_id, completion_id=completion_id, slot=k, status=status,
-                                         program_id=i - 5 + j if j < 6 else None))
+                    variants.append(
+                        dict(
+                            id=variant_id,
+                            completion_id=completion_id,
+                            slot=k,
+                            status=status,
+                            program_id=i - 5 + j if j < 6 else None,
+                        )
+                    )
     with archive.engine.begin() as conn:
-        for table, rows in ((PolicyVersion, versions), (Program, programs), (Evaluation, evaluations),
-                            (Prompt, prompts), (Completion, completions), (Variant, variants)):
+        for table, rows in (
+            (PolicyVersion, versions),
+            (Program, programs),
+            (Evaluation, evaluations),
+            (Prompt, prompts),
+            (Completion, completions),
+            (Variant, variants),
+        ):
             conn.execute(insert(table), rows)
     archive.close()
 
@@ -124,9 +187,7 @@ def served(db: Path) -> Served:
             out = Served(warm, chart=time.perf_counter() - started)
             metrics = {m["name"]: m["value"] for m in cdp.send("Performance.getMetrics")["metrics"]}
             out.chart_cpu = metrics.get("ThreadTime")
-            out.contentful = page.evaluate(
-                "performance.getEntriesByName('first-contentful-paint')[0].startTime / 1000"
-            )
+            out.contentful = page.evaluate("performance.getEntriesByName('first-contentful-paint')[0].startTime / 1000")
             page.wait_for_selector("body[data-ready=true]", timeout=300_000)
             out.ready = time.perf_counter() - started
             browser.close()
@@ -144,8 +205,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[1000, 10_000, 100_000])
     args = parser.parse_args()
-    table = Table("programs", "report wall s", "report CPU s", "MB", "server warm-up CPU s",
-                  "first contentful paint s", "first chart wall s", "first chart renderer CPU s", "all views s")
+    table = Table(
+        "programs",
+        "report wall s",
+        "report CPU s",
+        "MB",
+        "server warm-up CPU s",
+        "first contentful paint s",
+        "first chart wall s",
+        "first chart renderer CPU s",
+        "all views s",
+    )
     results = []
     with tempfile.TemporaryDirectory() as tmp:
         for n in args.sizes:
@@ -159,8 +229,17 @@ def main() -> None:
             archive.close()
             page = served(db)
             results.append((n, wall, cpu, page))
-            table.add_row(f"{n:,}", f"{wall:.2f}", f"{cpu:.2f}", f"{len(html) / 1e6:.1f}", f"{page.warm_cpu:.2f}",
-                          seconds(page.contentful), seconds(page.chart), seconds(page.chart_cpu), seconds(page.ready))
+            table.add_row(
+                f"{n:,}",
+                f"{wall:.2f}",
+                f"{cpu:.2f}",
+                f"{len(html) / 1e6:.1f}",
+                f"{page.warm_cpu:.2f}",
+                seconds(page.contentful),
+                seconds(page.chart),
+                seconds(page.chart_cpu),
+                seconds(page.ready),
+            )
     Console().print(table)
     load = os.getloadavg()[0]
     n, wall, cpu, page = results[-1]

@@ -80,9 +80,7 @@ def teach(model: Any, tokenizer: Any, pairs: Sequence[tuple[str, str]], steps: i
     model.eval()
 
 
-def build_taught_model(
-    directory: Path, pairs: Sequence[tuple[str, str]], steps: int = 120, seed: int = 0
-) -> Path:
+def build_taught_model(directory: Path, pairs: Sequence[tuple[str, str]], steps: int = 120, seed: int = 0) -> Path:
     """Make (or reuse) a taught tiny model saved in `directory`. The key covers the pairs, the teaching settings,
     this module's code and the library versions, so a shared cache never serves a stale model; the model is
     written under a private name and renamed into place, so concurrent builders never see half a model."""

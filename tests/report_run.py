@@ -39,7 +39,9 @@ def make_report_run(root: Path, evaluations: int = 6) -> Path:
     db = root / "runs.db"
     out = subprocess.run(
         evolve_run_cmd(folder, db, f"replay:{replay}", evaluations, "--workers", "2"),
-        capture_output=True, text=True, timeout=300,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     return db
@@ -53,8 +55,18 @@ def add_policy_update(db: Path) -> None:
     run = archive.runs()[-1]
     base = archive.policy_versions(run.id)[0]
     archive.add_policy_version(
-        run_id=run.id, base_model=base.base_model, adapter_path="/adapters/v1", parent_id=base.id, number=1,
-        stats={"loss": 0.12, "clip_fraction": 0.05, "kl": 0.01, "set_reward_mean": 0.4, "set_reward_std": 0.2,
-               "reward_diversity": 0.3},
+        run_id=run.id,
+        base_model=base.base_model,
+        adapter_path="/adapters/v1",
+        parent_id=base.id,
+        number=1,
+        stats={
+            "loss": 0.12,
+            "clip_fraction": 0.05,
+            "kl": 0.01,
+            "set_reward_mean": 0.4,
+            "set_reward_std": 0.2,
+            "reward_diversity": 0.3,
+        },
     )
     archive.close()

@@ -19,11 +19,26 @@ pytestmark = pytest.mark.slow
 
 CHROMIUM = "/usr/bin/chromium"
 FLAGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-    "--disable-component-update", "--disable-sync", "--no-first-run",
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
 ]
-VIEWS = {"best_eval", "best_time", "components_eval", "components_time", "pareto", "lineage", "errors", "parse",
-         "throughput", "policy"}
+VIEWS = {
+    "best_eval",
+    "best_time",
+    "components_eval",
+    "components_time",
+    "pareto",
+    "lineage",
+    "errors",
+    "parse",
+    "throughput",
+    "policy",
+}
 
 
 @pytest.fixture(scope="module")
@@ -164,7 +179,11 @@ def test_live_dashboard_in_chromium_refreshes(browser: object, archive_db: Path,
         writer = Archive(db, create=False)  # the run goes on: a new best lands while the page is open
         seed = min(program_codes(db))
         new_id, _ = store_program(
-            writer, run.id, "def solve(x):\n    return x ** 2\n", parent_id=seed, generation=1,
+            writer,
+            run.id,
+            "def solve(x):\n    return x ** 2\n",
+            parent_id=seed,
+            generation=1,
             evaluation={"scores": {"c0": 1.0, "c1": 1.0}, "scalar": 1.5, "duration_s": 0.1, "sandbox": "process"},
         )
         writer.close()

@@ -50,10 +50,14 @@ def test_vectorised_cells_match_the_loops_cells() -> None:
     rng = np.random.default_rng(1)
     for features in (["code_length", "score"], ["a", "b"], ["score"]):
         space = FeatureSpace(features, components)
-        members = [Member(i, 0, 0, rng.normal(size=2), float(rng.normal()), int(rng.integers(1, 5000)))
-                   for i in range(300)]
-        cells = space.cells(np.array([m.code_length for m in members]), np.array([m.scalar for m in members]),
-                            np.stack([m.oriented for m in members]))
+        members = [
+            Member(i, 0, 0, rng.normal(size=2), float(rng.normal()), int(rng.integers(1, 5000))) for i in range(300)
+        ]
+        cells = space.cells(
+            np.array([m.code_length for m in members]),
+            np.array([m.scalar for m in members]),
+            np.stack([m.oriented for m in members]),
+        )
         assert [tuple(c) for c in cells.tolist()] == [space.cell(m) for m in members]
 
 
@@ -95,11 +99,19 @@ def test_export_csv_has_times_policy_version_and_parse_status(run_db: Path, tmp_
 
 def test_report_command_says_what_is_wrong_in_one_line(tmp_path: Path, run_db: Path) -> None:
     base = [sys.executable, "-m", "evolve.cli", "report"]
-    missing = subprocess.run([*base, str(tmp_path / "none.db"), "--html", str(tmp_path / "r.html")],
-                             capture_output=True, text=True, timeout=60)
+    missing = subprocess.run(
+        [*base, str(tmp_path / "none.db"), "--html", str(tmp_path / "r.html")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert missing.returncode != 0 and "no archive there" in missing.stderr + missing.stdout
-    bad = subprocess.run([*base, str(run_db), "--html", str(tmp_path / "no" / "dir" / "r.html")],
-                         capture_output=True, text=True, timeout=120)
+    bad = subprocess.run(
+        [*base, str(run_db), "--html", str(tmp_path / "no" / "dir" / "r.html")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert bad.returncode != 0 and "cannot write the report" in bad.stderr + bad.stdout
     assert "Traceback" not in bad.stderr
 

@@ -125,9 +125,7 @@ def test_interrupt_ends_a_generation_between_tokens_and_is_never_lost(endless_mo
     assert not worker.is_alive() and time.monotonic() - asked < 1.0
     assert [g.finish_reason for g in out] == ["interrupted"] * 3
     policy.interrupt()  # between two calls: the next one ends at once
-    assert [g.finish_reason for g in policy.generate("x", SamplingParams(0.8, 0.95, 10**6), 2)] == [
-        "interrupted"
-    ] * 2
+    assert [g.finish_reason for g in policy.generate("x", SamplingParams(0.8, 0.95, 10**6), 2)] == ["interrupted"] * 2
     normal = policy.generate("x", SamplingParams(0.8, 0.95, 6), 2)  # honoured once, then cleared
     assert [(g.finish_reason, len(g.token_ids or [])) for g in normal] == [("length", 6)] * 2
 

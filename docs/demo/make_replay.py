@@ -10,21 +10,43 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-TABLE = [(1000, "M"), (900, "CM"), (500, "D"), (400, "CD"), (100, "C"), (90, "XC"), (50, "L"), (40, "XL"),
-         (10, "X"), (9, "IX"), (5, "V"), (4, "IV"), (1, "I")]
-STAGES = [{"X", "V", "I", "L"}, {"X", "V", "I", "L", "C"}, {"X", "V", "I", "L", "C", "D", "M"},
-          {"X", "V", "I", "L", "C", "D", "M", "IV", "IX"}, {"X", "V", "I", "L", "C", "D", "M", "IV", "IX", "XL", "XC"},
-          {s for _, s in TABLE}]
+TABLE = [
+    (1000, "M"),
+    (900, "CM"),
+    (500, "D"),
+    (400, "CD"),
+    (100, "C"),
+    (90, "XC"),
+    (50, "L"),
+    (40, "XL"),
+    (10, "X"),
+    (9, "IX"),
+    (5, "V"),
+    (4, "IV"),
+    (1, "I"),
+]
+STAGES = [
+    {"X", "V", "I", "L"},
+    {"X", "V", "I", "L", "C"},
+    {"X", "V", "I", "L", "C", "D", "M"},
+    {"X", "V", "I", "L", "C", "D", "M", "IV", "IX"},
+    {"X", "V", "I", "L", "C", "D", "M", "IV", "IX", "XL", "XC"},
+    {s for _, s in TABLE},
+]
 
 
 def loop_style(pairs: list[tuple[int, str]]) -> str:
-    return ("def solve(n):\n    out = \"\"\n    for value, letter in " + repr(tuple(pairs)) + ":\n"
-            "        while n >= value:\n            out += letter\n            n -= value\n    return out\n")
+    return (
+        'def solve(n):\n    out = ""\n    for value, letter in ' + repr(tuple(pairs)) + ":\n"
+        "        while n >= value:\n            out += letter\n            n -= value\n    return out\n"
+    )
 
 
 def divmod_style(pairs: list[tuple[int, str]]) -> str:
-    return ("def solve(n):\n    parts = []\n    for value, letter in " + repr(tuple(pairs)) + ":\n"
-            "        count, n = divmod(n, value)\n        parts.append(letter * count)\n    return \"\".join(parts)\n")
+    return (
+        "def solve(n):\n    parts = []\n    for value, letter in " + repr(tuple(pairs)) + ":\n"
+        '        count, n = divmod(n, value)\n        parts.append(letter * count)\n    return "".join(parts)\n'
+    )
 
 
 def fence(code: str) -> str:

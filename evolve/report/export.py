@@ -8,8 +8,17 @@ from pathlib import Path
 from evolve.report.queries import ExportRow
 
 FIXED = [
-    "program_id", "parent_id", "island", "generation", "created_at", "evaluated_at", "duration_s",
-    "policy_version", "parse_status", "error_kind", "scalar",
+    "program_id",
+    "parent_id",
+    "island",
+    "generation",
+    "created_at",
+    "evaluated_at",
+    "duration_s",
+    "policy_version",
+    "parse_status",
+    "error_kind",
+    "scalar",
 ]
 
 
@@ -24,10 +33,17 @@ def write_evaluations_csv(path: Path, rows: list[ExportRow]) -> None:
         for r in rows:
             writer.writerow(
                 [
-                    r.program_id, r.parent_id, r.island, r.generation, r.created_at.isoformat(),
-                    r.evaluated_at.isoformat(), f"{r.duration_s:.4f}",
+                    r.program_id,
+                    r.parent_id,
+                    r.island,
+                    r.generation,
+                    r.created_at.isoformat(),
+                    r.evaluated_at.isoformat(),
+                    f"{r.duration_s:.4f}",
                     "" if r.policy_version is None else r.policy_version,
-                    r.parse_status or ("seed" if r.parent_id is None else ""), r.error_kind or "", r.scalar,
+                    r.parse_status or ("seed" if r.parent_id is None else ""),
+                    r.error_kind or "",
+                    r.scalar,
                     *(r.scores.get(n) for n in names),
                 ]
             )

@@ -29,7 +29,9 @@ def _layout(fig: go.Figure, title: str, x: str, y: str, height: int = HEIGHT) ->
     layout = out["layout"]
     layout.pop("template", None)
     layout.update(
-        title={"text": title}, height=height, margin={"l": 60, "r": 20, "t": 50, "b": 50},
+        title={"text": title},
+        height=height,
+        margin={"l": 60, "r": 20, "t": 50, "b": 50},
         legend={"orientation": "h", "y": -0.25},
     )
     bottom = max((k for k in layout if k.startswith("xaxis")), key=lambda k: int(k[5:] or 1), default="xaxis")
@@ -41,8 +43,13 @@ def _layout(fig: go.Figure, title: str, x: str, y: str, height: int = HEIGHT) ->
 
 def _steps_trace(name: str, steps: Steps, x: str, width: float) -> go.Scatter:
     return go.Scatter(
-        x=steps.x_eval if x == "eval" else steps.x_time, y=steps.y, customdata=steps.ids, name=name,
-        mode="lines+markers", line={"shape": "hv", "width": width}, marker={"size": 5},
+        x=steps.x_eval if x == "eval" else steps.x_time,
+        y=steps.y,
+        customdata=steps.ids,
+        name=name,
+        mode="lines+markers",
+        line={"shape": "hv", "width": width},
+        marker={"size": 5},
         hovertemplate="%{y:.6g} at %{x}<br>program %{customdata}<extra>" + name + "</extra>",
     )
 
@@ -58,12 +65,29 @@ def progress_figure(views: Views, x: str) -> dict[str, Any] | None:
         out = _layout(fig, "Best scalar over wall-clock time (dotted: policy updates)", "seconds since start", "best")
         updates = [v for v in views.versions if v["number"] > 0]
         out["layout"]["shapes"] = [
-            {"type": "line", "xref": "x", "yref": "paper", "x0": v["t"], "x1": v["t"], "y0": 0, "y1": 1,
-             "line": {"dash": "dot", "color": "#888"}} for v in updates
+            {
+                "type": "line",
+                "xref": "x",
+                "yref": "paper",
+                "x0": v["t"],
+                "x1": v["t"],
+                "y0": 0,
+                "y1": 1,
+                "line": {"dash": "dot", "color": "#888"},
+            }
+            for v in updates
         ]
         out["layout"]["annotations"] = [
-            {"x": v["t"], "xref": "x", "y": 1, "yref": "paper", "text": f"v{v['number']}", "showarrow": False,
-             "yanchor": "bottom"} for v in updates
+            {
+                "x": v["t"],
+                "xref": "x",
+                "y": 1,
+                "yref": "paper",
+                "text": f"v{v['number']}",
+                "showarrow": False,
+                "yanchor": "bottom",
+            }
+            for v in updates
         ]
         return out
     return _layout(fig, "Best scalar over evaluations, overall and per island", "evaluations", "best scalar")
@@ -87,7 +111,12 @@ def components_figure(views: Views, x: str) -> dict[str, Any] | None:
     out = _layout(fig, title, "evaluations" if x == "eval" else "seconds since start", "best value")
     out["layout"]["updatemenus"] = [
         {
-            "type": "dropdown", "x": 1.0, "xanchor": "right", "y": 1.18, "yanchor": "top", "showactive": True,
+            "type": "dropdown",
+            "x": 1.0,
+            "xanchor": "right",
+            "y": 1.18,
+            "yanchor": "top",
+            "showactive": True,
             "buttons": [
                 {"label": group, "method": "restyle", "args": [{"visible": [o == group for o in owners]}]}
                 for group in groups
@@ -103,14 +132,21 @@ def grid_figures(views: Views) -> list[dict[str, Any]]:
     for grid in views.grids:
         fig = _figure(
             go.Heatmap(
-                x=grid["x"], y=grid["y"], z=grid["z"], customdata=grid["ids"], colorscale="Viridis",
+                x=grid["x"],
+                y=grid["y"],
+                z=grid["z"],
+                customdata=grid["ids"],
+                colorscale="Viridis",
                 hovertemplate="cell (%{x}, %{y})<br>best scalar %{z:.6g}<br>program %{customdata}<extra></extra>",
             )
         )
         out.append(
             _layout(
-                fig, f"Island {grid['island']}: {grid['elites']} elites", f"{grid['x_name']} bin",
-                f"{grid['y_name']} bin" if grid["y_name"] else "", height=300,
+                fig,
+                f"Island {grid['island']}: {grid['elites']} elites",
+                f"{grid['x_name']} bin",
+                f"{grid['y_name']} bin" if grid["y_name"] else "",
+                height=300,
             )
         )
     return out
@@ -139,8 +175,11 @@ def throughput_figure(views: Views) -> dict[str, Any] | None:
         return None
     series = [("evaluations/min", tp["evals_per_min"])]
     if tp["has_tokens"]:  # replay and some HTTP backends report no token ids: then no token rates at all
-        series = [("tokens/s", tp["tokens_per_s"]), *series,
-                  ("unique valid children per 1k tokens", tp["valid_per_1k_tokens"])]
+        series = [
+            ("tokens/s", tp["tokens_per_s"]),
+            *series,
+            ("unique valid children per 1k tokens", tp["valid_per_1k_tokens"]),
+        ]
     fig = _subplots(len(series))
     for row, (name, values) in enumerate(series, 1):
         fig.add_trace(go.Scatter(x=tp["t"], y=values, name=name, mode="lines+markers", marker={"size": 4}), row, 1)
@@ -163,17 +202,24 @@ def policy_figure(views: Views) -> dict[str, Any] | None:
         fig.add_trace(go.Scatter(x=t, y=values, text=labels, name=key, mode="lines+markers"), 1, 1)
     fig.add_trace(
         go.Scatter(
-            x=t, y=[v["best_child"] for v in versions], text=labels, name="best child scalar",
-            mode="markers+text", textposition="top center", marker={"size": 10, "symbol": "diamond"},
+            x=t,
+            y=[v["best_child"] for v in versions],
+            text=labels,
+            name="best child scalar",
+            mode="markers+text",
+            textposition="top center",
+            marker={"size": 10, "symbol": "diamond"},
         ),
-        rows, 1,
+        rows,
+        1,
     )
     if stats:
         fig.update_yaxes(title_text="update statistics", row=1, col=1)
     fig.update_yaxes(title_text="best child", row=rows, col=1)
     title = "Policy versions: update statistics and the best child each version wrote"
-    return _layout(fig, title if stats else title + " (no update yet)", "seconds since start", "",
-                   height=260 + 220 * rows)
+    return _layout(
+        fig, title if stats else title + " (no update yet)", "seconds since start", "", height=260 + 220 * rows
+    )
 
 
 def all_figures(views: Views) -> dict[str, Any]:

@@ -29,8 +29,13 @@ REFRESH_S = 5
 
 def safe_json(value: Any) -> str:
     text = json.dumps(value, cls=PlotlyJSONEncoder, separators=(",", ":"))
-    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026").replace(
-        "\u2028", "\\u2028").replace("\u2029", "\\u2029")
+    return (
+        text.replace("<", "\\u003c")
+        .replace(">", "\\u003e")
+        .replace("&", "\\u0026")
+        .replace("\u2028", "\\u2028")
+        .replace("\u2029", "\\u2029")
+    )
 
 
 def lineage_payload(archive: Archive, roots: list[int]) -> list[dict[str, Any]]:

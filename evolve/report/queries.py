@@ -197,8 +197,11 @@ def program_detail(archive: Archive, program_id: int) -> dict[str, Any] | None:
         diff = None
         if parent_code is not None:
             lines = difflib.unified_diff(
-                parent_code.splitlines(), program.code.splitlines(), f"program {program.parent_id}",
-                f"program {program.id}", lineterm="",
+                parent_code.splitlines(),
+                program.code.splitlines(),
+                f"program {program.parent_id}",
+                f"program {program.id}",
+                lineterm="",
             )
             diff = "\n".join(lines)
         return {
@@ -254,9 +257,18 @@ def export_rows(archive: Archive, run_id: int) -> list[ExportRow]:
     )
     q = (
         select(
-            Program.id, Program.parent_id, Program.island, Program.generation, Program.created_at,
-            Evaluation.created_at, Evaluation.duration_s, PolicyVersion.number, Variant.status,
-            Evaluation.error_kind, Evaluation.scalar, Evaluation.scores,
+            Program.id,
+            Program.parent_id,
+            Program.island,
+            Program.generation,
+            Program.created_at,
+            Evaluation.created_at,
+            Evaluation.duration_s,
+            PolicyVersion.number,
+            Variant.status,
+            Evaluation.error_kind,
+            Evaluation.scalar,
+            Evaluation.scores,
         )
         .join(Evaluation, Evaluation.program_id == Program.id)
         .outerjoin(first_variant, first_variant.c.program_id == Program.id)

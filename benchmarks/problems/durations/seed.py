@@ -5,4 +5,6 @@ def solve(text):
     if text.endswith("s"):
         text = text[:-1]
     return float(text)
+
+
 # EVOLVE-BLOCK-END

@@ -32,6 +32,8 @@ def minimize(f, dim, budget):
         if y < best:
             best, best_x = y, x
     return best_x
+
+
 # EVOLVE-BLOCK-END
 
 

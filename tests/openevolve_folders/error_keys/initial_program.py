@@ -4,4 +4,6 @@
 # EVOLVE-BLOCK-START
 def solve(x):
     return x + 1
+
+
 # EVOLVE-BLOCK-END
