@@ -100,18 +100,6 @@ def variant_rows(archive: Archive, run_id: int) -> tuple[list[str], np.ndarray]:
     return [r[0] for r in rows], times([r[1] for r in rows])
 
 
-def completion_rows(archive: Archive, run_id: int) -> tuple[np.ndarray, np.ndarray]:
-    """Time and tokens per completion; tokens from the packed int32 ids, 0 where the backend gave none."""
-    q = (
-        select(as_text(Completion.created_at), func.coalesce(func.length(Completion.token_ids), 0) / 4)
-        .join(Prompt, Prompt.id == Completion.prompt_id)
-        .where(Prompt.run_id == run_id)
-    )
-    with archive.engine.connect() as conn:
-        rows = conn.execute(q).all()
-    return times([r[0] for r in rows]), np.array([int(r[1]) for r in rows], dtype=float)
-
-
 def valid_child_times(archive: Archive, run_id: int) -> np.ndarray:
     """Completion times of the answers that made a new child which evaluated without error."""
     q = (
