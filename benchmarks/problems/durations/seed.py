@@ -5,6 +5,4 @@ def solve(text):
     if text.endswith("s"):
         text = text[:-1]
     return float(text)
-
-
 # EVOLVE-BLOCK-END

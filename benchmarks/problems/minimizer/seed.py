@@ -32,8 +32,6 @@ def minimize(f, dim, budget):
         if y < best:
             best, best_x = y, x
     return best_x
-
-
 # EVOLVE-BLOCK-END
 
 

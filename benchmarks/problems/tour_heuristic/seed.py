@@ -9,6 +9,4 @@ def length(points, order):
 def tour(points):
     """Visit the cities sorted by x coordinate."""
     return sorted(range(len(points)), key=lambda i: points[i][0])
-
-
 # EVOLVE-BLOCK-END

@@ -4,6 +4,4 @@
 # EVOLVE-BLOCK-START
 def solve(x):
     return x + 1
-
-
 # EVOLVE-BLOCK-END
