@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -30,8 +31,9 @@ TARGETS = [
 
 
 def tiny_pairs() -> list[tuple[str, str]]:
-    """Each taught answer after many prompt shapes the loop makes: different parents, scores, feedback, and
-    zero to two inspirations, so that the sampled answers parse whatever the search has found so far."""
+    """Each taught answer after many prompt shapes the loop makes: different parents, scores, feedback, zero to
+    two inspirations, with and without recent children, so that the sampled answers parse whatever the search
+    has found so far."""
     exprs = ["x + 1", "x * x", "x + x", "4", "x * 2", "x ** 2"]
     programs = [SQUARE_SEED.replace("x + 1", e) for e in exprs]
     prompts = []
@@ -39,7 +41,10 @@ def tiny_pairs() -> list[tuple[str, str]]:
         scores = {"c0": float(i % 2), "c1": float(i // 3 % 2)}
         feedback = None if i == 0 else f"c0: {i + 3}\nc1: {2 * i}"
         others = [(programs[(i + k) % len(programs)], {"c0": 1.0, "c1": 0.0}) for k in range(1, 1 + i % 3)]
-        prompts.append(build_prompt(PromptInputs("Square the input.", parent, scores, feedback, others, 2, "full")))
+        inputs = PromptInputs("Square the input.", parent, scores, feedback, others, 2, "full")
+        prompts.append(build_prompt(inputs))
+        # After the first group a parent has children: the prompt then shows them just before the closing line.
+        prompts.append(build_prompt(replace(inputs, recent=[programs[(i + 2) % len(programs)]])))
     pairs = []
     for i, (a, b) in enumerate(TARGETS):
         completion = "".join(
