@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -41,10 +40,11 @@ def tiny_pairs() -> list[tuple[str, str]]:
         scores = {"c0": float(i % 2), "c1": float(i // 3 % 2)}
         feedback = None if i == 0 else f"c0: {i + 3}\nc1: {2 * i}"
         others = [(programs[(i + k) % len(programs)], {"c0": 1.0, "c1": 0.0}) for k in range(1, 1 + i % 3)]
-        inputs = PromptInputs("Square the input.", parent, scores, feedback, others, 2, "full")
-        prompts.append(build_prompt(inputs))
         # After the first group a parent has children: the prompt then shows them just before the closing line.
-        prompts.append(build_prompt(replace(inputs, recent=[programs[(i + 2) % len(programs)]])))
+        recent = [programs[(i + 2) % len(programs)]] if i % 2 else []
+        prompts.append(
+            build_prompt(PromptInputs("Square the input.", parent, scores, feedback, others, 2, "full", recent=recent))
+        )
     pairs = []
     for i, (a, b) in enumerate(TARGETS):
         completion = "".join(
