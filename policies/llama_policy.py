@@ -117,7 +117,9 @@ class LlamaPolicy:
             rows = None
         finally:
             self.progress.active = False
-        if rows is None or self._honour_interrupt():
+        # The interrupt is spent by the call it ended, however it ended (mid-decode, between steps, or before a
+        # row started): a flag left set would end every later call too (a second search on the same policy).
+        if self._honour_interrupt() or rows is None:
             return [Generated("", [], [], "interrupted", self.version) for _ in range(n)]
         return [self._completion(r) for r in rows]
 

@@ -99,13 +99,17 @@ class DecodeAborted(Exception):
 _quiet_log: Any = None
 
 
+# What llama.cpp logs as errors when a decode is stopped by the abort flag: a cut or Ctrl-C, not a failure.
+ABORT_SIGNS = (b"failed with error 1", b"compute status: 1", b"failed to decode, ret = 2")
+
+
 def _silence(lib: Any) -> None:
     """llama.cpp logs every load to stderr, which the live view owns; keep only its errors."""
     global _quiet_log
     if _quiet_log is None:
 
         def log(level: int, text: bytes, _data: Any) -> None:
-            if level == 4 and text:  # GGML_LOG_LEVEL_ERROR
+            if level == 4 and text and not any(sign in text for sign in ABORT_SIGNS):  # GGML_LOG_LEVEL_ERROR
                 os.write(2, text)
 
         _quiet_log = lib.llama_log_callback(log)

@@ -151,6 +151,8 @@ def test_an_interrupt_ends_the_call_in_flight_and_a_withdrawn_one_ends_nothing(e
     assert [g.finish_reason for g in group] == ["interrupted"] * 3
     endless.interrupt()  # found no call in flight: it ends the next one at once...
     assert [g.finish_reason for g in endless.generate(PROMPT, params, 2)] == ["interrupted"] * 2
+    short = SamplingParams(temperature=1.0, top_p=1.0, max_new_tokens=20, seed=0)
+    assert [g.finish_reason for g in endless.generate(PROMPT, short, 2)] == ["length"] * 2  # ...and only that one
     endless.interrupt()
     endless.withdraw_interrupt()  # ...unless it is withdrawn
     done = endless.generate(PROMPT, SamplingParams(temperature=1.0, top_p=1.0, max_new_tokens=20, seed=0), 2)
