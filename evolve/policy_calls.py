@@ -12,7 +12,7 @@ from evolve.archive import Archive
 from evolve.control import RunControl
 from evolve.interrupt import cancel_on, until_interrupted
 from evolve.stats import LoopStats
-from policies.base import AsyncPolicy, Generated, Interruptible, Policy, SamplingParams
+from policies.base import AsyncPolicy, Generated, Interruptible, Policy, PolicyError, SamplingParams
 
 
 class PolicyCalls:
@@ -47,11 +47,21 @@ class PolicyCalls:
                 raise
             if group is not None:  # None: abandoned on Ctrl-C; the policy's thread consumes the request itself
                 self._withdraw_unseen_interrupt(group)
+                self._check_not_interrupted_uncut(group)
             else:
                 self.abandoned = True
             return group
         finally:
             self.in_flight -= 1
+
+    def _check_not_interrupted_uncut(self, group: list[Generated]) -> None:
+        """Only the cut sends an interrupt, so a call that came back interrupted without one is a fault of the
+        policy (a request left over from an earlier search on the same object): an incident that costs this
+        group, never a silent "cut" (the loop would start the next group at once, and spin on a stuck policy)."""
+        if not self.control.sampling_cut.is_set() and any(c.finish_reason == "interrupted" for c in group):
+            raise PolicyError(
+                f"{type(self.policy).__name__} ended a group as interrupted although the run did not cut it"
+            )
 
     def _withdraw_unseen_interrupt(self, group: list[Generated] | None) -> None:
         """A call that came back (or raised) after the cut without honouring it had ended before it looked: the

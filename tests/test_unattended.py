@@ -269,6 +269,37 @@ def test_one_failure_costs_one_group_and_a_repeated_one_stops_the_run_with_one_l
     assert "incidents (cost one group or child each): {'sample: ConnectionError': 4}" in shown.stdout
 
 
+def test_a_group_ended_as_interrupted_without_a_cut_is_an_incident_not_the_end_of_the_run(tmp_path):
+    """A policy that ends a call as interrupted when nothing cut it (an interrupt request left over from an
+    earlier search on the same policy object) costs that group; the run goes on to its own budget."""
+    from evolve.fitness import signs
+    from evolve.loop import SearchLoop, run_search
+    from policies.base import Generated
+    from policies.replay import ReplayPolicy
+    from tests.helpers import square_run
+
+    class StaleInterrupt(ReplayPolicy):
+        max_concurrency = 1
+        calls = 0
+
+        def generate(self, prompt, params, n):
+            self.calls += 1
+            if self.calls == 1:
+                return [Generated("", [], [], "interrupted", self.version) for _ in range(n)]
+            return super().generate(prompt, params, n)
+
+    problem, archive, run, options = square_run(tmp_path, max_evaluations=7, workers=1)
+    sandbox = ProcessSandbox(slots=1)
+    try:
+        reason = run_search(SearchLoop(problem, archive, StaleInterrupt(unique_children(6)), sandbox, run, options))
+    finally:
+        sandbox.close()
+    assert reason.startswith("evaluation budget"), reason
+    summary = archive.summarize(archive.runs()[0], signs(problem.components))
+    assert summary.incidents == {"sample: PolicyError": 1}
+    assert summary.evaluations == 7 and summary.groups == 1  # the interrupted call stored nothing
+
+
 def test_sigterm_stops_cleanly_and_a_killed_run_is_recognised(tmp_path):
     """SIGTERM leaves the run `stopped` (never `running`); a run found `running` is resumed as interrupted.
 
