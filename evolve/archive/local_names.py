@@ -27,7 +27,9 @@ from __future__ import annotations
 import ast
 
 # Names that read a scope's local names at run time: a program that mentions one is left as written.
-INTROSPECTING_BUILTINS = frozenset({"locals", "vars", "dir", "eval", "exec", "compile", "breakpoint", "__import__"})
+INTROSPECTING_BUILTINS = frozenset(
+    {"locals", "vars", "dir", "eval", "exec", "compile", "breakpoint", "__import__", "__builtins__"}
+)
 INTROSPECTING_ATTRIBUTES = frozenset(
     {
         "f_locals", "f_back", "f_code", "tb_frame", "gi_frame", "cr_frame", "ag_frame", "_getframe",
@@ -35,7 +37,7 @@ INTROSPECTING_ATTRIBUTES = frozenset(
         "__closure__", "capture_locals", "getouterframes", "getinnerframes", "walk_stack", "walk_tb",
     }
 )  # fmt: skip
-INTROSPECTING_MODULES = frozenset({"inspect", "traceback", "pdb", "bdb", "dis", "importlib"})
+INTROSPECTING_MODULES = frozenset({"inspect", "traceback", "pdb", "bdb", "dis", "importlib", "builtins"})
 _INTROSPECTING = INTROSPECTING_BUILTINS | INTROSPECTING_ATTRIBUTES | INTROSPECTING_MODULES
 
 _COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)
