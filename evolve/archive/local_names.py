@@ -9,7 +9,8 @@ private to a scope, and when in doubt it renames nothing.
 
 Renamed: names bound inside a function, lambda or comprehension by assignment (`=`, `+=`, annotated, walrus),
 `for`/`with`/`except ... as`, `del`, match captures and comprehension targets; a nested function's name when it
-is never decorated and is only ever called (its object never escapes, so its `__name__` is never read).
+is never decorated, is only ever called (its object never escapes, so its `__name__` is never read), is no
+generator or coroutine, and makes no function, class or generator inside it (their `__qualname__` holds it).
 Kept as written: module globals, class bodies (their names are attributes), attributes, keyword names, builtins,
 imported names, classes, and parameters (a caller may pass them by keyword, and `inspect.signature` shows them).
 Names in any `global` or `nonlocal` statement and names with `__` (private-name mangling) are kept everywhere.
@@ -96,6 +97,7 @@ class _Collector:
         self.called: set[int] = set()  # ids of Name nodes that are the callee of a call
         self.comprehension_targets: set[str] = set()
         self.comprehension_walruses: set[str] = set()
+        self.named = 0  # objects seen so far that carry the name of the function they are made in (qualname)
 
     def use(self, node: ast.AST, field: str, name: str, scope: _Scope, plain_call: bool = False) -> None:
         self.identifiers.add(name)
@@ -129,6 +131,7 @@ class _Collector:
             self._function(node, scope)
             return
         elif isinstance(node, ast.Lambda):
+            self.named += 1
             self._arguments(node.args, scope)
             inner = _Scope("function", scope)
             self._parameters(node.args, inner)
@@ -139,6 +142,7 @@ class _Collector:
                 raise Unsafe("type parameters")
             for child in (*node.decorator_list, *node.bases, *node.keywords):
                 self.visit(child, scope)
+            self.named += 1
             scope.bound.add(node.name)
             scope.fixed.add(node.name)
             self.identifiers.add(node.name)
@@ -147,6 +151,7 @@ class _Collector:
                 self.visit(child, body)
             return
         elif isinstance(node, _COMPREHENSIONS):
+            self.named += isinstance(node, ast.GeneratorExp)
             self._comprehension(node, scope)
             return
         elif isinstance(node, ast.NamedExpr):
@@ -193,6 +198,8 @@ class _Collector:
             if node.value is not None:
                 self.visit(node.value, scope)
             return
+        elif isinstance(node, (ast.Yield, ast.YieldFrom, ast.Await)):
+            self.named += 1  # a generator or coroutine function: its call returns an object with its name
         elif isinstance(node, ast.MatchClass):
             self.identifiers.update(node.kwd_attrs)
         elif _TYPE_PARAM_NODES and isinstance(node, _TYPE_PARAM_NODES):
@@ -219,15 +226,19 @@ class _Collector:
         if node.returns is not None:
             self._annotation(node.returns, scope)
         scope.bound.add(node.name)
-        if node.decorator_list:
-            scope.fixed.add(node.name)  # a decorator receives the function object: its name may be read
-        else:
-            scope.defs.add(node.name)
         self.use(node, "name", node.name, scope)
         inner = _Scope("function", scope)
         self._parameters(node.args, inner)
+        named_before = self.named
         for child in node.body:
             self.visit(child, inner)
+        # Its name is readable through a decorator (which receives the function), through the generator or
+        # coroutine a call returns, and in the `__qualname__` of any function, class or generator made inside it.
+        if node.decorator_list or isinstance(node, ast.AsyncFunctionDef) or self.named != named_before:
+            scope.fixed.add(node.name)
+        else:
+            scope.defs.add(node.name)
+        self.named += 1
 
     def _arguments(self, args: ast.arguments, scope: _Scope) -> None:
         """Defaults and annotations: evaluated where the function is defined, not inside it."""
