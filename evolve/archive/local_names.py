@@ -48,6 +48,19 @@ _TYPE_PARAM_NODES = tuple(
 )
 
 
+# The commonest nodes that bind nothing and open no scope: walked without the checks below (it is the hot path).
+_PLAIN = frozenset(
+    {
+        ast.Expr, ast.Assign, ast.AugAssign, ast.Return, ast.If, ast.For, ast.While, ast.With, ast.withitem,
+        ast.Try, ast.BinOp, ast.BoolOp, ast.UnaryOp, ast.Compare, ast.Subscript, ast.Slice, ast.Tuple, ast.List,
+        ast.Set, ast.Dict, ast.IfExp, ast.Starred, ast.JoinedStr, ast.FormattedValue, ast.comprehension,
+        ast.Load, ast.Store, ast.Del, ast.Add, ast.Sub, ast.Mult, ast.Div, ast.FloorDiv, ast.Mod, ast.Pow,
+        ast.Eq, ast.NotEq, ast.Lt, ast.LtE, ast.Gt, ast.GtE, ast.In, ast.NotIn, ast.Is, ast.IsNot, ast.And,
+        ast.Or, ast.Not, ast.USub, ast.UAdd, ast.Pass, ast.Break, ast.Continue, ast.Raise, ast.Assert,
+    }
+)  # fmt: skip
+
+
 class Unsafe(Exception):
     """The program could observe its local names, or renaming could change whether it compiles."""
 
@@ -104,6 +117,10 @@ class _Collector:
         self.occurrences.append(_Occurrence(node, field, name, scope, plain_call, self._in_annotation))
 
     def visit(self, node: ast.AST, scope: _Scope) -> None:
+        if type(node) in _PLAIN:
+            for child in ast.iter_child_nodes(node):
+                self.visit(child, scope)
+            return
         if isinstance(node, ast.Name):
             name = node.id
             if name in INTROSPECTING_BUILTINS:
