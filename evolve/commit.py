@@ -81,6 +81,7 @@ class CommitStage:
             )
             self.population.add(member if ok else None)
             self._count(member, row.error_kind)
+        self.archive.upgrade_code_hashes(self.run_id)  # a run stored by an earlier normalisation: hashed as now
         self.known.load(self.archive.code_hashes(self.run_id))
         self.control.start_from(self.stats.evaluations)
 

@@ -1,8 +1,9 @@
-"""Normalised code hashes: programs that differ only in comments or layout are the same program.
+"""Normalised code hashes: programs that differ only in comments, layout or local names are the same program.
 
-Normalising is a parse and an unparse, the dearest thing the engine does per variant; models repeat
-themselves (the parent's code verbatim, the same answer in two completions), so the hash of text already seen
-comes from a bounded memo keyed by a digest of the raw text, and only new text is parsed.
+Normalising is a parse, a canonical renaming of function-local variables (`local_names.py`) and an unparse,
+the dearest thing the engine does per variant; models repeat themselves (the parent's code verbatim, the same
+answer in two completions), so the hash of text already seen comes from a bounded memo keyed by a digest of the
+raw text, and only new text is parsed.
 """
 
 from __future__ import annotations
@@ -11,20 +12,38 @@ import ast
 import hashlib
 import threading
 
+from evolve.archive.local_names import canonicalize
+
 MEMO_SIZE = 1 << 15  # raw-text digests remembered (about 5 MB); the oldest is forgotten first
+
+# Every hash names the normalisation that made it, so that a run stored under an earlier one is recognised and
+# brought up to date on resume (`upgrade_code_hashes`) instead of missing its duplicates. Version 1 (layout and
+# comments) wrote bare sha256 hex; "v" is no hex digit, so no version-1 hash starts with a later prefix.
+HASH_VERSION = "v2"  # 2: local names too
 
 
 def normalize(code: str) -> str:
+    """Python code as `ast.unparse` writes it with canonical local names; other text without blank lines and
+    trailing blanks."""
     try:
-        return ast.unparse(ast.parse(code))
+        tree = ast.parse(code)
+        canonicalize(tree)
+        return ast.unparse(tree)
     except (SyntaxError, ValueError, RecursionError):
         lines = (line.rstrip() for line in code.replace("\r\n", "\n").split("\n"))
         return "\n".join(line for line in lines if line)
 
 
 def normalized_hash(code: str) -> str:
-    """The hash of the normalised code, parsed every time: what the memo must always agree with."""
-    return hashlib.sha256(normalize(code).encode()).hexdigest()
+    """The hash of the normalised code, parsed every time: what the memo must always agree with. 64 characters,
+    the version prefix and 248 bits of sha256."""
+    digest = hashlib.sha256(normalize(code).encode()).hexdigest()
+    return HASH_VERSION + digest[: 64 - len(HASH_VERSION)]
+
+
+def is_current(digest: str) -> bool:
+    """Whether a stored hash was made by this normalisation (False for one of an earlier version)."""
+    return digest.startswith(HASH_VERSION)
 
 
 class CodeHasher:

@@ -22,7 +22,7 @@ from evolve.archive.inserts import CompletionRecord, GroupTelemetry
 from evolve.archive.lineage import LineageNode
 from evolve.archive.models import Evaluation, PolicyVersion, Program, Run
 from evolve.archive.parents import ParentContext, ParentReads
-from evolve.archive.program_store import ProgramStore, ScoredProgram
+from evolve.archive.program_store import HashUpgrade, ProgramStore, ScoredProgram
 from evolve.archive.records import PendingVariant, StoredProgram
 from evolve.archive.run_store import RunStore
 from evolve.archive.summary import RunSummary, summarize
@@ -113,6 +113,10 @@ class Archive:
 
     def code_hashes(self, run_id: int) -> dict[str, int]:
         return self.programs.code_hashes(run_id)
+
+    def upgrade_code_hashes(self, run_id: int) -> HashUpgrade:
+        """Rehash a run stored under an earlier code normalisation (see `ProgramStore.upgrade_code_hashes`)."""
+        return self.programs.upgrade_code_hashes(run_id)
 
     def evaluation_rows(self, run: Run) -> list[tuple[Program, Evaluation]]:
         return self.programs.evaluation_rows(run)

@@ -5,14 +5,22 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from sqlalchemy import func, select
+from sqlalchemy import func, select, update
 
 from evolve.archive.batch import NewProgram, add_evaluated_programs
-from evolve.archive.codehash import code_hash
+from evolve.archive.codehash import HASH_VERSION, code_hash
 from evolve.archive.database import Database
 from evolve.archive.lineage import LineageNode, ancestry, chain
 from evolve.archive.models import Evaluation, Program, Run
 from evolve.archive.records import StoredProgram
+
+
+@dataclass(frozen=True)
+class HashUpgrade:
+    """What `upgrade_code_hashes` did to a run stored under an earlier normalisation."""
+
+    upgraded: int  # programs whose hash is now of the current normalisation
+    kept: int  # programs the current normalisation finds equal to an older one of the run: they keep the old hash
 
 
 @dataclass(frozen=True)
@@ -83,6 +91,33 @@ class ProgramStore:
         with self.db.session() as s:
             rows = s.execute(select(Program.code_hash, Program.id).where(Program.run_id == run_id))
             return dict(rows.all())
+
+    def upgrade_code_hashes(self, run_id: int) -> HashUpgrade:
+        """Rehash, with the current normalisation, the run's programs stored under an earlier one, in one
+        transaction; a no-op (one indexed query) when all are current.
+
+        A resumed run must hash its archive as it hashes new variants, or a variant equal to a stored program
+        would be stored again. Where two stored programs become one under the current normalisation (they differ
+        only in local names), the older takes the hash and the later keeps its old one: both stay, the unique
+        index holds, and a new variant equal to either is a duplicate of the older.
+        """
+        current = Program.code_hash.startswith(HASH_VERSION, autoescape=True)
+        with self.db.session() as s:
+            stale = s.execute(
+                select(Program.id, Program.code).where(Program.run_id == run_id, ~current).order_by(Program.id)
+            ).all()
+            if not stale:
+                return HashUpgrade(0, 0)
+            taken = set(s.scalars(select(Program.code_hash).where(Program.run_id == run_id, current)))
+            upgraded = 0
+            for program_id, code in stale:
+                digest = code_hash(code)
+                if digest in taken:
+                    continue
+                taken.add(digest)
+                s.execute(update(Program).where(Program.id == program_id).values(code_hash=digest))
+                upgraded += 1
+        return HashUpgrade(upgraded, len(stale) - upgraded)
 
     def evaluation_rows(self, run: Run) -> list[tuple[Program, Evaluation]]:
         with self.db.session() as s:
