@@ -23,7 +23,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from evolve.archive.codehash import HASH_VERSION, normalize, normalized_hash
+from evolve.archive.codehash import HASH_VERSION, CodeHasher, normalize, normalized_hash
 from evolve.archive.program_store import HashUpgrade
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -368,3 +368,44 @@ def test_a_run_stored_under_the_old_normalisation_resumes_and_catches_renamed_co
         db.close()
         loop.sandbox.close()
         loop.archive.close()
+
+
+# Found by attacking the hash from outside: names reached without their spelling, and deep programs.
+DISGUISED = {
+    "locals through a built-up getattr": (
+        'def f():\n    x = 1\n    return getattr(print.__self__, "loc" + "als")()\n',
+        'def f():\n    y = 1\n    return getattr(print.__self__, "loc" + "als")()\n',
+    ),
+    "the code object through a built-up attribute name": (
+        'import operator\ndef f():\n    x = 1\nprint(operator.attrgetter("__co" + "de__")(f).co_names)\n',
+        'import operator\ndef f():\n    y = 1\nprint(operator.attrgetter("__co" + "de__")(f).co_names)\n',
+    ),
+    "an UnboundLocalError's message names the local": (
+        "def f():\n    try:\n        x\n        x = 1\n    except UnboundLocalError as e:\n        return str(e)\n",
+        "def f():\n    try:\n        y\n        y = 1\n    except UnboundLocalError as e:\n        return str(e)\n",
+    ),
+}
+
+
+@pytest.mark.parametrize("pair", DISGUISED.values(), ids=DISGUISED.keys())
+def test_a_program_that_can_read_names_without_spelling_them_keeps_them(pair):
+    first, second = pair
+    assert h(first) != h(second)
+
+
+DEEP = "1" + " + 1" * 1200  # deeper than the parser's and the renamer's recursion allow
+
+
+def test_a_program_too_deep_to_parse_is_hashed_as_written_with_its_strings_intact():
+    """Blank lines and trailing blanks inside a string literal are part of the program's behaviour."""
+    first = f"S = '''a\n\nb'''\nprint(repr(S), {DEEP})\n"
+    second = f"S = '''a\nb'''\nprint(repr(S), {DEEP})\n"
+    assert h(first) != h(second)
+    assert h(first.replace("b'''", "b   '''")) != h(first)
+
+
+def test_any_text_gets_a_hash_lone_surrogates_and_all():
+    """Model output decoded from JSON can hold a lone surrogate; hashing it must not raise (a raise in the
+    committer would stop the run)."""
+    for code in ("x = '\ud800'\n", "def f(:\n    '\udfff'\n", f"x = '\ud800' + {DEEP}\n"):
+        assert h(code).startswith(HASH_VERSION) and h(code) == CodeHasher().hash(code)

@@ -24,20 +24,30 @@ HASH_VERSION = "v2"  # 2: local names too
 
 def normalize(code: str) -> str:
     """Python code as `ast.unparse` writes it with canonical local names; other text without blank lines and
-    trailing blanks."""
+    trailing blanks; Python too deep or too large to walk (which CPython may still run) exactly as written.
+
+    Only text that does not parse loses its blank lines: in a program that parses, a blank line can sit inside a
+    string literal, and two programs merged by such a loss would be one evaluation short. How deep the parser can
+    go depends on the caller's stack, so a deep program may be hashed as written on one thread and normalised on
+    another: a duplicate missed, never a false one."""
     try:
         tree = ast.parse(code)
-        canonicalize(tree)
-        return ast.unparse(tree)
-    except (SyntaxError, ValueError, RecursionError):
+    except (SyntaxError, ValueError):
         lines = (line.rstrip() for line in code.replace("\r\n", "\n").split("\n"))
         return "\n".join(line for line in lines if line)
+    except (RecursionError, MemoryError):
+        return code
+    try:
+        canonicalize(tree)
+        return ast.unparse(tree)
+    except (RecursionError, MemoryError):
+        return code
 
 
 def normalized_hash(code: str) -> str:
     """The hash of the normalised code, parsed every time: what the memo must always agree with. 64 characters,
     the version prefix and 248 bits of sha256."""
-    digest = hashlib.sha256(normalize(code).encode()).hexdigest()
+    digest = hashlib.sha256(normalize(code).encode(errors="surrogatepass")).hexdigest()  # model text may hold one
     return HASH_VERSION + digest[: 64 - len(HASH_VERSION)]
 
 

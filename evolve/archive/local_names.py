@@ -29,16 +29,23 @@ import ast
 
 # Names that read a scope's local names at run time: a program that mentions one is left as written.
 INTROSPECTING_BUILTINS = frozenset(
-    {"locals", "vars", "dir", "eval", "exec", "compile", "breakpoint", "__import__", "__builtins__"}
-)
+    {"locals", "vars", "dir", "eval", "exec", "compile", "breakpoint", "__import__", "__builtins__",
+     # an attribute named at run time can be any of the attributes below, spelled so that no check sees it
+     "getattr", "hasattr", "setattr", "delattr", "attrgetter", "methodcaller",
+     # their messages name the local that was read before it was bound
+     "UnboundLocalError", "NameError"}
+)  # fmt: skip
 INTROSPECTING_ATTRIBUTES = frozenset(
     {
         "f_locals", "f_back", "f_code", "tb_frame", "gi_frame", "cr_frame", "ag_frame", "_getframe",
         "currentframe", "settrace", "setprofile", "__code__", "co_varnames", "co_cellvars", "co_freevars",
         "__closure__", "capture_locals", "getouterframes", "getinnerframes", "walk_stack", "walk_tb",
+        "__getattribute__", "__self__", "__traceback__", "__globals__", "getattr", "attrgetter",
     }
 )  # fmt: skip
-INTROSPECTING_MODULES = frozenset({"inspect", "traceback", "pdb", "bdb", "dis", "importlib", "builtins"})
+INTROSPECTING_MODULES = frozenset(
+    {"inspect", "traceback", "pdb", "bdb", "dis", "importlib", "builtins", "marshal", "gc", "ctypes"}
+)
 _INTROSPECTING = INTROSPECTING_BUILTINS | INTROSPECTING_ATTRIBUTES | INTROSPECTING_MODULES
 
 _COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)
