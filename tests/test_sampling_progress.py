@@ -16,12 +16,11 @@ from policies.base import SamplingParams
 from policies.transformers_policy import TransformersPolicy
 from sandboxes.process import ProcessSandbox
 from tests.helpers import evolve_run_cmd, square_run, write_square_problem
-from tests.test_yield_loop import endless_model_dir  # noqa: F401 (a fixture)
 
 pytestmark = pytest.mark.slow
 
 
-def test_the_time_budget_cuts_the_group_being_sampled_and_stores_none_of_it(tmp_path, endless_model_dir):  # noqa: F811
+def test_the_time_budget_cuts_the_group_being_sampled_and_stores_none_of_it(tmp_path, endless_model_dir):
     policy = TransformersPolicy.load(str(endless_model_dir))
     problem, archive, run, options = square_run(
         tmp_path, max_evaluations=50, max_time_s=6.0, max_new_tokens=10**6, fit_tokens_to_code=False
@@ -43,7 +42,7 @@ def test_the_time_budget_cuts_the_group_being_sampled_and_stores_none_of_it(tmp_
     assert [(g.finish_reason, len(g.token_ids or [])) for g in normal] == [("length", 5)] * 2
 
 
-def test_without_a_terminal_a_line_every_10s_shows_the_tokens_sampled_so_far(tmp_path, endless_model_dir):  # noqa: F811
+def test_without_a_terminal_a_line_every_10s_shows_the_tokens_sampled_so_far(tmp_path, endless_model_dir):
     folder = write_square_problem(tmp_path / "sq")
     extra = ("--max-new-tokens", "100000", "--no-fit-tokens-to-code", "--max-time", "35")
     cmd = evolve_run_cmd(folder, tmp_path / "run.db", f"transformers:{endless_model_dir}", 20, *extra)
