@@ -67,9 +67,9 @@ def tiny_model_dir():
 
 @pytest.fixture(scope="session")
 def tiny_search(tiny_model_dir, tmp_path_factory) -> TinySearch:
-    """A short search by the taught tiny model (8 evaluations on the process sandbox), made once: the tests that
-    train on an archive's groups copy it rather than each paying for a search of its own. The run records the
-    tiny model as its policy, so `evolve train` finds it."""
+    """A short search by the taught tiny model (8 evaluations on the process sandbox), made once. test_loop checks
+    what it archived (read-only); the tests that train on an archive's groups copy it rather than each paying for a
+    search of its own. The run records the tiny model as its policy, so `evolve train` finds it."""
     from evolve.loop import SearchLoop, run_search
     from policies.transformers_policy import TransformersPolicy
     from sandboxes.process import ProcessSandbox
@@ -77,12 +77,10 @@ def tiny_search(tiny_model_dir, tmp_path_factory) -> TinySearch:
 
     root = tmp_path_factory.mktemp("tiny-search")
     problem, archive, run, options = square_run(root, max_evaluations=8, policy=f"transformers:{tiny_model_dir}")
-    policy = TransformersPolicy.load(str(tiny_model_dir))
-    assert run_search(SearchLoop(problem, archive, policy, ProcessSandbox(2), run, options)).startswith(
-        "evaluation budget"
-    )
+    loop = SearchLoop(problem, archive, TransformersPolicy.load(str(tiny_model_dir)), ProcessSandbox(2), run, options)
+    reason = run_search(loop)
     archive.close()
-    return TinySearch(root / "a.db", list(problem.components), run.id)
+    return TinySearch(root / "a.db", list(problem.components), run.id, reason, loop.stats)
 
 
 @pytest.fixture(scope="session")

@@ -55,11 +55,14 @@ max_new_tokens = 160
 
 @dataclass(frozen=True)
 class TinySearch:
-    """A finished search's archive: its SQLite file, the problem's fitness components and the run's id."""
+    """A finished search: its archive's SQLite file, the problem's fitness components, the run's id, why it
+    stopped and the loop's live counters (`evolve.stats.LoopStats`)."""
 
     db: Path
     components: list
     run_id: int
+    reason: str
+    stats: object
 
     def copy_to(self, db: Path) -> Path:
         """A private copy of the archive for a test that writes to it (versions, adapters)."""
