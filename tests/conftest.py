@@ -16,7 +16,7 @@ import pytest
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 from evolve.prompts import PromptInputs, build_prompt
-from tests.helpers import SQUARE_SEED
+from tests.helpers import SQUARE_SEED, TinySearch
 
 TEACH_STEPS = 500
 TARGETS = [
@@ -63,6 +63,42 @@ def tiny_model_dir():
     cache = Path(os.environ.get("EVOLVE_TEST_CACHE", Path.home() / ".cache" / "vpo-evolve" / "test-models"))
     cache.mkdir(parents=True, exist_ok=True)
     return build_taught_model(cache, tiny_pairs(), steps=TEACH_STEPS)
+
+
+@pytest.fixture(scope="session")
+def tiny_search(tiny_model_dir, tmp_path_factory) -> TinySearch:
+    """A short search by the taught tiny model (8 evaluations on the process sandbox), made once. test_loop checks
+    what it archived (read-only); the tests that train on an archive's groups copy it rather than each paying for a
+    search of its own. The run records the tiny model as its policy, so `evolve train` finds it."""
+    from evolve.loop import SearchLoop, run_search
+    from policies.transformers_policy import TransformersPolicy
+    from sandboxes.process import ProcessSandbox
+    from tests.helpers import square_run
+
+    root = tmp_path_factory.mktemp("tiny-search")
+    problem, archive, run, options = square_run(root, max_evaluations=8, policy=f"transformers:{tiny_model_dir}")
+    loop = SearchLoop(problem, archive, TransformersPolicy.load(str(tiny_model_dir)), ProcessSandbox(2), run, options)
+    reason = run_search(loop)
+    archive.close()
+    return TinySearch(root / "a.db", list(problem.components), run.id, reason, loop.stats)
+
+
+@pytest.fixture(scope="session")
+def tiny_gguf(tiny_model_dir, tmp_path_factory):
+    """The taught tiny model with a GGUF copy of its weights, for the llama.cpp policy (read-only: shared)."""
+    from tests.helpers import gguf_copy, need_llama
+
+    need_llama()
+    return gguf_copy(tiny_model_dir, tmp_path_factory.mktemp("gguf") / "tiny")
+
+
+@pytest.fixture(scope="session")
+def endless_model_dir(tmp_path_factory):
+    """An untaught tiny model that cannot reach its end-of-sequence token: it writes until told to stop."""
+    from policies.tiny import tiny_tokenizer
+    from tests.helpers import save_tiny
+
+    return save_tiny(tmp_path_factory.mktemp("endless"), vocab_size=len(tiny_tokenizer()) - 2)
 
 
 @pytest.fixture(scope="session")

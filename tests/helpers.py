@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shutil
+from dataclasses import dataclass
 from pathlib import Path
 
 from evolve.problem.samples import GOOD_SEED, SPLIT_EVAL, SPLIT_TOML, write_problem
@@ -49,6 +51,23 @@ edit_format = "full"
 temperature = 0.7
 max_new_tokens = 160
 """
+
+
+@dataclass(frozen=True)
+class TinySearch:
+    """A finished search: its archive's SQLite file, the problem's fitness components, the run's id, why it
+    stopped and the loop's live counters (`evolve.stats.LoopStats`)."""
+
+    db: Path
+    components: list
+    run_id: int
+    reason: str
+    stats: object
+
+    def copy_to(self, db: Path) -> Path:
+        """A private copy of the archive for a test that writes to it (versions, adapters)."""
+        shutil.copy(self.db, db)
+        return db
 
 
 def write_square_problem(root: Path) -> Path:
@@ -210,3 +229,34 @@ def host_binds_seen_from_venv(venv: Path, copies: bool = False) -> tuple[str, di
     )
     python, binds = json.loads(out.stdout)
     return python, binds
+
+
+def need_llama() -> None:
+    """A skip (a failure in CI) when llama-cpp-python cannot be imported."""
+    from tests.services import missing
+
+    try:
+        import llama_cpp  # noqa: F401
+    except (ImportError, OSError) as exc:
+        missing("llama-cpp-python", f"{exc}; pip install 'vpo-evolve[llama]' (scripts/setup.sh builds it)")
+
+
+def gguf_copy(model_dir: Path, target_dir: Path) -> Path:
+    """The model's directory (tokenizer, config, safetensors) with the model written as GGUF next to them."""
+    import shutil
+
+    from policies.gguf_export import write_model_gguf
+
+    shutil.copytree(model_dir, target_dir)
+    return write_model_gguf(target_dir, target_dir / "model.gguf")
+
+
+def save_tiny(directory: Path, **kwargs: object) -> Path:
+    """An untaught tiny model and its tokenizer saved in `directory` (keyword arguments go to `tiny_model`)."""
+    from policies.tiny import tiny_model, tiny_tokenizer
+
+    tokenizer = tiny_tokenizer()
+    model = tiny_model(tokenizer, **kwargs)
+    model.save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+    return directory

@@ -5,7 +5,6 @@ transformers policy's do."""
 
 from __future__ import annotations
 
-import shutil
 import threading
 import time
 
@@ -17,32 +16,11 @@ from policies.factory import make_policy
 from policies.trainer import PolicyTrainer, Sample, TrainConfig
 from policies.transformers_policy import TransformersPolicy
 from tests.conftest import tiny_pairs
-from tests.services import missing
+from tests.helpers import gguf_copy, need_llama
 from tests.test_behaviour_logprobs import PROMPT, warped_logprobs
 
 pytestmark = pytest.mark.slow
 LOGPROB_BOUND = 2e-3  # float32 GGUF against float32 torch: different kernels, same arithmetic
-
-
-def _need_llama() -> None:
-    try:
-        import llama_cpp  # noqa: F401
-    except (ImportError, OSError) as exc:
-        missing("llama-cpp-python", f"{exc}; pip install 'vpo-evolve[llama]' (scripts/setup.sh builds it)")
-
-
-def gguf_copy(model_dir, target_dir):
-    """The model's directory (tokenizer, config, safetensors) with the model written as GGUF next to them."""
-    from policies.gguf_export import write_model_gguf
-
-    shutil.copytree(model_dir, target_dir)
-    return write_model_gguf(target_dir, target_dir / "model.gguf")
-
-
-@pytest.fixture(scope="module")
-def tiny_gguf(tiny_model_dir, tmp_path_factory):
-    _need_llama()
-    return gguf_copy(tiny_model_dir, tmp_path_factory.mktemp("gguf") / "tiny")
 
 
 @pytest.fixture(scope="module")
@@ -127,7 +105,7 @@ def test_rows_end_at_a_stop_string_or_the_length_and_a_seed_repeats_the_group(ll
 @pytest.fixture(scope="module")
 def endless(tmp_path_factory):
     """A model that cannot emit its EOS token, so that only an interrupt or the length ends a row."""
-    _need_llama()
+    need_llama()
     from policies.tiny import tiny_model, tiny_tokenizer
 
     tokenizer = tiny_tokenizer()
@@ -160,6 +138,6 @@ def test_an_interrupt_ends_the_call_in_flight_and_a_withdrawn_one_ends_nothing(e
 
 
 def test_a_missing_gguf_is_one_clear_error(tmp_path):
-    _need_llama()
+    need_llama()
     with pytest.raises(PolicyError, match="no such GGUF file"):
         make_policy(f"llama:{tmp_path / 'absent.gguf'}")

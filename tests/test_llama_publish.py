@@ -18,7 +18,7 @@ from policies.transformers_policy import TransformersPolicy
 from sandboxes.process import ProcessSandbox
 from tests.helpers import square_run
 from tests.test_behaviour_logprobs import PROMPT, warped_logprobs
-from tests.test_llama_policy import LOGPROB_BOUND, tiny_gguf  # noqa: F401 (a fixture)
+from tests.test_llama_policy import LOGPROB_BOUND
 
 pytestmark = pytest.mark.slow
 PARAMS = SamplingParams(temperature=0.8, top_p=1.0, max_new_tokens=60, seed=4)
@@ -41,7 +41,7 @@ def _gap(group, model, prompt_ids) -> float:
     )
 
 
-def test_a_published_adapter_is_sampled_with_its_exact_logprobs_and_its_version(tiny_gguf, tiny_model_dir, tmp_path):  # noqa: F811
+def test_a_published_adapter_is_sampled_with_its_exact_logprobs_and_its_version(tiny_gguf, tiny_model_dir, tmp_path):
     llama = make_policy(f"llama:{tiny_gguf}")
     local = TransformersPolicy.load(str(tiny_model_dir))
     base = TransformersPolicy.load(str(tiny_model_dir)).model
@@ -58,9 +58,10 @@ def test_a_published_adapter_is_sampled_with_its_exact_logprobs_and_its_version(
     llama.close()
 
 
-def test_a_training_run_on_the_llama_policy_records_the_version_of_each_completion(tmp_path, tiny_gguf):  # noqa: F811
+def test_a_training_run_on_the_llama_policy_records_the_version_of_each_completion(tmp_path, tiny_gguf):
     policy = make_policy(f"llama:{tiny_gguf}")
-    problem, archive, run, options = square_run(tmp_path, max_evaluations=24, train_every=1)
+    # 12 evaluations take five groups here, sampled by versions 0 to 4: base first, then each trained version
+    problem, archive, run, options = square_run(tmp_path, max_evaluations=12, train_every=1)
     trainer = ArchiveTrainer(
         archive, run.id, list(problem.components), options.variants, policy, TrainConfig(), tmp_path / "adapters"
     )

@@ -14,21 +14,17 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.exc import OperationalError, ProgrammingError
 
 from evolve.archive import archive_url
-from evolve.loop import SearchLoop, run_search
-from policies.transformers_policy import TransformersPolicy
-from sandboxes.process import ProcessSandbox
-from tests.helpers import evolve_run_cmd, executions, log_executions, square_run, write_square_problem
+from tests.helpers import evolve_run_cmd, executions, log_executions, write_square_problem
 
 pytestmark = pytest.mark.slow
 
 
-def test_search_runs_to_budget_and_archives_everything(tmp_path, tiny_model_dir):
-    problem, archive, run, options = square_run(tmp_path)
-    policy = TransformersPolicy.load(str(tiny_model_dir))
-    loop = SearchLoop(problem, archive, policy, ProcessSandbox(slots=2), run, options)
-    reason = run_search(loop)
-    assert reason == "evaluation budget reached"
-    con = sqlite3.connect(tmp_path / "a.db")
+def test_search_runs_to_budget_and_archives_everything(tiny_search):
+    """The session's short search (tests.conftest.tiny_search: square_run's options, a budget of 8, the process
+    sandbox with two slots), checked where it is made once for the tests that train on its archive."""
+    assert tiny_search.reason == "evaluation budget reached"
+    stats = tiny_search.stats
+    con = sqlite3.connect(f"file:{tiny_search.db}?mode=ro", uri=True)
     programs = con.execute("SELECT COUNT(*) FROM programs").fetchone()[0]
     evaluations = con.execute("SELECT COUNT(*) FROM evaluations").fetchone()[0]
     assert programs == evaluations == 8
@@ -43,8 +39,8 @@ def test_search_runs_to_budget_and_archives_everything(tmp_path, tiny_model_dir)
         assert len(ids) // 4 == len(lps) // 4 > 0 and version is not None
     assert con.execute("SELECT COUNT(*) FROM variants").fetchone()[0] == 2 * completions
     # the taught answers solve the problem: x * x scores 1 on both cases
-    assert loop.stats.best_scalar == 1.0
-    assert set(loop.stats.parse) <= {"ok", "duplicate", "parse_error", "syntax_error", "unchanged", "apply_error"}
+    assert stats.best_scalar == 1.0
+    assert set(stats.parse) <= {"ok", "duplicate", "parse_error", "syntax_error", "unchanged", "apply_error"}
     # children of variants point back to them; duplicates are recorded, not evaluated again
     linked = con.execute("SELECT COUNT(*) FROM variants WHERE status = 'ok' AND program_id IS NOT NULL").fetchone()[0]
     assert (
@@ -130,19 +126,15 @@ def test_kill_9_mid_run_then_resume_finishes_without_duplicates(tmp_path, tiny_m
     engine.dispose()
 
 
-def test_cli_readers_work_on_the_archive(tmp_path, tiny_model_dir):
-    """The run as a user starts it (a process of its own); the readers in this process, through the same
-    command-line app (each `python -m evolve.cli` would only import the engine again)."""
-    folder = write_square_problem(tmp_path / "sq")
-    db = tmp_path / "run.db"
-    out = subprocess.run(
-        evolve_run_cmd(folder, db, f"transformers:{tiny_model_dir}", 5), capture_output=True, text=True, timeout=300
-    )
-    assert out.returncode == 0, out.stderr[-2000:]
+def test_cli_readers_work_on_the_archive(tmp_path, tiny_search):
+    """The readers on a copy of the session's short search (8 evaluations by the tiny model), in this process,
+    through the command-line app (each `python -m evolve.cli` would only import the engine again). The kill -9
+    test above runs `evolve run` itself with this model."""
+    db = tiny_search.copy_to(tmp_path / "run.db")
     inspect = _cli("inspect", str(db), "--json")
 
     summary = json.loads(inspect.stdout)[0]
-    assert summary["evaluations"] == 5 and summary["problem"] == "square"
+    assert summary["evaluations"] == 8 and summary["problem"] == "square"
     assert summary["best_components"]["c0"][1] == 1.0
     # telemetry kept: tokens and seconds per group, start/end per evaluation, and the run's totals
     t = summary["telemetry"]
@@ -161,7 +153,7 @@ def test_cli_readers_work_on_the_archive(tmp_path, tiny_model_dir):
     export = _cli("export", str(db), str(tmp_path / "out"))
     assert export.exit_code == 0
     rows = (tmp_path / "out" / "evaluations.csv").read_text().splitlines()
-    assert len(rows) == 6 and rows[0].startswith("program_id,parent_id")
+    assert len(rows) == 9 and rows[0].startswith("program_id,parent_id")
     report = _cli("report", str(db))
     assert report.exit_code == 0 and report.stdout.startswith("# square: run 1")
     assert "| c0 | 1 |" in report.stdout and "```python" in report.stdout

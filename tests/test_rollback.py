@@ -7,14 +7,12 @@ model, which shares its weights with the trainer, is covered in test_versions.py
 from __future__ import annotations
 
 import asyncio
-import shutil
 from pathlib import Path
 
 import pytest
 import torch
 
 from evolve.archive import Archive
-from evolve.loop import SearchLoop, run_search
 from evolve.training import ArchiveTrainer
 from policies.base import Policy, SamplingParams
 from policies.factory import make_policy
@@ -22,11 +20,10 @@ from policies.http_policy import HttpPolicy
 from policies.multi_server import MultiServerPolicy
 from policies.trainer import TrainConfig
 from policies.transformers_policy import TransformersPolicy
-from sandboxes.process import ProcessSandbox
-from tests.helpers import refuse_version_rows, square_run
+from tests.helpers import TinySearch, refuse_version_rows
 from tests.openai_server import LoopbackServer
 from tests.test_behaviour_logprobs import PROMPT, warped_logprobs
-from tests.test_llama_policy import LOGPROB_BOUND, tiny_gguf  # noqa: F401 (a fixture)
+from tests.test_llama_policy import LOGPROB_BOUND
 
 pytestmark = pytest.mark.slow
 PARAMS = SamplingParams(temperature=0.8, top_p=1.0, max_new_tokens=24, seed=4)
@@ -34,25 +31,21 @@ PARAMS = SamplingParams(temperature=0.8, top_p=1.0, max_new_tokens=24, seed=4)
 CONFIG = TrainConfig(learning_rate=2e-2, lora_rank=4)
 
 
-@pytest.fixture(scope="module")
-def searched(tmp_path_factory, tiny_model_dir) -> tuple[Path, list, int]:
-    """A short search's archive, made once: (its folder, the problem's components, the run id)."""
-    root = tmp_path_factory.mktemp("searched")
-    problem, archive, run, options = square_run(root, max_evaluations=6)
-    run_search(
-        SearchLoop(problem, archive, TransformersPolicy.load(str(tiny_model_dir)), ProcessSandbox(2), run, options)
-    )
-    archive.close()
-    return root, list(problem.components), run.id
-
-
-def _failed_step(searched, tmp_path: Path, policy: Policy, trainer_model: str | None = None) -> ArchiveTrainer:
+def _failed_step(
+    searched: TinySearch, tmp_path: Path, policy: Policy, trainer_model: str | None = None
+) -> ArchiveTrainer:
     """A trainer on a copy of the searched archive, after one step whose version row was refused."""
-    root, components, run_id = searched
-    shutil.copy(root / "a.db", tmp_path / "a.db")
-    archive = Archive(tmp_path / "a.db")
+    archive = Archive(searched.copy_to(tmp_path / "a.db"))
     trainer = ArchiveTrainer(
-        archive, run_id, components, 2, policy, CONFIG, tmp_path / "adapters", max_groups=2, trainer_model=trainer_model
+        archive,
+        searched.run_id,
+        searched.components,
+        2,
+        policy,
+        CONFIG,
+        tmp_path / "adapters",
+        max_groups=2,
+        trainer_model=trainer_model,
     )
     refuse_version_rows(tmp_path / "a.db", True)
     with pytest.raises(Exception, match="version rows refused"):
@@ -66,11 +59,11 @@ def _asked(*servers: LoopbackServer) -> set[str]:
     return {model for s in servers for path, model in s.requests if path == "/v1/completions"}
 
 
-def test_one_server_is_asked_for_the_base_again_and_loads_the_next_version(searched, tmp_path, tiny_model_dir):
+def test_one_server_is_asked_for_the_base_again_and_loads_the_next_version(tiny_search, tmp_path, tiny_model_dir):
     server = LoopbackServer(tiny_model_dir).start()
     try:
         policy = HttpPolicy(server.url, server.model_name, max_wait_s=30)
-        trainer = _failed_step(searched, tmp_path, policy, trainer_model=str(tiny_model_dir))
+        trainer = _failed_step(tiny_search, tmp_path, policy, trainer_model=str(tiny_model_dir))
         server.requests.clear()
         group = policy.generate(PROMPT, PARAMS, 2)
         assert _asked(server) == {server.model_name}
@@ -97,12 +90,12 @@ def test_one_server_is_asked_for_the_base_again_and_loads_the_next_version(searc
         server.stop()
 
 
-def test_every_one_of_several_servers_is_asked_for_the_base_again(searched, tmp_path, tiny_model_dir):
+def test_every_one_of_several_servers_is_asked_for_the_base_again(tiny_search, tmp_path, tiny_model_dir):
     a, b = LoopbackServer(tiny_model_dir).start(), LoopbackServer(tiny_model_dir).start()
     try:
         policy = make_policy(f"vllm:{a.url},{b.url}@{a.model_name}")
         assert isinstance(policy, MultiServerPolicy)
-        _failed_step(searched, tmp_path, policy, trainer_model=str(tiny_model_dir))
+        _failed_step(tiny_search, tmp_path, policy, trainer_model=str(tiny_model_dir))
         a.requests.clear()
         b.requests.clear()
 
@@ -123,10 +116,10 @@ def _prompt_ids(tokenizer, render) -> list[int]:
     return tokenizer(render(PROMPT), add_special_tokens=False).input_ids
 
 
-def test_a_llama_model_samples_with_the_base_weights_again(searched, tmp_path, tiny_gguf, tiny_model_dir):  # noqa: F811
+def test_a_llama_model_samples_with_the_base_weights_again(tiny_search, tmp_path, tiny_gguf, tiny_model_dir):
     policy = make_policy(f"llama:{tiny_gguf}")
     try:
-        trainer = _failed_step(searched, tmp_path, policy)  # trains a transformers copy, publishes to llama.cpp
+        trainer = _failed_step(tiny_search, tmp_path, policy)  # trains a transformers copy, publishes to llama.cpp
         base = TransformersPolicy.load(str(tiny_model_dir))
         prompt_ids = _prompt_ids(base.tokenizer, base.render)
         group = policy.generate(PROMPT, PARAMS, 3)

@@ -1,39 +1,36 @@
-"""`evolve train`: offline updates from the groups a run already archived, as the command line runs them."""
+"""`evolve train`: offline updates from the groups a run already archived, as the command line runs them.
+
+The commands run in this process through the command-line app (each `python -m evolve.cli` would only import the
+engine and torch again); each invocation builds its policy from the archive alone, as a new process would."""
 
 from __future__ import annotations
 
 import sqlite3
-import subprocess
-import sys
 
 import pytest
+from typer.testing import CliRunner
 
-from tests.helpers import evolve_run_cmd, write_square_problem
+from evolve.cli import app
 
 pytestmark = pytest.mark.slow
 
 
-def _train(db, *args: str) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "evolve.cli", "train", str(db), "--learning-rate", "1e-3", *args]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+def _train(db, *args: str):
+    command = ["train", str(db), "--learning-rate", "1e-3", *args]
+    return CliRunner().invoke(app, command, catch_exceptions=False)
 
 
-def test_evolve_train_writes_versions_and_continues_from_the_newest(tmp_path, tiny_model_dir):
-    folder = write_square_problem(tmp_path / "sq")
-    db = tmp_path / "run.db"
-    search = subprocess.run(
-        evolve_run_cmd(folder, db, f"transformers:{tiny_model_dir}", 8), capture_output=True, text=True, timeout=600
-    )
-    assert search.returncode == 0, search.stderr[-2000:]
+def test_evolve_train_writes_versions_and_continues_from_the_newest(tmp_path, tiny_search):
+    db = tiny_search.copy_to(tmp_path / "run.db")  # a search by the tiny model, which the run records as its policy
 
     bad = _train(db, "--method", "ppo")
-    assert bad.returncode != 0 and "--method ppo: use vpo, grpo or multi-rlvr" in bad.stdout + bad.stderr
+    assert bad.exit_code != 0 and "--method ppo: use vpo, grpo or multi-rlvr" in bad.output
 
     first = _train(db, "--steps", "2")
-    assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-2000:]
-    assert "update 1: policy v1" in first.stdout and "update 2: policy v2" in first.stdout
+    assert first.exit_code == 0, first.output[-2000:]
+    assert "update 1: policy v1" in first.output and "update 2: policy v2" in first.output
     again = _train(db, "--method", "grpo")  # a later invocation serves v2 first, then writes v3 on top
-    assert again.returncode == 0 and "update 1: policy v3" in again.stdout, again.stdout + again.stderr[-2000:]
+    assert again.exit_code == 0 and "update 1: policy v3" in again.output, again.output[-2000:]
 
     con = sqlite3.connect(db)
     rows = con.execute(

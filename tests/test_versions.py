@@ -9,13 +9,12 @@ import sqlite3
 import pytest
 import torch
 
-from evolve.loop import SearchLoop, run_search
+from evolve.archive import Archive
 from evolve.training import ArchiveTrainer
 from policies.base import SamplingParams
 from policies.trainer import TrainConfig
 from policies.transformers_policy import TransformersPolicy
-from sandboxes.process import ProcessSandbox
-from tests.helpers import refuse_version_rows, square_run
+from tests.helpers import refuse_version_rows
 
 pytestmark = pytest.mark.slow
 PROBE = SamplingParams(temperature=0.7, top_p=1.0, max_new_tokens=40, seed=21)
@@ -48,15 +47,13 @@ def _versions(db) -> list[tuple[int, str | None]]:
     return rows
 
 
-def test_a_refused_version_row_undoes_the_adapter_the_publish_and_the_optimizer_step(tmp_path, tiny_model_dir):
-    problem, archive, run, options = square_run(tmp_path, max_evaluations=8)
+def test_a_refused_version_row_undoes_the_adapter_the_publish_and_the_optimizer_step(
+    tmp_path, tiny_model_dir, tiny_search
+):
     policy = TransformersPolicy.load(str(tiny_model_dir))
-    assert run_search(SearchLoop(problem, archive, policy, ProcessSandbox(slots=2), run, options)).startswith(
-        "evaluation budget"
-    )
-    adapters, db = tmp_path / "adapters", tmp_path / "a.db"
+    adapters, db = tmp_path / "adapters", tiny_search.copy_to(tmp_path / "a.db")
     config = TrainConfig(learning_rate=1e-3, lora_rank=4)
-    trainer = ArchiveTrainer(archive, run.id, list(problem.components), 2, policy, config, adapters)
+    trainer = ArchiveTrainer(Archive(db), tiny_search.run_id, tiny_search.components, 2, policy, config, adapters)
     probe = _probe(policy)  # the base model's tokens and logprobs
     base = _state(trainer)
     assert base[1] == {}  # no optimizer step yet

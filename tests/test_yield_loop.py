@@ -18,27 +18,9 @@ from evolve.loop import SearchLoop, run_search
 from policies.base import Generated, SamplingParams
 from policies.transformers_policy import TransformersPolicy
 from sandboxes.process import ProcessSandbox
-from tests.helpers import evolve_run_cmd, square_run, write_square_problem
+from tests.helpers import evolve_run_cmd, save_tiny, square_run, write_square_problem
 
 pytestmark = pytest.mark.slow
-
-
-def _save_tiny(directory, **kwargs):
-    from policies.tiny import tiny_model, tiny_tokenizer
-
-    tokenizer = tiny_tokenizer()
-    model = tiny_model(tokenizer, **kwargs)
-    model.save_pretrained(directory)
-    tokenizer.save_pretrained(directory)
-    return directory
-
-
-@pytest.fixture(scope="module")
-def endless_model_dir(tmp_path_factory):
-    """An untaught tiny model that cannot reach its end-of-sequence token: it writes until told to stop."""
-    from policies.tiny import tiny_tokenizer
-
-    return _save_tiny(tmp_path_factory.mktemp("endless"), vocab_size=len(tiny_tokenizer()) - 2)
 
 
 def test_yield_from_the_archive_matches_the_live_counters_and_prompts_show_recent_children(tmp_path, tiny_model_dir):
@@ -77,7 +59,7 @@ def test_yield_from_the_archive_matches_the_live_counters_and_prompts_show_recen
 
 
 def test_barren_groups_change_the_ask_record_it_and_stall_keeping_tokens_and_m_answers(tmp_path):
-    untaught = _save_tiny(tmp_path / "untaught")  # writes noise: every variant is unparseable
+    untaught = save_tiny(tmp_path / "untaught")  # writes noise: every variant is unparseable
     problem, archive, run, options = square_run(
         tmp_path, max_evaluations=50, max_new_tokens=24, adapt_every=1, stall_groups=3
     )

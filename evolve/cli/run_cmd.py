@@ -30,6 +30,10 @@ POLICY_HELP = (
 EDIT_FORMATS = ("auto", "diff", "full")
 THE_PROBLEMS = default_note("the problem's")
 METHODS_HELP = " | ".join(TRAIN_METHODS)
+# Without a terminal, the seconds between two progress lines. An environment variable rather than a flag: it
+# changes nothing a run records, and lets a test see several lines in a few seconds instead of a minute.
+LINE_PERIOD_ENV = "EVOLVE_PROGRESS_EVERY_S"
+DEFAULT_LINE_PERIOD_S = 10.0
 
 
 def _default(name: str) -> str:
@@ -49,9 +53,24 @@ def _sampling(loop: SearchLoop) -> tuple[str, str]:
     return progress.line(), progress.bar()
 
 
-def _live(loop: SearchLoop, done: threading.Event) -> None:
-    """Redraw the live view twice a second in a terminal; elsewhere, a line every 10 s: the run's summary every
-    30 s, the group being sampled (its tokens so far) in between, so that a long group visibly advances."""
+def line_period_s() -> float:
+    """The seconds between progress lines without a terminal: $EVOLVE_PROGRESS_EVERY_S, else 10."""
+    raw = os.environ.get(LINE_PERIOD_ENV)
+    if raw is None:
+        return DEFAULT_LINE_PERIOD_S
+    try:
+        period = float(raw)
+    except ValueError:
+        period = 0.0
+    if not 0 < period < float("inf"):
+        fail(f"{LINE_PERIOD_ENV}={raw!r}: give the seconds between progress lines as a positive number, or unset it")
+    return period
+
+
+def _live(loop: SearchLoop, done: threading.Event, period_s: float) -> None:
+    """Redraw the live view twice a second in a terminal; elsewhere, a line every `period_s` (10 s unless set):
+    the run's summary every third line, the group being sampled (its tokens so far) in between, so that a long
+    group visibly advances."""
     if console.is_terminal:
         with Live(loop.stats.render(), console=console, refresh_per_second=2) as live:
             while not done.wait(0.5):
@@ -60,7 +79,7 @@ def _live(loop: SearchLoop, done: threading.Event) -> None:
                 live.update(loop.stats.render())
     else:
         ticks = 0
-        while not done.wait(10.0):
+        while not done.wait(period_s):
             ticks += 1
             status = _policy_status(loop)
             line, _bar = _sampling(loop)
@@ -92,10 +111,10 @@ def _announce(search: Search, problem: Problem) -> None:
         )
 
 
-def _run_with_live_view(search: Search) -> str:
+def _run_with_live_view(search: Search, period_s: float) -> str:
     """Run to the end; on a stop the archive keeps everything committed, and the same command resumes."""
     done = threading.Event()
-    viewer = threading.Thread(target=_live, args=(search.loop, done), daemon=True)
+    viewer = threading.Thread(target=_live, args=(search.loop, done, period_s), daemon=True)
     viewer.start()
     feed_args = (search.policy, search.archive, search.loop.run.id, done)
     feeder = threading.Thread(target=feed_sampling, args=feed_args, daemon=True)  # for `evolve serve`
@@ -235,12 +254,13 @@ def check_given(given: RunOverrides) -> None:
 def start_search(problem: Problem, given: RunOverrides, db: str | None, run_id: int | None) -> None:
     """Build (or resume) the search, run it with the live view, report; exit 1 when it stopped on a failure."""
     check_given(given)
+    period_s = line_period_s()  # a bad setting ends the command before the model loads
     try:
         search = build_search(problem, given, db=db, run_id=run_id)
     except SearchSetupError as exc:
         fail(str(exc))
     _announce(search, problem)
-    reason = _run_with_live_view(search)
+    reason = _run_with_live_view(search, period_s)
     _report(search, reason, problem)
     if search.loop.control.systemic:
         raise typer.Exit(1)
