@@ -231,7 +231,7 @@ class ProcessSandbox:
     def _memory_bound(self) -> str:
         sockets = {
             SocketRule.ALL: "",
-            SocketRule.UNIX_ONLY: "; sockets but AF_UNIX refused (cgroup v1 does not count TCP buffers)",
+            SocketRule.UNIX_ONLY: "; only AF_UNIX sockets (cgroup v1 does not count TCP buffers)",
             SocketRule.NONE: "; sockets refused",
         }[self.sockets]
         if self._cgroups:
