@@ -77,6 +77,7 @@ class Archive:
         number: int = 0,
         train_config: dict[str, Any] | None = None,
         stats: dict[str, Any] | None = None,
+        member: str | None = None,
     ) -> int:
         return self.run_store.add_policy_version(
             run_id=run_id,
@@ -86,10 +87,13 @@ class Archive:
             number=number,
             train_config=train_config,
             stats=stats,
+            member=member,
         )
 
-    def policy_versions(self, run_id: int | None = None) -> Sequence[PolicyVersion]:
-        return self.run_store.policy_versions(run_id)
+    def policy_versions(
+        self, run_id: int | None = None, member: str | None = None, *, with_unnamed: bool = False
+    ) -> Sequence[PolicyVersion]:
+        return self.run_store.policy_versions(run_id, member, with_unnamed=with_unnamed)
 
     # ---- programs, evaluations, lineage ------------------------------------------------------------------
     def add_evaluated_programs(self, run_id: int, items: Sequence[NewProgram]) -> list[StoredProgram]:

@@ -1,0 +1,167 @@
+"""Several policies in one run: a bandit gives the groups to the member whose groups bring new, better children;
+`inspect --json` shows the allocation; a resume with a member added and one removed goes on, saying so once.
+
+Real parts: replay members (no model), the process sandbox, a SQLite archive, the CLI as a subprocess."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from evolve.bandit import Allocator, ArmView
+from evolve.members import MemberError, MemberSpec, as_stored, parse_member
+from evolve.problem import load_problem
+from evolve.problem.samples import write_problem
+from evolve.runs import RunOverrides
+from evolve.search import SearchSetupError, build_search
+
+COUNT_TOML = """
+name = "count"
+description = "Return a larger number."
+[program]
+file = "seed.py"
+entry_point = "solve"
+[fitness]
+components = [{ name = "n", bounds = [0.0, 1000.0] }]
+[limits]
+timeout_s = 5
+memory_mb = 512
+[search]
+islands = 1
+group_size = 2
+variants = 1
+edit_format = "full"
+max_new_tokens = 64
+"""
+COUNT_EVAL = """
+def cases():
+    return [{"name": "n", "input": 0}]
+
+def score(case, output):
+    return float(min(max(output, 0), 1000))
+"""
+SEED = "# EVOLVE-BLOCK-START\ndef solve(x):\n    return 1\n# EVOLVE-BLOCK-END\n"
+
+
+def _answer(body: str) -> str:
+    return f"<variant 1>\n```python\n{body}```\n</variant 1>\n"
+
+
+@pytest.fixture(scope="module")
+def count_setup(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str]]:
+    """The problem folder, and replay members by role: `up` writes ever larger numbers (each a new, better
+    child), `echo` returns the seed's code as it is, `other` writes numbers from another range."""
+    root = tmp_path_factory.mktemp("ensemble")
+    folder = write_problem(root / "count", seed=SEED, evaluate=COUNT_EVAL, toml=COUNT_TOML)
+    files = {
+        "up": [_answer(f"def solve(x):\n    return {k}\n") for k in range(2, 400)],
+        "echo": [_answer("def solve(x):\n    return 1\n")],
+        "other": [_answer(f"def solve(x):\n    return {k} // 2\n") for k in range(2, 400)],
+    }
+    specs = {}
+    for role, texts in files.items():
+        (root / f"{role}.json").write_text(json.dumps(texts))
+        specs[role] = f"replay:{root / f'{role}.json'}"
+    return folder, specs
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "evolve.cli", *args], capture_output=True, text=True, timeout=120)
+
+
+def test_the_bandit_gives_the_improving_member_two_thirds_and_a_resume_with_changed_members_goes_on(
+    tmp_path, count_setup
+):
+    folder, spec = count_setup
+    db = tmp_path / "a.db"
+    problem = load_problem(folder)
+    given = RunOverrides(sandbox="process", workers=2, max_evaluations=36, seed=3, stall_groups=50)
+    search = build_search(problem, given, db=db, policies=[spec["up"], spec["echo"]])
+    try:
+        search.run()
+    finally:
+        search.close()
+    inspect = _cli("inspect", str(db), "--json")
+    assert inspect.returncode == 0, inspect.stderr
+    [summary] = json.loads(inspect.stdout)
+    members = {m["name"]: m for m in summary["members"]}
+    up, echo = members[spec["up"]], members[spec["echo"]]
+    assert up["valid"] >= 30 and up["improved"] > 0 and echo["valid"] == 0 and echo["copies"] == 2 * echo["groups"]
+    assert up["best_scalar"] is not None and echo["best_scalar"] is None
+    assert abs(up["share"] + echo["share"] - 1.0) < 1e-9
+    # after a warm-up of 6 groups, the improving member had at least two thirds of them
+    order = summary["bandit"]["order"]
+    assert order == [spec["up"], spec["echo"]]
+    groups = [m for (m,) in _prompt_members(db)]
+    after = groups[6:]
+    assert len(after) >= 12 and after.count(spec["up"]) >= 2 * len(after) / 3, groups
+    assert summary["bandit"]["members"][spec["echo"]]["groups"] == echo["groups"]  # the kept state agrees
+
+    # resume with `echo` removed and `other` added: one line says so, the run goes on with the new member
+    resumed = _cli(
+        "run", str(folder), "--db", str(db), "--policy", spec["other"], "--policy", spec["up"],
+        "--max-evaluations", "50", "--sandbox", "process",
+    )  # fmt: skip
+    assert resumed.returncode == 0, resumed.stderr + resumed.stdout
+    said = [line for line in resumed.stdout.splitlines() if line.startswith("ensemble:")]
+    assert said[-1] == (
+        f"ensemble: {spec['other']} added (starting from its prior); {spec['echo']} removed "
+        "(its groups and record stay in the archive); 2 member(s) go on"
+    )
+    later = [m for (m,) in _prompt_members(db)][len(groups) :]
+    assert later and spec["echo"] not in later and spec["other"] in later
+    [again] = json.loads(_cli("inspect", str(db), "--json").stdout)
+    assert again["bandit"]["order"] == [spec["other"], spec["up"]]
+    assert again["bandit"]["members"][spec["echo"]]["groups"] == echo["groups"]  # its record is kept
+    assert again["evaluations"] == 50
+
+
+def _prompt_members(db: Path) -> list[tuple[str]]:
+    import sqlite3
+
+    with sqlite3.connect(db) as con:
+        return con.execute("SELECT member FROM prompts ORDER BY id").fetchall()
+
+
+def test_member_specs_parse_check_and_refuse_with_one_line(count_setup, tmp_path):
+    hot = parse_member("embedded[temperature=1.1,template=standard,weight=2]")
+    assert hot == MemberSpec("embedded", weight=2.0, temperature=1.1, template="standard")
+    assert hot.name == "embedded[temperature=1.1,template=standard]"
+    assert parse_member("vllm:http://[::1]:8000@m").spec == "vllm:http://[::1]:8000@m"  # brackets of a URL stay
+    with pytest.raises(MemberError, match="two policy members are named 'embedded'"):
+        as_stored(["embedded", "embedded[weight=3]"])
+    with pytest.raises(MemberError, match="template 'fancy'; use one of standard, directed"):
+        parse_member("embedded[template=fancy]")
+    with pytest.raises(MemberError, match="unknown key"):
+        parse_member("embedded[temp=1]")
+    folder, spec = count_setup
+    with pytest.raises(SearchSetupError, match="asks 'base,colder': unknown arm"):
+        build_search(
+            load_problem(folder), RunOverrides(sandbox="process", asks="base,colder"), db=tmp_path / "b.db",
+            policies=[spec["up"]],
+        )  # fmt: skip
+    bad = _cli("run", str(folder), "--db", str(tmp_path / "c.db"), "--policy", "embedded[weight=0]")
+    assert bad.returncode == 2 and "weight 0.0 must be > 0" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
+
+
+def test_the_allocator_is_deterministic_keeps_a_floor_and_follows_value_per_cost():
+    rich, poor = ArmView(1.0, 10, 1.0, 30.0), ArmView(1.0, 10, 1.0, 0.0)
+    picks = [Allocator("bandit").choose([rich, poor], np.random.default_rng([5, i])) for i in range(200)]
+    again = [Allocator("bandit").choose([rich, poor], np.random.default_rng([5, i])) for i in range(200)]
+    assert picks == again and picks.count(0) > 190
+    # the same value at ten times the cost is worth less: the cheap arm wins
+    cheap, dear = ArmView(1.0, 10, 1.0, 10.0), ArmView(1.0, 10, 10.0, 10.0)
+    assert [Allocator().choose([dear, cheap], np.random.default_rng(i)) for i in range(50)].count(1) > 45
+    # an arm below its floor (10% of the groups) gets the next group, whatever its record
+    starved = ArmView(1.0, 5, 1.0, 0.0)
+    assert Allocator().choose([ArmView(1.0, 95, 1.0, 90.0), starved], np.random.default_rng(0)) == 1
+    # every arm is warmed up first, in order; `uniform` takes turns; `weights` keeps the weights' shares
+    assert Allocator().choose([rich, ArmView(1.0, 0, 0.0, 0.0)], np.random.default_rng(0)) == 1
+    assert Allocator("uniform").choose([rich, ArmView(1.0, 9, 0.0, 0.0)], np.random.default_rng(0)) == 1
+    heavy, light = ArmView(3.0, 6, 0.0, 0.0), ArmView(1.0, 2, 0.0, 0.0)
+    assert Allocator("weights").choose([heavy, light], np.random.default_rng(0)) == 0  # 3:1 wants 6.75 : 2.25
