@@ -162,7 +162,7 @@ def _trainers(
     a member that cannot train says why once. With one member, or none trainable, that is a setup error."""
     names = list(members.policies)
     for i, name in enumerate(names):
-        folder = where if len(names) == 1 else where / _folder_name(name)
+        folder = member_folder(where, names, name)
         try:
             trainer = ArchiveTrainer(
                 archive,
@@ -187,8 +187,9 @@ def _trainers(
         raise TrainingUnsupported(f"no member of the ensemble can be trained ({reasons}); drop --train-every")
 
 
-def _folder_name(name: str) -> str:
-    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)[:80]
+def member_folder(where: Path, names: Sequence[str], name: str) -> Path:
+    """Where a member's adapters go: `where` itself with one member, else a folder named after the member."""
+    return where if len(names) == 1 else where / "".join(c if c.isalnum() or c in "-_." else "_" for c in name)[:80]
 
 
 def build_search(

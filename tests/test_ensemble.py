@@ -101,6 +101,7 @@ def test_the_bandit_gives_the_improving_member_two_thirds_and_a_resume_with_chan
     after = groups[6:]
     assert len(after) >= 12 and after.count(spec["up"]) >= 2 * len(after) / 3, groups
     assert summary["bandit"]["members"][spec["echo"]]["groups"] == echo["groups"]  # the kept state agrees
+    _served_and_reported_alike(db, members)
 
     # resume with `echo` removed and `other` added: one line says so, the run goes on with the new member
     resumed = _cli(
@@ -119,6 +120,32 @@ def test_the_bandit_gives_the_improving_member_two_thirds_and_a_resume_with_chan
     assert again["bandit"]["order"] == [spec["other"], spec["up"]]
     assert again["bandit"]["members"][spec["echo"]]["groups"] == echo["groups"]  # its record is kept
     assert again["evaluations"] == 50
+
+
+def _served_and_reported_alike(db: Path, members: dict[str, dict]) -> None:
+    """`evolve serve` (a real server on a free port) and the HTML report carry the same rows as `inspect`."""
+    import threading
+
+    import httpx
+
+    from evolve.archive import Archive
+    from evolve.report.page import payload
+    from evolve.report.server import make_dashboard
+
+    archive = Archive(db, create=False)
+    server = make_dashboard(archive, 1, "127.0.0.1", 0)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        served = httpx.get(f"http://127.0.0.1:{server.server_port}/api/data?run=1", timeout=60).json()["arms"]
+        reported = payload(archive, archive.runs()[0], with_details=False)["arms"]
+    finally:
+        server.shutdown()
+        thread.join(timeout=10)
+        archive.close()
+    assert served == reported
+    assert {r["name"]: r for r in served if r["kind"] == "member"} == members
+    assert {r["name"] for r in served if r["kind"] == "ask"} == {"base", "hotter", "template"}  # full: a no-op here
 
 
 def _prompt_members(db: Path) -> list[tuple[str]]:

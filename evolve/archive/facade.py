@@ -15,6 +15,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from evolve.archive.arms import arm_rows
 from evolve.archive.batch import NewProgram
 from evolve.archive.database import Database
 from evolve.archive.group_store import GroupRows, GroupStore
@@ -174,6 +175,11 @@ class Archive:
         versions = self.run_store.policy_versions(run.id)
         with self.db.session() as s:
             return summarize(s, run, signs, versions)
+
+    def arms(self, run_id: int) -> list[dict[str, Any]]:
+        """Per ensemble member, then per ask arm: groups, shares, tokens, yield, improvements, best child."""
+        with self.db.session() as s:
+            return arm_rows(s, run_id, "member") + arm_rows(s, run_id, "ask")
 
     def best_program(self, run: Run, component: str | None = None, *, sign: float = 1.0) -> Program | None:
         """The best by scalar view, or by one component: `sign` -1 when that component is minimised."""
