@@ -192,3 +192,44 @@ def test_the_allocator_is_deterministic_keeps_a_floor_and_follows_value_per_cost
     assert Allocator("uniform").choose([rich, ArmView(1.0, 9, 0.0, 0.0)], np.random.default_rng(0)) == 1
     heavy, light = ArmView(3.0, 6, 0.0, 0.0), ArmView(1.0, 2, 0.0, 0.0)
     assert Allocator("weights").choose([heavy, light], np.random.default_rng(0)) == 0  # 3:1 wants 6.75 : 2.25
+
+
+def test_the_record_survives_a_resume_by_name_whatever_the_order_and_choices_repeat_under_a_seed():
+    from dataclasses import asdict
+
+    from evolve.ensemble import Ensemble, Tally
+
+    a, b, c = MemberSpec("replay:a"), MemberSpec("replay:b"), MemberSpec("replay:c")
+
+    def played(seed: int) -> tuple[Ensemble, list[tuple[int, str]]]:
+        ensemble, picks = Ensemble([a, b], ["base", "hotter"], seed=seed), []
+        for i in range(12):
+            choice = ensemble.choose(i)
+            name = ensemble.members[choice.member].name
+            ensemble.settled(name, choice.ask)
+            ensemble.sampled(name, choice.ask, 2, 100, 1.0, {"ok": 1, "unchanged": 1})
+            if name == "replay:a":
+                ensemble.credit(name, choice.ask, improved=True, new_best=i == 0, scalar=float(i), program_id=i)
+            picks.append((choice.member, choice.ask))
+        return ensemble, picks
+
+    first, picks = played(7)
+    assert played(7)[1] == picks  # the same seed and outcomes: the same choices
+    assert first.tallies["replay:a"].valid == picks.count((0, "base")) + picks.count((0, "hotter"))
+    state = first.state()
+    swapped = Ensemble([b, a], ["base", "hotter"], state=state)
+    assert swapped.changes == "ensemble: members reordered; each keeps its record (matched by name)"
+    assert swapped.tallies == first.tallies
+    changed = Ensemble([a, c], ["base"], state=state)
+    assert changed.changes == (
+        "ensemble: replay:c added (starting from its prior); replay:b removed (its groups and record stay in the "
+        "archive); 2 member(s) go on"
+    )
+    assert changed.tallies["replay:c"] == Tally()
+    kept = changed.state()["ensemble"]
+    assert kept["members"]["replay:b"] == asdict(first.tallies["replay:b"])
+    assert kept["order"] == ["replay:a", "replay:c"]
+    assert kept["asks"]["hotter"] == asdict(first.ask_tallies["hotter"])  # an ask arm left out keeps its record too
+    back = Ensemble([a, b, c], ["base", "hotter"], state=changed.state())  # listed again: its record comes back
+    assert back.tallies["replay:b"] == first.tallies["replay:b"] and back.ask_tallies == first.ask_tallies
+    assert Ensemble([a], ["base"], state={}).changes is None  # a new run has nothing to say
