@@ -30,11 +30,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from evolve.adapt import AskError
+from evolve.adapt import AskError, ask_arms
 from evolve.archive import Archive, ArchiveError, archive_url, sqlite_file
 from evolve.archive.models import Run
-from evolve.bandit import AllocationError
-from evolve.ensemble import EnsembleError
+from evolve.bandit import AllocationError, Allocator
+from evolve.ensemble import COST_UNIT, EnsembleError
 from evolve.loop import SearchLoop, run_search
 from evolve.members import MemberError, MemberSpec, as_stored
 from evolve.problem import Problem
@@ -141,12 +141,22 @@ class MemberPolicies:
     restored: int | None = None
 
 
-def _load_members(opened: contextlib.ExitStack, members: list[MemberSpec], options: RunOptions) -> dict[str, Policy]:
-    """One policy per member; members of one spec share it unless training is on (each trains its own copy)."""
+def check_ensemble(options: RunOptions) -> list[MemberSpec]:
+    """The run's members, its ask arms, allocation and cost checked before anything is loaded or written."""
+    ask_arms(options.asks)
+    Allocator(options.allocation)
+    if options.bandit_cost not in COST_UNIT:
+        raise EnsembleError(f"bandit cost {options.bandit_cost!r}: use one of {', '.join(COST_UNIT)}")
+    return options.members()
+
+
+def _load_members(opened: contextlib.ExitStack, members: list[MemberSpec], *, share: bool) -> dict[str, Policy]:
+    """One policy per member; members of one spec share one loaded model when `share` (nothing trains and no
+    member has adapters of its own to serve again), else each has its own copy."""
     loaded: dict[str, Policy] = {}
     by_name: dict[str, Policy] = {}
     for m in members:
-        key = m.name if options.train_every else m.spec
+        key = m.spec if share else m.name
         if key not in loaded:
             policy = make_policy(m.spec)
             loaded[key] = policy
@@ -209,21 +219,23 @@ def build_search(
     Raises `SearchSetupError` with a one-line fix."""
     given = with_policies(overrides, policies)
     target_db = db if db is not None else default_db(problem)
-    loop: SearchLoop | None = None
     with contextlib.ExitStack() as opened:
         try:  # quick checks first; the policy (slow for local models) after them, before any write
             archive = Archive(target_db)
             opened.callback(archive.close)
             existing = check_resumable(archive, problem, run_id)
             resolved, changes = resolve_options(problem, existing, given)
+            specs = check_ensemble(resolved)
             sandbox = make_sandbox(resolved.sandbox, workers=resolved.workers)
             opened.callback(sandbox.close)
             refusal = weak_sandbox_refusal(sandbox, problem, resolved.allow_weak_sandbox)
             if refusal is not None:
                 raise SearchSetupError(refusal)
-            specs = resolved.members()
+            trained = existing is not None and any(v.adapter_path for v in archive.policy_versions(existing.id))
             with contextlib.ExitStack() as policies_opened:  # closed here only if setup fails past this point
-                members = MemberPolicies(_load_members(policies_opened, specs, resolved))
+                members = MemberPolicies(
+                    _load_members(policies_opened, specs, share=not resolved.train_every and not trained)
+                )
                 run_row, resumed = open_run(archive, problem, resolved, run=existing, overrides=changes)
                 for i, spec in enumerate(specs):
                     number = restore_latest_adapter(archive, run_row.id, members.policies[spec.name], spec.name, i == 0)
