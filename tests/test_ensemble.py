@@ -1,17 +1,17 @@
 """Several policies in one run: a bandit gives the groups to the member whose groups bring new, better children;
 `inspect --json` shows the allocation; a resume with a member added and one removed goes on, saying so once.
 
-Real parts: replay members (no model), the process sandbox, a SQLite archive, the CLI as a subprocess."""
+Real parts: replay members (no model), the process sandbox, a SQLite archive, the command-line app, and a real
+`evolve serve` server."""
 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from typer.testing import CliRunner, Result
 
 from evolve.bandit import Allocator, ArmView
 from evolve.members import MemberError, MemberSpec, as_stored, parse_member
@@ -70,8 +70,11 @@ def count_setup(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[st
     return folder, specs
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "evolve.cli", *args], capture_output=True, text=True, timeout=120)
+def _cli(*args: str) -> Result:
+    """The command-line app in this process (a subprocess would only import the engine again)."""
+    from evolve.cli import app
+
+    return CliRunner().invoke(app, list(args), catch_exceptions=False)
 
 
 def test_the_bandit_gives_the_improving_member_two_thirds_and_a_resume_with_changed_members_goes_on(
@@ -87,7 +90,7 @@ def test_the_bandit_gives_the_improving_member_two_thirds_and_a_resume_with_chan
     finally:
         search.close()
     inspect = _cli("inspect", str(db), "--json")
-    assert inspect.returncode == 0, inspect.stderr
+    assert inspect.exit_code == 0, inspect.output
     [summary] = json.loads(inspect.stdout)
     members = {m["name"]: m for m in summary["members"]}
     up, echo = members[spec["up"]], members[spec["echo"]]
@@ -108,7 +111,7 @@ def test_the_bandit_gives_the_improving_member_two_thirds_and_a_resume_with_chan
         "run", str(folder), "--db", str(db), "--policy", spec["other"], "--policy", spec["up"],
         "--max-evaluations", "50", "--sandbox", "process",
     )  # fmt: skip
-    assert resumed.returncode == 0, resumed.stderr + resumed.stdout
+    assert resumed.exit_code == 0, resumed.output
     said = [line for line in resumed.stdout.splitlines() if line.startswith("ensemble:")]
     assert said[-1] == (
         f"ensemble: {spec['other']} added (starting from its prior); {spec['echo']} removed "
@@ -173,7 +176,7 @@ def test_member_specs_parse_check_and_refuse_with_one_line(count_setup, tmp_path
             policies=[spec["up"]],
         )  # fmt: skip
     bad = _cli("run", str(folder), "--db", str(tmp_path / "c.db"), "--policy", "embedded[weight=0]")
-    assert bad.returncode == 2 and "weight 0.0 must be > 0" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
+    assert bad.exit_code == 2 and "weight 0.0 must be > 0" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
 
 
 def test_the_allocator_is_deterministic_keeps_a_floor_and_follows_value_per_cost():
