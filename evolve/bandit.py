@@ -10,7 +10,8 @@ is sampled) is not over-explored, since Thompson needs no count-based bonus that
 and a prior weight is a plain prior rate.
 
 Around the draw: every arm first gets `warmup` groups in turn, and an arm whose share of the groups falls below
-the floor (default min(10%, half an equal share)) gets the next one, so no arm starves. The draws come from a
+the floor (default a fifth of an equal share, at most 10%: 10% of the groups each with two arms, 5% with four)
+gets the next one, so no arm starves while the exploration it forces stays within a fifth of the groups. The draws come from a
 generator seeded by (run seed, group index): the same seed and the same outcomes give the same choices.
 
 `uniform` takes turns; `weights` keeps each arm's share at its weight's share (the baselines the benchmark
@@ -45,7 +46,7 @@ class ArmView:
 
 def floor_share(arms: int) -> float:
     """The least share of groups any arm keeps once warmed up."""
-    return min(MAX_FLOOR, 0.5 / arms) if arms > 1 else 0.0
+    return min(MAX_FLOOR, 0.2 / arms) if arms > 1 else 0.0
 
 
 class Allocator:

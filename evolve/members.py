@@ -122,3 +122,12 @@ def as_stored(members: Iterable[str | MemberSpec | Mapping[str, Any]]) -> list[d
         for m in members
     ]
     return [m.as_dict() for m in check_unique(specs)]
+
+
+def as_options(members: Iterable[str | MemberSpec | Mapping[str, Any]]) -> dict[str, Any]:
+    """The run options that name these members: `policy` (the first one's spec) and `policies` (empty for one
+    plain spec, so that a one-policy run is stored as it always was)."""
+    stored = as_stored(members)
+    if not stored:
+        raise MemberError("no policy given; give at least one --policy")
+    return {"policy": stored[0]["spec"], "policies": [] if stored == [{"spec": stored[0]["spec"]}] else stored}

@@ -36,7 +36,7 @@ from evolve.archive.models import Run
 from evolve.bandit import AllocationError, Allocator
 from evolve.ensemble import COST_UNIT, EnsembleError
 from evolve.loop import SearchLoop, run_search
-from evolve.members import MemberError, MemberSpec, as_stored
+from evolve.members import MemberError, MemberSpec, as_options
 from evolve.problem import Problem
 from evolve.runs import RunMismatch, RunOptions, RunOverrides, check_resumable, open_run, resolve_options
 from evolve.training import ArchiveTrainer, TrainingUnsupported, restore_latest_adapter
@@ -125,10 +125,9 @@ def with_policies(
     if not policies:
         return given
     try:
-        stored = as_stored(policies)
+        return replace(given, **as_options(policies))
     except MemberError as exc:
         raise SearchSetupError(str(exc)) from exc
-    return replace(given, policies=stored, policy=stored[0]["spec"])
 
 
 @dataclass

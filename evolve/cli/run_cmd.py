@@ -20,7 +20,7 @@ from evolve.cli.problem_cmds import load_or_fail
 from evolve.ensemble import COST_UNIT
 from evolve.fitness import raw_scores
 from evolve.loop import SearchLoop
-from evolve.members import MemberError, as_stored
+from evolve.members import MemberError, as_options
 from evolve.problem import Problem
 from evolve.runs import DEFAULT_POLICY, TRAIN_METHODS, RunOverrides, option_default
 from evolve.sampling_feed import feed_sampling
@@ -262,10 +262,9 @@ def _members(policy: list[str] | None) -> dict[str, object]:
     if not policy:
         return {}
     try:
-        stored = as_stored(policy)
+        return as_options(policy)
     except MemberError as exc:
         fail(f"--policy: {exc}")
-    return {"policy": stored[0]["spec"], "policies": stored}
 
 
 def check_given(given: RunOverrides) -> None:
