@@ -38,9 +38,11 @@
 
   // One row per ensemble member and ask arm; every cell is set through textContent.
   function arms() {
-    const table = document.getElementById("arms");
+    const holder = document.getElementById("arms");
     const rows = data.arms || [];
-    if (!rows.length) { note(table, "no group records its member yet (a run older than ensembles)"); return; }
+    if (!rows.length) { note(holder, "no group records its member yet (a run older than ensembles)"); return; }
+    const table = document.createElement("table");
+    table.className = "arms";
     const head = ["", "name", "groups", "share", "last 20", "tokens", "new valid", "per 1k tokens", "improved",
       "copies", "best child"];
     const pct = function (x) { return (100 * x).toFixed(0) + "%"; };
@@ -49,7 +51,6 @@
         r.valid_per_1k_tokens == null ? "-" : r.valid_per_1k_tokens.toFixed(2), r.improved, r.copies,
         r.best_scalar == null ? "-" : r.best_scalar.toPrecision(6) + " (#" + r.best_id + ")"];
     }));
-    table.replaceChildren();
     lines.forEach(function (cells, i) {
       const tr = document.createElement("tr");
       cells.forEach(function (c) {
@@ -59,6 +60,7 @@
       });
       table.appendChild(tr);
     });
+    holder.replaceChildren(table);
   }
 
   function grids() {
