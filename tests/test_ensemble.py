@@ -17,7 +17,7 @@ from evolve.bandit import Allocator, ArmView
 from evolve.members import MemberError, MemberSpec, as_stored, parse_member
 from evolve.problem import load_problem
 from evolve.problem.samples import write_problem
-from evolve.runs import RunOverrides
+from evolve.runs import RunOptions, RunOverrides
 from evolve.search import SearchSetupError, build_search
 
 COUNT_TOML = """
@@ -170,6 +170,19 @@ def test_member_specs_parse_check_and_refuse_with_one_line(count_setup, tmp_path
     with pytest.raises(MemberError, match="unknown key"):
         parse_member("embedded[temp=1]")
     folder, spec = count_setup
+    tabled = write_problem(
+        tmp_path / "tabled",
+        seed=SEED,
+        evaluate=COUNT_EVAL,
+        toml=COUNT_TOML + f'[[search.policies]]\nspec = "{spec["up"]}"\nweight = 3.0\n'
+        f'[[search.policies]]\nspec = "{spec["echo"]}"\ntemperature = 1.1\nname = "hot"\n',
+    )
+    options = RunOptions.for_problem(load_problem(tabled).config.search)
+    assert options.members() == [MemberSpec(spec["up"], weight=3.0), MemberSpec(spec["echo"], "hot", temperature=1.1)]
+    assert options.policy == spec["up"]
+    assert RunOptions.for_problem(
+        load_problem(tabled).config.search, **RunOverrides(policy="embedded").given()
+    ).members() == [MemberSpec("embedded")]  # --policy wins over the table
     with pytest.raises(SearchSetupError, match="asks 'base,colder': unknown arm"):
         build_search(
             load_problem(folder), RunOverrides(sandbox="process", asks="base,colder"), db=tmp_path / "b.db",
