@@ -11,8 +11,8 @@ and a prior weight is a plain prior rate.
 
 Around the draw: every arm first gets `warmup` groups in turn, and an arm whose share of the groups falls below
 the floor (default a fifth of an equal share, at most 10%: 10% of the groups each with two arms, 5% with four)
-gets the next one, so no arm starves while the exploration it forces stays within a fifth of the groups. The draws come from a
-generator seeded by (run seed, group index): the same seed and the same outcomes give the same choices.
+gets the next one, so no arm starves while the exploration it forces stays within a fifth of the groups. The
+draws come from a generator seeded by (run seed, group index): the same seed and outcomes give the same choices.
 
 `uniform` takes turns; `weights` keeps each arm's share at its weight's share (the baselines the benchmark
 compares the bandit with).

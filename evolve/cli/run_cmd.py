@@ -116,7 +116,7 @@ def _run_with_live_view(search: Search) -> str:
     done = threading.Event()
     viewer = threading.Thread(target=_live, args=(search.loop, done), daemon=True)
     viewer.start()
-    feed_args = (search.policy, search.archive, search.loop.run.id, done)
+    feed_args = (search.policies, search.archive, search.loop.run.id, done)
     feeder = threading.Thread(target=feed_sampling, args=feed_args, daemon=True)  # for `evolve serve`
     feeder.start()
     try:
