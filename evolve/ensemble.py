@@ -94,30 +94,30 @@ class Ensemble:
         self.retired_asks = asked
         self.recent: deque[str] = deque(saved.get("recent", []), maxlen=RECENT)
         # Groups chosen and not yet stored: they count as given, so that groups sampled in parallel spread out
-        self.in_flight: Counter[str] = Counter()
+        self.in_flight: Counter[tuple[str, str]] = Counter()  # ("member" | "ask", name) → groups
         self.changes = _changes(list(saved.get("order", [])), [m.name for m in self.members]) if saved else None
 
     # ---- choosing ---------------------------------------------------------------------------------------
     def choose(self, index: int) -> Choice:
         """The member and ask for group `index`: deterministic in (seed, index) and the outcomes so far."""
         member = self.by_member.choose(
-            [self._view(m.name, self.tallies[m.name], m.weight) for m in self.members],
+            [self._view(("member", m.name), self.tallies[m.name], m.weight) for m in self.members],
             np.random.default_rng([self.seed, index, 24]),
         )
         ask = self.by_ask.choose(
-            [self._view("ask:" + a, self.ask_tallies[a], 1.0) for a in self.asks],
+            [self._view(("ask", a), self.ask_tallies[a], 1.0) for a in self.asks],
             np.random.default_rng([self.seed, index, 25]),
         )
         choice = Choice(member, self.asks[ask])
-        self.in_flight.update([self.members[member].name, "ask:" + choice.ask])
+        self.in_flight.update([("member", self.members[member].name), ("ask", choice.ask)])
         return choice
 
-    def _view(self, key: str, tally: Tally, prior: float) -> ArmView:
+    def _view(self, key: tuple[str, str], tally: Tally, prior: float) -> ArmView:
         return ArmView(prior, tally.groups + self.in_flight[key], tally.cost, tally.value)
 
     def settled(self, member: str, ask: str) -> None:
         """A chosen group was stored, cut short or lost: it is no longer in flight."""
-        self.in_flight.subtract([member, "ask:" + ask])
+        self.in_flight.subtract([("member", member), ("ask", ask)])
 
     # ---- what groups cost and brought -------------------------------------------------------------------
     def sampled(
