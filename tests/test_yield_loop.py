@@ -76,7 +76,8 @@ def test_yield_from_the_archive_matches_the_live_counters_and_prompts_show_recen
         for arm, s in con.execute("SELECT p.ask, c.sampling FROM completions c JOIN prompts p ON p.id = c.prompt_id")
     }
     arms = {"base": ("directed", 0.7), "hotter": ("directed", 0.9), "template": ("standard", 0.7)}
-    assert ("base", "directed", 0.7) in asked and all(arms[arm] == rest for arm, *rest in asked)  # each as recorded
+    assert ("base", "directed", 0.7) in asked
+    assert all(arms[arm] == tuple(rest) for arm, *rest in asked)  # each group asked as its arm is recorded
 
 
 def test_barren_groups_try_each_ask_arm_record_it_and_stall_keeping_tokens_and_m_answers(tmp_path):
