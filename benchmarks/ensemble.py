@@ -14,7 +14,7 @@ valid children per 1,000 tokens. The last line is
 seeds), and on how many of the N problems the bandit's mean gain beat both uniform's and the best single's.
 
 Usage: python -m benchmarks.ensemble [--problems roman_numerals,durations] [--max-time 120] [--seeds 0,1]
-       [--policy transformers:embedded] [--singles 0,1,2,3]
+       [--policy embedded] [--singles 0,1,2,3] [--group-size 2] [--max-new-tokens 256]
 """
 
 from __future__ import annotations
@@ -63,8 +63,17 @@ class Outcome:
     shares: dict[str, float]
 
 
+@dataclass(frozen=True)
+class Budget:
+    """What every run gets alike: wall seconds, and optionally a smaller group or completion than the problem's."""
+
+    max_time: float
+    group_size: int | None = None
+    max_new_tokens: int | None = None
+
+
 def run_arm(
-    folder: Path, policy: Policy, members: list[MemberSpec], allocation: str, seed: int, max_time: float, work: Path
+    folder: Path, policy: Policy, members: list[MemberSpec], allocation: str, seed: int, budget: Budget, work: Path
 ) -> Outcome:
     problem = load_problem(folder)
     archive = Archive(work / f"{problem.name}-{allocation}-{len(members)}-{seed}-{time.monotonic_ns()}.db")
@@ -72,7 +81,9 @@ def run_arm(
         problem.config.search,
         workers=2,
         max_evaluations=10**9,
-        max_time_s=max_time,
+        max_time_s=budget.max_time,
+        group_size=budget.group_size,
+        max_new_tokens=budget.max_new_tokens,
         seed=seed,
         policy=members[0].spec,
         policies=[m.as_dict() for m in members],
@@ -114,7 +125,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seeds", default="0", help="comma-separated run seeds")
     ap.add_argument("--policy", default="embedded")
     ap.add_argument("--singles", default="0,1,2,3", help="which members also run alone (indexes into the grid)")
+    ap.add_argument("--group-size", type=int, default=None, help="G for every run (default: the problem's)")
+    ap.add_argument("--max-new-tokens", type=int, default=None, help="cap per completion (default: the problem's)")
     args = ap.parse_args(argv)
+    budget = Budget(args.max_time, args.group_size, args.max_new_tokens)
     folders = {f.name: f for f in PROBLEM_DIRS}
     wanted = list(folders) if args.problems == "all" else [w for w in args.problems.split(",") if w]
     if set(wanted) - set(folders):
@@ -135,12 +149,10 @@ def main(argv: list[str] | None = None) -> int:
                 arms: dict[str, Outcome] = {}
                 for single in singles:
                     arms[f"single:{single.name}"] = run_arm(
-                        folders[name], policy, [single], "bandit", seed, args.max_time, Path(tmp)
+                        folders[name], policy, [single], "bandit", seed, budget, Path(tmp)
                     )
                 for allocation in ("uniform", "bandit"):
-                    arms[allocation] = run_arm(
-                        folders[name], policy, members, allocation, seed, args.max_time, Path(tmp)
-                    )
+                    arms[allocation] = run_arm(folders[name], policy, members, allocation, seed, budget, Path(tmp))
                 for arm, o in arms.items():
                     shares = ", ".join(f"{k} {v:.0%}" for k, v in o.shares.items()) if len(o.shares) > 1 else ""
                     gain = "-" if o.gain is None else f"{o.gain:+.4f}"
