@@ -1,8 +1,8 @@
 """An ensemble in one run: the bandit against uniform allocation and the best single member, at equal wall time.
 
 The members are the embedded model at two temperatures and with two prompt templates (a 2 x 2 grid, one loaded
-model shared by all four). Per problem and seed, each arm gets a fresh run of the same wall time (`--max-time`,
-the run's own time budget: the group being sampled is cut at the limit, queued children are still scored):
+model shared by all four). Per problem and seed, each arm gets a fresh run of the same wall time (`--max-time`:
+no group starts after it; the group being sampled finishes and queued children are still scored):
 - `single:NAME`: one member alone (each member in turn; `best_single` is the best of them per problem and seed,
   an oracle choice that favours the single member);
 - `uniform`: all members, taking turns;
@@ -24,6 +24,7 @@ import importlib
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -81,7 +82,6 @@ def run_arm(
         problem.config.search,
         workers=2,
         max_evaluations=10**9,
-        max_time_s=budget.max_time,
         group_size=budget.group_size,
         max_new_tokens=budget.max_new_tokens,
         seed=seed,
@@ -94,10 +94,16 @@ def run_arm(
     )
     run, _ = open_run(archive, problem, options)
     box = make_sandbox("process", workers=options.workers)
+    loop = SearchLoop(problem, archive, policy, box, run, options)
+    # No group starts after the time is up; the one being sampled finishes and every queued child is scored. (The
+    # run's own --max-time would cut the group in flight, which leaves a shared in-process model told to stop.)
+    timer = threading.Timer(budget.max_time, loop.finish_generating)
     started = time.monotonic()
+    timer.start()
     try:
-        run_search(SearchLoop(problem, archive, policy, box, run, options))
+        run_search(loop)
     finally:
+        timer.cancel()
         box.close()
     wall = time.monotonic() - started
     scored = archive.scored_programs(run.id)
