@@ -117,7 +117,8 @@ class LlamaPolicy:
             rows = None
         finally:
             self.progress.active = False
-        if rows is None or self._honour_interrupt():
+        honoured = self._honour_interrupt()  # always: a stop request left set would abort every later call
+        if rows is None or honoured:
             return [Generated("", [], [], "interrupted", self.version) for _ in range(n)]
         return [self._completion(r) for r in rows]
 
