@@ -236,7 +236,7 @@ def run_arm(
         temperature=0.7,
         max_new_tokens=200,  # two taught answers take ~150 byte-level tokens
         stall_groups=0,  # the arms differ in training only: the budget alone ends a run, and the ask never
-        adapt_every=0,  # changes (the taught model knows only the directed prompt)
+        asks="base",  # changes (the taught model knows only the directed prompt)
         max_groups=MAX_GROUPS,  # a safety net, the same for every arm
         seed=seed,
         train_every=train_every if arm != "none" else 0,

@@ -26,6 +26,18 @@ class Child:
     generation: int
     variant_id: int | None
     digest: str  # its normalised-code hash, computed once when it was parsed
+    member: str = ""  # the ensemble member and ask arm whose group wrote it (credited when it lands)
+    ask: str = ""
+    parent_scalar: float | None = None  # what it must beat to count as an improvement
+
+
+@dataclass(frozen=True)
+class GroupCost:
+    """What sampling one group cost: completions, tokens (counted, or estimated from the text) and seconds."""
+
+    completions: int = 0
+    tokens: int = 0
+    seconds: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -37,6 +49,9 @@ class GroupResult:
     island: int
     children: list[Child]
     statuses: Counter[str]  # variant status → count over the group
+    member: str = ""  # the ensemble member that sampled it, and its ask arm
+    ask: str = ""
+    cost: GroupCost = GroupCost()
 
     @property
     def produced(self) -> bool:

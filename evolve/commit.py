@@ -10,12 +10,12 @@ selection and the stop rules read them, never beside a writer.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from evolve.archive import Archive
 from evolve.archive.batch import NewProgram
 from evolve.archive.records import EvaluationRecord, StoredProgram
-from evolve.children import EvaluationResult, KnownCode
+from evolve.children import Child, EvaluationResult, KnownCode
 from evolve.control import Incidents, RunControl, StageFailure
 from evolve.fitness import oriented_by_name, raw_scores, scalar_view, solved
 from evolve.problem import Problem
@@ -27,6 +27,10 @@ from evolve.stopping import Patience
 
 COMMIT_BATCH = 64  # results written in one transaction at most
 STORED_OUTPUT = 8 * 1024  # of a candidate's stdout (its head) and stderr (its tail, which holds the traceback)
+
+# Told of each new child evaluated without error: (child, its scalar, its program id, whether it is the run's new
+# best); the ensemble credits the member and ask that wrote it.
+ValidChild = Callable[[Child, float, int, bool], None]
 
 
 def stored_program(components: Sequence[ComponentSpec], result: EvaluationResult) -> NewProgram:
@@ -64,10 +68,11 @@ class CommitStage:
         known: KnownCode,
         control: RunControl,
         incidents: Incidents,
+        on_valid: ValidChild | None = None,
     ) -> None:
         self.problem, self.archive, self.run_id, self.options = problem, archive, run_id, options
         self.population, self.stats, self.known = population, stats, known
-        self.control, self.incidents = control, incidents
+        self.control, self.incidents, self.on_valid = control, incidents, on_valid
         self.patience = Patience(options.patience)
         self.results: asyncio.Queue[EvaluationResult] = asyncio.Queue()
         self.backlog = 0  # results submitted and not yet committed (or given up)
@@ -135,7 +140,10 @@ class CommitStage:
         self.stats.session_evaluations += 1
         if outcome.ok and child.parent_id is not None:
             self.stats.new_valid += 1
+        best_before = self.stats.best_scalar
         self._count(member, outcome.error_kind)
+        if self.on_valid is not None and outcome.ok and child.parent_id is not None:
+            self.on_valid(child, scalar, stored.program_id, best_before is not None and scalar > best_before)
         if outcome.error_kind:
             self.stats.errors[outcome.error_kind] += 1
         target = self.options.target

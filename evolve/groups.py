@@ -19,10 +19,11 @@ from evolve.adapt import Ask
 from evolve.archive import Archive, CompletionRecord, GroupTelemetry, code_hash
 from evolve.archive.models import utcnow
 from evolve.archive.records import VariantRow
-from evolve.children import Child, GroupResult, KnownCode
+from evolve.children import Child, GroupCost, GroupResult, KnownCode
 from evolve.control import Incidents, StageFailure
+from evolve.ensemble import estimated_tokens
 from evolve.fitness import raw_scores
-from evolve.policy_calls import PolicyCalls, PolicyVersions
+from evolve.policy_calls import PolicyMember
 from evolve.problem import Problem
 from evolve.prompts import (
     ParsedVariant,
@@ -92,17 +93,16 @@ class GroupSampler:
         selector: Selector,
         stats: LoopStats,
         known: KnownCode,
-        calls: PolicyCalls,
-        versions: PolicyVersions,
         incidents: Incidents,
     ) -> None:
         self.problem, self.archive, self.run_id, self.options = problem, archive, run_id, options
         self.population, self.selector, self.stats, self.known = population, selector, stats, known
-        self.calls, self.versions, self.incidents = calls, versions, incidents
+        self.incidents = incidents
 
-    async def make_group(self, index: int, ask: Ask) -> GroupResult | None:
-        """Prompt, sample, parse and store group `index`; None when the sampling was cut short (nothing of the
-        group is stored). Raises `StageFailure` naming the step that failed."""
+    async def make_group(self, index: int, member: PolicyMember, ask: Ask, arm: str = "base") -> GroupResult | None:
+        """Prompt, sample, parse and store group `index`, sampled by `member` as `ask` (ask arm `arm`, recorded
+        with the group); None when the sampling was cut short (nothing of the group is stored). Raises
+        `StageFailure` naming the step that failed."""
         stage, parsed = "prompt", None
         try:
             rng = np.random.default_rng([self.options.seed, index])
@@ -112,9 +112,9 @@ class GroupSampler:
             self.incidents.ok(stage)
             stage = "sample"
             params = self._params(rng, ask, prompted.codes[parent.id], prompted.edit_format)
-            version_id = self.versions.serving()
+            version_id = member.versions.serving()
             started, clock = utcnow(), time.monotonic()
-            group = await self.calls.sample(prompted.text, params, self.options.group_size)
+            group = await member.calls.sample(prompted.text, params, self.options.group_size)
             if group is None or any(g.finish_reason == "interrupted" for g in group):
                 return None
             generation_s = time.monotonic() - clock
@@ -122,10 +122,12 @@ class GroupSampler:
             stage = "parse"
             texts = [g.text for g in group]
             variants = await asyncio.to_thread(parse_texts, prompted.codes[parent.id], texts, self.options.variants)
-            parsed = self._parse_group(group, variants, version_id)
+            parsed = self._parse_group(member, group, variants, version_id)
             counts = Counter(row.status for rows in parsed.variants for row in rows)
             known = [len(g.token_ids) for g in group if g.token_ids is not None]
-            telemetry = GroupTelemetry(sum(known) if known else None, generation_s, started, dict(counts))
+            telemetry = GroupTelemetry(
+                sum(known) if known else None, generation_s, started, dict(counts), member.name, arm
+            )
             self.incidents.ok(stage)
             stage = "store"
             variant_ids = await asyncio.to_thread(
@@ -148,10 +150,22 @@ class GroupSampler:
                 self.known.forget(v.digest for v in parsed.new)
             raise StageFailure(stage, exc) from exc
         children = [
-            Child(v.code, parent.id, island, parent.generation + 1, variant_ids[v.completion][v.slot], v.digest)
+            Child(
+                v.code,
+                parent.id,
+                island,
+                parent.generation + 1,
+                variant_ids[v.completion][v.slot],
+                v.digest,
+                member.name,
+                arm,
+                parent.scalar,
+            )
             for v in parsed.new
         ]
-        return GroupResult(index, parent, island, children, counts)
+        counted = [None if g.token_ids is None else len(g.token_ids) for g in group]
+        spent = GroupCost(len(group), estimated_tokens(texts, counted), generation_s)
+        return GroupResult(index, parent, island, children, counts, member.name, arm, spent)
 
     def pick(self, rng: np.random.Generator, island_index: int) -> tuple[Member, list[Member]]:
         """A parent from the island, and the inspirations shown beside it (its island's best first)."""
@@ -202,6 +216,7 @@ class GroupSampler:
                     raise LookupError(f"parent {pending.parent_id} of variant {pending.variant_id} is missing")
                 parsed = parse_completion(parent.code, pending.completion_text, self.options.variants)
                 slot = parsed[pending.slot] if pending.slot < len(parsed) else None
+                scalar = parent.evaluation.scalar if parent.evaluation is not None else None
                 code = slot.code if slot is not None else None
                 digest = code_hash(code) if code is not None else ""
                 if code is None or digest in self.known:
@@ -212,7 +227,17 @@ class GroupSampler:
                 self.incidents.record(StageFailure("parse", exc))
                 continue
             self.known.claim([digest])
-            yield Child(code, pending.parent_id, pending.island, parent.generation + 1, pending.variant_id, digest)
+            yield Child(
+                code,
+                pending.parent_id,
+                pending.island,
+                parent.generation + 1,
+                pending.variant_id,
+                digest,
+                pending.member or "",
+                pending.ask or "",
+                scalar,
+            )
 
     def _scores_of(self, m: Member) -> dict[str, float]:
         return raw_scores(self.problem.components, m.oriented)
@@ -223,14 +248,18 @@ class GroupSampler:
             budget = completion_budget(parent_code, self.options.variants, edit_format, budget)
         return SamplingParams(
             ask.temperature,
-            self.options.top_p,
+            ask.top_p,
             budget,
             int(rng.integers(2**31)),
             stop=completion_stop(self.options.variants),
         )
 
     def _parse_group(
-        self, group: list[Generated], parsed: list[list[tuple[ParsedVariant, str | None]]], version_id: int
+        self,
+        member: PolicyMember,
+        group: list[Generated],
+        parsed: list[list[tuple[ParsedVariant, str | None]]],
+        version_id: int,
     ) -> ParsedGroup:
         """Each completion's record and its variants' rows; a variant whose code is already known is a duplicate.
         The new children's hashes join the index only when the whole group parsed."""
@@ -239,7 +268,7 @@ class GroupSampler:
         for gen, variants in zip(group, parsed, strict=True):
             self.stats.tokens += len(gen.token_ids or ())
             self.stats.completions += 1
-            row_id = self.versions.row_of(gen.version, version_id)
+            row_id = member.versions.row_of(gen.version, version_id)
             records.append(CompletionRecord(gen.text, gen.token_ids, gen.logprobs, gen.finish_reason, row_id))
             row = []
             for v, digest in variants:

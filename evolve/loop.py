@@ -5,8 +5,9 @@ The loop composes parts, each with its own interface (see docs/architecture.md):
 - `GroupSampler` (evolve.groups): one group from parent to stored variants, returned as a `GroupResult`;
 - `EvaluationStage` (evolve.evaluation): N workers drain a bounded queue of children through the sandbox;
 - `CommitStage` (evolve.commit): the single writer, results to program rows and population members.
-The loop itself runs the generators, counts each group towards a stall (and lets the adapter change the ask),
-trains the policy every few groups, and keeps the run's row and state up to date.
+The loop itself runs the generators, lets the ensemble (evolve.ensemble) choose the member and the ask of each
+group, counts each group towards a stall, trains the trainable members every few groups, and keeps the run's row
+and state up to date.
 
 Every prompt, completion and parsed variant is committed before its children are evaluated, so a run killed at any
 moment resumes by re-parsing the variants whose evaluations never landed.
@@ -27,21 +28,23 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from evolve.adapt import Adapter, Ask
+from evolve.adapt import Ask, apply_arm, ask_arms
 from evolve.archive import Archive, code_hash
 from evolve.archive.models import Run
 from evolve.children import Child, GroupResult, KnownCode
 from evolve.commit import CommitStage
 from evolve.control import Incidents, RunControl, StageFailure
+from evolve.ensemble import Ensemble
 from evolve.evaluation import EvaluationStage
 from evolve.fitness import signs
 from evolve.groups import GroupSampler
 from evolve.interrupt import cancel_on
-from evolve.policy_calls import PolicyCalls, PolicyVersions
+from evolve.members import MemberSpec
+from evolve.policy_calls import PolicyCalls, PolicyMember, PolicyVersions
 from evolve.problem import Problem
 from evolve.runs import RunOptions
 from evolve.selection import Population, make_selector
@@ -63,9 +66,15 @@ class SearchLoop:
         run: Run,
         options: RunOptions,
         train_step: Callable[[], Any] | None = None,
+        *,
+        policies: Mapping[str, Policy] | None = None,
+        train_steps: Mapping[str, Callable[[], Any]] | None = None,
+        untrainable: Mapping[str, str] | None = None,
     ) -> None:
-        self.problem, self.archive, self.policy, self.sandbox = problem, archive, policy, sandbox
-        self.run, self.options, self.train_step = run, options, train_step
+        """`policy` serves every member of `options.members()` that `policies` (member name → policy) leaves
+        out, so a one-policy run passes just it; `train_step` trains the first member, `train_steps` any."""
+        self.problem, self.archive, self.sandbox = problem, archive, sandbox
+        self.run, self.options = run, options
         search = problem.config.search
         self.population = Population(
             problem.components,
@@ -90,8 +99,35 @@ class SearchLoop:
         )
         self.incidents = Incidents(archive, run.id, self.stats, self.control, options.max_failures)
         self.known = known = KnownCode()  # shared by the sampler (claims) and the commit stage (stored ids)
-        self.versions = PolicyVersions(archive, run.id, policy, self.stats)
-        self.calls = PolicyCalls(policy, self.control)
+        specs = options.members()
+        steps = dict(train_steps or {})
+        if train_step is not None:
+            steps.setdefault(specs[0].name, train_step)
+        self.members: list[PolicyMember] = []
+        for i, spec in enumerate(specs):
+            served = (policies or {}).get(spec.name, policy)
+            self.members.append(
+                PolicyMember(
+                    spec.name,
+                    spec.weight,
+                    self._base_ask(spec),
+                    served,
+                    PolicyCalls(served, self.control),
+                    PolicyVersions(archive, run.id, served, self.stats, spec.name, first=i == 0),
+                    steps.get(spec.name),
+                    (untrainable or {}).get(spec.name),
+                )
+            )
+        self.policy = self.members[0].policy
+        asks = [a for a in ask_arms(options.asks) if any(apply_arm(a, m.base) != m.base for m in self.members)]
+        self.ensemble = Ensemble(
+            specs,
+            ["base", *asks],
+            allocation=options.allocation,
+            cost=options.bandit_cost,
+            seed=options.seed,
+            state=run.state,
+        )
         self.sampler = GroupSampler(
             problem,
             archive,
@@ -101,20 +137,40 @@ class SearchLoop:
             make_selector(search.selection, len(problem.components)),
             self.stats,
             known,
-            self.calls,
-            self.versions,
             self.incidents,
         )
         self.commits = CommitStage(
-            problem, archive, run.id, options, self.population, self.stats, known, self.control, self.incidents
+            problem,
+            archive,
+            run.id,
+            options,
+            self.population,
+            self.stats,
+            known,
+            self.control,
+            self.incidents,
+            self._credit,
         )
         self.evaluation = EvaluationStage(problem, sandbox, self.control, self.incidents, self.commits, options.workers)
         self.stall = Stall(options.stall_groups)
-        initial = Ask(options.edit_format, options.temperature, options.template)
-        self.adapter = Adapter.restore(initial, run.state, every=options.adapt_every)
-        self.stats.ask = self.adapter.ask.describe()
+        self.stats.ask = self.members[0].base.describe()
+        self.stats.arms = self.ensemble.lines()
         self.groups_since_train = 0
         self.groups_started = 0
+
+    def _base_ask(self, spec: MemberSpec) -> Ask:
+        """What a member asks under the `base` arm: its own settings, else the run's options."""
+        o = self.options
+        return Ask(
+            spec.edit_format or o.edit_format,
+            spec.temperature if spec.temperature is not None else o.temperature,
+            spec.template or o.template,
+            spec.top_p if spec.top_p is not None else o.top_p,
+        )
+
+    @property
+    def training(self) -> bool:
+        return any(m.train_step is not None for m in self.members)
 
     def finish_generating(self) -> None:
         """Start no further group; what is generated still gets evaluated (fixed-time benchmark runs)."""
@@ -123,8 +179,10 @@ class SearchLoop:
     def close_policy(self) -> None:
         """Close the policy, unless Ctrl-C abandoned a call that may still run in its thread: freeing a model under
         a forward pass would crash the process, which ends right after such a stop anyway."""
-        if not self.calls.abandoned:
-            self.policy.close()
+        if any(m.calls.abandoned for m in self.members):
+            return
+        for policy in {id(m.policy): m.policy for m in self.members}.values():  # members may share one
+            policy.close()
 
     def _pending_work(self) -> int:
         return self.evaluation.pending() + self.commits.backlog
@@ -137,35 +195,48 @@ class SearchLoop:
         """Sample groups until the budget is spoken for; each group is committed before its children queue."""
         while self._may_generate():
             index, self.groups_started = self.groups_started, self.groups_started + 1
+            choice = self.ensemble.choose(index)
+            member = self.members[choice.member]
+            ask = apply_arm(choice.ask, member.base)
+            self.stats.ask = f"{member.name}: {ask.describe()} ({choice.ask})"
             try:
-                group = await self.sampler.make_group(index, self.adapter.ask)
+                group = await self.sampler.make_group(index, member, ask, choice.ask)
             except StageFailure as failure:  # costs this group only
                 self.incidents.record(failure)
                 continue
+            finally:
+                self.ensemble.settled(member.name, choice.ask)
             if group is None:
                 return  # cut short by Ctrl-C or the goal: nothing of the group was stored
+            cost = group.cost
+            self.ensemble.sampled(group.member, group.ask, cost.completions, cost.tokens, cost.seconds, group.statuses)
             for child in group.children:
                 await self.evaluation.put(child)
             self._note_group(group)
             if not group.produced and self._pending_work():
                 await self.evaluation.drained()  # repeating itself: let queued children land (new parents) first
             self.groups_since_train += 1
-            if self.train_step is not None and self.groups_since_train >= self.options.train_every:
+            if self.training and self.groups_since_train >= self.options.train_every:
                 await self._train()
 
     def _note_group(self, group: GroupResult) -> None:
-        """Count the group towards a stall; every few barren ones change the ask (recorded with the run at
-        once); a stalled run stops with one line saying what was tried and what to change."""
+        """Count the group towards a stall; a stalled run stops with one line saying what its groups wrote,
+        which asks and members were tried, and what to change."""
         self.stats.groups += 1
-        if self.stall.observe(group.produced, bool(self._pending_work()), group.statuses):
-            change = self.adapter.after_barren(group.index, self.stall)
-            if change is not None:
-                self.stats.adaptations += 1
-                self.stats.last_adaptation = f"group {group.index}: {change['change']} ({change['why']})"
-                self._save_state()
-        self.stats.ask = self.adapter.ask.describe()
+        self.stats.arms = self.ensemble.lines()
+        self.stall.observe(group.produced, bool(self._pending_work()), group.statuses)
         if self.stall.stalled:
-            self.control.finish(self.stall.message(self.adapter.tried(), self.adapter.ask.describe()))
+            self.control.finish(self.stall.message(self.ensemble.tried(), self.stats.ask))
+
+    def _credit(self, child: Child, scalar: float, program_id: int, new_best: bool) -> None:
+        """A new valid child landed: its member and ask get its value."""
+        if not child.member:
+            return  # the seed, or a child of an archive older than ensembles
+        improved = child.parent_scalar is not None and scalar > child.parent_scalar
+        self.ensemble.credit(
+            child.member, child.ask, improved=improved, new_best=new_best, scalar=scalar, program_id=program_id
+        )
+        self.stats.arms = self.ensemble.lines()
 
     async def _train(self) -> None:
         """Pause generation, let the recent groups' evaluations land, update and publish the policy."""
@@ -173,14 +244,20 @@ class SearchLoop:
         if self.control.sampling_cut.is_set():
             return  # the goal was reached or Ctrl-C came meanwhile: the run ends, an update would only delay it
         self.groups_since_train = 0
-        try:
-            stats = await asyncio.to_thread(self.train_step)  # type: ignore[arg-type]
-            self.stats.train_updates += 1
-            self.stats.last_train = f"v{self.policy.version}: {stats.samples} samples, loss {stats.loss:.4g}"
-        except Exception as exc:  # a failed update never stops the run; the old version keeps serving
-            self.stats.train_failures += 1
-            self.stats.last_train = f"update failed ({type(exc).__name__}: {exc}); serving v{self.policy.version}"
-        self.versions.serving()
+        for member in self.members:  # each from its own groups (its own version lineage)
+            if member.train_step is None:
+                continue
+            who = f"{member.name} " if len(self.members) > 1 else ""
+            try:
+                stats = await asyncio.to_thread(member.train_step)
+                self.stats.train_updates += 1
+                self.stats.last_train = f"{who}v{member.policy.version}: {stats.samples} samples, loss {stats.loss:.4g}"
+            except Exception as exc:  # a failed update never stops the run; the old version keeps serving
+                self.stats.train_failures += 1
+                self.stats.last_train = (
+                    f"{who}update failed ({type(exc).__name__}: {exc}); serving v{member.policy.version}"
+                )
+            member.versions.serving()
 
     # ---- the whole run ----------------------------------------------------------------------------------
     async def run_async(self) -> str:
@@ -216,7 +293,8 @@ class SearchLoop:
                 await self.evaluation.put(child)
             while self._may_generate():
                 # Training pauses generation, so it needs a single generator; HTTP policies take several.
-                parallel = 1 if self.train_step else max(1, min(self.policy.max_concurrency, 8))
+                concurrency = min(m.policy.max_concurrency for m in self.members)
+                parallel = 1 if self.training else max(1, min(concurrency, 8))
                 await asyncio.gather(*(self.generate() for _ in range(parallel)))
                 await self._settle()
             await self._settle()  # children requeued on resume may fill the budget: no group runs, they still land
@@ -269,7 +347,7 @@ class SearchLoop:
 
     # ---- the run's state --------------------------------------------------------------------------------
     async def _save_elapsed(self) -> None:
-        """Every 5 s: the state is read on the event loop, where the adapter changes it; only the write is
+        """Every 5 s: the state is read on the event loop, where the ensemble changes it; only the write is
         threaded. A failed write is tried again 5 s later: the committer reports a database that is gone."""
         while True:
             await asyncio.sleep(5.0)
@@ -279,8 +357,8 @@ class SearchLoop:
                 self.run.state = state
 
     def _state(self) -> dict[str, Any]:
-        """The run's state as this session leaves it: time spent, and the ask with its recorded changes."""
-        return {**self.run.state, **self.adapter.state(), "elapsed_s": self.stats.elapsed_s}
+        """The run's state as this session leaves it: time spent, and the ensemble's record."""
+        return {**self.run.state, **self.ensemble.state(), "elapsed_s": self.stats.elapsed_s}
 
     def _save_state(self) -> None:
         state = self._state()

@@ -1,5 +1,5 @@
 """Calling the policy from the loop: a group's completions that Ctrl-C or a reached goal can cut short, and the
-archive row of the policy version that wrote them.
+archive row of the policy version that wrote them; `PolicyMember` bundles both for one member of the ensemble.
 
 An HTTP policy (`AsyncPolicy`) is awaited on the event loop and cancelled on a cut; an in-process one runs in a
 daemon thread and is told to stop between tokens, but only while one of its calls is in flight (a request that
@@ -8,6 +8,11 @@ found none would end its next, unrelated call).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from evolve.adapt import Ask
 from evolve.archive import Archive
 from evolve.control import RunControl
 from evolve.interrupt import cancel_on, until_interrupted
@@ -74,20 +79,26 @@ class PolicyCalls:
 
 
 class PolicyVersions:
-    """Policy version number → its `PolicyVersion` row id in the run, inserting a row the first time one serves."""
+    """Policy version number → its `PolicyVersion` row id in the member's lineage, inserting a row the first time
+    one serves. Each member of an ensemble has its own lineage (rows named after it); rows that name no member
+    come from archives older than ensembles and belong to the run's first member (`first`)."""
 
-    def __init__(self, archive: Archive, run_id: int, policy: Policy, stats: LoopStats) -> None:
+    def __init__(
+        self, archive: Archive, run_id: int, policy: Policy, stats: LoopStats, member: str = "", first: bool = True
+    ) -> None:
         self.archive, self.run_id, self.policy, self.stats = archive, run_id, policy, stats
+        self.member, self.first = member or policy.name, first
         self._rows: dict[int, int] = {}
 
     def serving(self) -> int:
         """The row id of the version now serving."""
         number = self.policy.version
         if number not in self._rows:
-            self._rows.update({v.number: v.id for v in self.archive.policy_versions(self.run_id)})
+            rows = self.archive.policy_versions(self.run_id, self.member, with_unnamed=self.first)
+            self._rows.update({v.number: v.id for v in rows})
             if number not in self._rows:
                 self._rows[number] = self.archive.add_policy_version(
-                    run_id=self.run_id, base_model=self.policy.name, number=number
+                    run_id=self.run_id, base_model=self.policy.name, number=number, member=self.member
                 )
         self.stats.policy_version = number
         return self._rows[number]
@@ -95,3 +106,18 @@ class PolicyVersions:
     def row_of(self, number: int, default: int) -> int:
         """The row of a version seen before (a completion written by it), else `default`."""
         return self._rows.get(number, default)
+
+
+@dataclass
+class PolicyMember:
+    """One member of the run's ensemble as the loop drives it: its name and settings' source, its policy (shared
+    with members of the same spec when nothing trains), its calls, its version lineage and its training step."""
+
+    name: str
+    weight: float
+    base: Ask  # what it asks under the `base` arm: its own settings over the run's options
+    policy: Policy
+    calls: PolicyCalls
+    versions: PolicyVersions
+    train_step: Callable[[], Any] | None = None
+    untrainable: str | None = None  # why training skips it (said once, at the start)

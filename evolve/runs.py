@@ -8,12 +8,13 @@ explicitly on resume overrides its stored value, and each override is recorded w
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from datetime import UTC, datetime
 from typing import Any
 
 from evolve.archive import Archive, ArchiveError
 from evolve.archive.models import Run
+from evolve.members import MemberSpec, members_from
 from evolve.problem import Problem
 from evolve.problem.config import SearchSection
 from policies.advantages import METHODS as TRAIN_METHODS
@@ -55,9 +56,17 @@ class RunOptions:
     stop_when_solved: bool = True  # stop once one program scores every component at its best declared bound
     max_failures: int = 5  # the same unexpected failure this many times in a row stops the run
     stall_groups: int = 6  # groups in a row without a new child that end the run (evolve.stopping.Stall); 0: never
-    adapt_every: int = 2  # groups in a row without a new child before the ask changes (evolve.adapt); 0: never
-    template: str = "directed"  # the prompt template first asked with (evolve.prompts.TEMPLATES)
+    template: str = "directed"  # the prompt template a member asks with unless it sets its own
     max_groups: int | None = None  # stop generating after this many groups (fixed-size benchmark runs)
+    # The ensemble (evolve.members, evolve.ensemble): members as stored tables; empty = the one `policy`.
+    policies: list[dict[str, Any]] = field(default_factory=list)
+    allocation: str = "bandit"  # bandit | uniform | weights: how groups are shared among members
+    asks: str = "base,hotter,template,full"  # the ask arms tried beside the members (evolve.adapt); base: fixed
+    bandit_cost: str = "tokens"  # tokens | seconds: what a group costs its member and ask
+
+    def members(self) -> list[MemberSpec]:
+        """The members sampling this run's groups (one, `policy`, unless `policies` lists several)."""
+        return members_from(self.policy, self.policies)
 
     @classmethod
     def for_problem(cls, search: SearchSection, **given: Any) -> RunOptions:
@@ -75,6 +84,10 @@ class RunOptions:
                 "top_p",
             )
         }
+        listed = [m.model_dump(exclude_none=True) for m in search.policies]
+        if listed:
+            from_search["policies"] = listed
+            from_search["policy"] = listed[0]["spec"]
         chosen = {k: v for k, v in given.items() if v is not None}
         return cls(**{**from_search, **chosen})
 
@@ -114,9 +127,12 @@ class RunOverrides:
     stop_when_solved: bool | None = None
     max_failures: int | None = None
     stall_groups: int | None = None
-    adapt_every: int | None = None
     template: str | None = None
     max_groups: int | None = None
+    policies: list[dict[str, Any]] | None = None
+    allocation: str | None = None
+    asks: str | None = None
+    bandit_cost: str | None = None
 
     @classmethod
     def of(cls, options: RunOptions) -> RunOverrides:
@@ -124,8 +140,14 @@ class RunOverrides:
         return cls(**asdict(options))
 
     def given(self) -> dict[str, Any]:
-        """The options given, by name."""
-        return {k: v for k, v in asdict(self).items() if v is not None}
+        """The options given, by name. `policy` and `policies` are two views of the members: either given
+        alone sets the other (one policy is a one-member list; a list's first member is `policy`)."""
+        chosen = {k: v for k, v in asdict(self).items() if v is not None}
+        if "policies" in chosen and chosen["policies"] and "policy" not in chosen:
+            chosen["policy"] = chosen["policies"][0]["spec"]
+        if "policy" in chosen and "policies" not in chosen:
+            chosen["policies"] = []
+        return chosen
 
 
 def check_resumable(archive: Archive, problem: Problem, run_id: int | None = None) -> Run | None:

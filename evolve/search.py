@@ -15,20 +15,30 @@
 
 A new run takes the overrides over the problem's `[search]` and the defaults; a resume takes the stored options
 and records each given value that differs as an override (`RunOverrides.of(options)` gives a `RunOptions` whole).
+
+Several policies drive one run as an ensemble (evolve.members, evolve.ensemble):
+
+    search = build_search(problem, RunOverrides(max_evaluations=50), db="runs/c.db",
+                          policies=["embedded[temperature=0.6]", "embedded[temperature=1.1,name=hot]"])
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from evolve.adapt import AskError, ask_arms
 from evolve.archive import Archive, ArchiveError, archive_url, sqlite_file
+from evolve.archive.models import Run
+from evolve.bandit import AllocationError, Allocator
+from evolve.ensemble import COST_UNIT, EnsembleError
 from evolve.loop import SearchLoop, run_search
+from evolve.members import MemberError, MemberSpec, as_options
 from evolve.problem import Problem
-from evolve.runs import RunMismatch, RunOverrides, check_resumable, open_run, resolve_options
+from evolve.runs import RunMismatch, RunOptions, RunOverrides, check_resumable, open_run, resolve_options
 from evolve.training import ArchiveTrainer, TrainingUnsupported, restore_latest_adapter
 from policies.base import Policy, PolicyError
 from policies.factory import make_policy
@@ -36,7 +46,18 @@ from policies.trainer import TrainConfig
 from sandboxes.base import Sandbox, SandboxRefused
 from sandboxes.factory import SandboxUnavailable, make_sandbox, weak_sandbox_refusal
 
-SETUP_ERRORS = (ArchiveError, RunMismatch, SandboxUnavailable, SandboxRefused, PolicyError, TrainingUnsupported)
+SETUP_ERRORS = (
+    ArchiveError,
+    RunMismatch,
+    SandboxUnavailable,
+    SandboxRefused,
+    PolicyError,
+    TrainingUnsupported,
+    MemberError,
+    AskError,
+    AllocationError,
+    EnsembleError,
+)
 
 
 class SearchSetupError(Exception):
@@ -69,6 +90,11 @@ class Search:
     def sandbox(self) -> Sandbox:
         return self.loop.sandbox
 
+    @property
+    def policies(self) -> list[Policy]:
+        """Each member's policy, in the members' order (members of one spec may share one)."""
+        return [m.policy for m in self.loop.members]
+
     def run(self) -> str:
         return run_search(self.loop)
 
@@ -91,53 +117,147 @@ def adapters_next_to(db: str | Path, name: str) -> Path:
     return file.with_suffix(".adapters") if file is not None else Path("runs") / f"{name}.adapters"
 
 
+def with_policies(
+    overrides: RunOverrides | None, policies: Sequence[str | MemberSpec | Mapping[str, object]] | None
+) -> RunOverrides:
+    """The overrides with the members given (`--policy` texts, `MemberSpec`s or `[[search.policies]]`-like tables)."""
+    given = overrides if overrides is not None else RunOverrides()
+    if not policies:
+        return given
+    try:
+        return replace(given, **as_options(policies))
+    except MemberError as exc:
+        raise SearchSetupError(str(exc)) from exc
+
+
+@dataclass
+class MemberPolicies:
+    """The loaded policies of a run's members, by member name, with their training steps and what could not train."""
+
+    policies: dict[str, Policy] = field(default_factory=dict)
+    train_steps: dict[str, object] = field(default_factory=dict)
+    untrainable: dict[str, str] = field(default_factory=dict)
+    restored: int | None = None
+
+
+def check_ensemble(options: RunOptions) -> list[MemberSpec]:
+    """The run's members, its ask arms, allocation and cost checked before anything is loaded or written."""
+    ask_arms(options.asks)
+    Allocator(options.allocation)
+    if options.bandit_cost not in COST_UNIT:
+        raise EnsembleError(f"bandit cost {options.bandit_cost!r}: use one of {', '.join(COST_UNIT)}")
+    return options.members()
+
+
+def _load_members(opened: contextlib.ExitStack, members: list[MemberSpec], *, share: bool) -> dict[str, Policy]:
+    """One policy per member; members of one spec share one loaded model when `share` (nothing trains and no
+    member has adapters of its own to serve again), else each has its own copy."""
+    loaded: dict[str, Policy] = {}
+    by_name: dict[str, Policy] = {}
+    for m in members:
+        key = m.spec if share else m.name
+        if key not in loaded:
+            policy = make_policy(m.spec)
+            loaded[key] = policy
+            opened.callback(policy.close)
+        by_name[m.name] = loaded[key]
+    return by_name
+
+
+def _trainers(
+    archive: Archive, run: Run, problem: Problem, options: RunOptions, where: Path, members: MemberPolicies
+) -> None:
+    """A training step per trainable member (its adapters in `where`, or `where/NAME` when there are several);
+    a member that cannot train says why once. With one member, or none trainable, that is a setup error."""
+    names = list(members.policies)
+    for i, name in enumerate(names):
+        folder = member_folder(where, names, name)
+        try:
+            trainer = ArchiveTrainer(
+                archive,
+                run.id,
+                list(problem.components),
+                options.variants,
+                members.policies[name],
+                TrainConfig(method=options.train_method, learning_rate=options.learning_rate),
+                folder,
+                trainer_model=options.trainer_model,
+                member=name,
+                first=i == 0,
+            )
+        except TrainingUnsupported as exc:
+            if len(names) == 1:
+                raise
+            members.untrainable[name] = str(exc)
+            continue
+        members.train_steps[name] = trainer.step
+    if not members.train_steps:
+        reasons = "; ".join(f"{n}: {why}" for n, why in members.untrainable.items())
+        raise TrainingUnsupported(f"no member of the ensemble can be trained ({reasons}); drop --train-every")
+
+
+def member_folder(where: Path, names: Sequence[str], name: str) -> Path:
+    """Where a member's adapters go: `where` itself with one member, else a folder named after the member."""
+    return where if len(names) == 1 else where / "".join(c if c.isalnum() or c in "-_." else "_" for c in name)[:80]
+
+
 def build_search(
     problem: Problem,
     overrides: RunOverrides | None = None,
     *,
     db: str | Path | None = None,
     run_id: int | None = None,
+    policies: Sequence[str | MemberSpec | Mapping[str, object]] | None = None,
 ) -> Search:
     """Open (or create) the archive at `db` (default `runs/NAME.db`), start or resume the problem's run (the
-    latest, or `run_id`), load the sandbox and the policy, and set up training when `train_every` > 0.
+    latest, or `run_id`), load the sandbox and the policies, and set up training when `train_every` > 0.
 
     The search owns what it opens: a failure part-way closes everything opened so far, and `Search.close`
-    closes all of it. The policy is a spec such as `embedded` or `transformers:DIR` (see `policies.factory`).
+    closes all of it. A policy is a spec such as `embedded` or `transformers:DIR` (see `policies.factory`);
+    `policies` makes an ensemble of several (evolve.members), as `--policy A --policy B` does.
     Raises `SearchSetupError` with a one-line fix."""
-    given = overrides if overrides is not None else RunOverrides()
+    given = with_policies(overrides, policies)
     target_db = db if db is not None else default_db(problem)
-    loop: SearchLoop | None = None
     with contextlib.ExitStack() as opened:
         try:  # quick checks first; the policy (slow for local models) after them, before any write
             archive = Archive(target_db)
             opened.callback(archive.close)
             existing = check_resumable(archive, problem, run_id)
             resolved, changes = resolve_options(problem, existing, given)
+            specs = check_ensemble(resolved)
             sandbox = make_sandbox(resolved.sandbox, workers=resolved.workers)
             opened.callback(sandbox.close)
             refusal = weak_sandbox_refusal(sandbox, problem, resolved.allow_weak_sandbox)
             if refusal is not None:
                 raise SearchSetupError(refusal)
-            policy = make_policy(resolved.policy)
-            opened.callback(lambda: policy.close() if loop is None else loop.close_policy())
-            run_row, resumed = open_run(archive, problem, resolved, run=existing, overrides=changes)
-            restored = restore_latest_adapter(archive, run_row.id, policy)
-            train_step, where = None, None
-            if resolved.train_every:
-                where = Path(resolved.adapters_dir or adapters_next_to(target_db, problem.name))
-                trainer = ArchiveTrainer(
-                    archive,
-                    run_row.id,
-                    list(problem.components),
-                    resolved.variants,
-                    policy,
-                    TrainConfig(method=resolved.train_method, learning_rate=resolved.learning_rate),
-                    where,
-                    trainer_model=resolved.trainer_model,
+            trained = existing is not None and any(v.adapter_path for v in archive.policy_versions(existing.id))
+            with contextlib.ExitStack() as policies_opened:  # closed here only if setup fails past this point
+                members = MemberPolicies(
+                    _load_members(policies_opened, specs, share=not resolved.train_every and not trained)
                 )
-                train_step = trainer.step
+                run_row, resumed = open_run(archive, problem, resolved, run=existing, overrides=changes)
+                for i, spec in enumerate(specs):
+                    number = restore_latest_adapter(archive, run_row.id, members.policies[spec.name], spec.name, i == 0)
+                    members.restored = number if members.restored is None else members.restored
+                where = None
+                if resolved.train_every:
+                    where = Path(resolved.adapters_dir or adapters_next_to(target_db, problem.name))
+                    _trainers(archive, run_row, problem, resolved, where, members)
+                loop = SearchLoop(
+                    problem,
+                    archive,
+                    members.policies[specs[0].name],
+                    sandbox,
+                    run_row,
+                    resolved,
+                    policies=members.policies,
+                    train_steps=members.train_steps,  # type: ignore[arg-type]
+                    untrainable=members.untrainable,
+                )
+                policies_opened.pop_all()
+            opened.callback(loop.close_policy)
         except SETUP_ERRORS as exc:
             raise SearchSetupError(str(exc)) from exc
-        loop = SearchLoop(problem, archive, policy, sandbox, run_row, resolved, train_step)
         previous = existing.status if existing is not None else None
+        restored = members.restored
         return Search(loop, target_db, resumed, restored, where, previous, changes, opened.pop_all())

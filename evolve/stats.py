@@ -38,9 +38,8 @@ class LoopStats:
     train_failures: int = 0
     incidents: int = 0  # unexpected exceptions that cost one group or child (see `evolve inspect`)
     last_train: str = ""
-    adaptations: int = 0
-    last_adaptation: str = ""
-    ask: str = ""  # what the loop currently asks for (edit format, temperature, template)
+    ask: str = ""  # what the newest group asks for: member, edit format, temperature, template (its ask arm)
+    arms: list[str] = field(default_factory=list)  # one line per member and ask arm (evolve.ensemble)
     policy_status: str = ""  # e.g. "waiting for the server", set by the live view from the policy
     sampling: str = ""  # the group being sampled (tokens so far, tok/s, rows done), set by the live view
     sampling_bar: str = ""
@@ -110,9 +109,9 @@ class LoopStats:
             f"unchanged {y.unchanged:.0%}, duplicate {y.duplicate:.0%}, unparseable {y.unparseable:.0%}",
         )
         if self.ask:
-            head.add_row("asking", Text(self.ask), "adaptations", str(self.adaptations))
-        if self.last_adaptation:
-            head.add_row("last change", Text(self.last_adaptation), "", "")
+            head.add_row("asking", Text(self.ask), "", "")
+        for line in self.arms:
+            head.add_row("", Text(line), "", "")
         head.add_row("policy version", str(self.policy_version), "sandbox", self.sandbox)
         if self.policy_status:
             head.add_row("policy", Text(self.policy_status), "", "")

@@ -32,9 +32,18 @@ class TrainingUnsupported(Exception):
     pass
 
 
-def recent_version_ids(archive: Archive, run_id: int, versions_back: int) -> list[int]:
-    """Row ids of the newest policy version and the `versions_back` before it."""
-    versions = sorted(archive.policy_versions(run_id), key=lambda v: v.number)
+def member_versions(archive: Archive, run_id: int, member: str | None, first: bool = True) -> list[PolicyVersion]:
+    """A member's version lineage by number (`member` None: every version of the run, as before ensembles);
+    rows that name no member are the first member's."""
+    return sorted(archive.policy_versions(run_id, member, with_unnamed=first), key=lambda v: v.number)
+
+
+def recent_version_ids(
+    archive: Archive, run_id: int, versions_back: int, member: str | None = None, first: bool = True
+) -> list[int]:
+    """Row ids of the member's newest policy version and the `versions_back` before it: so that a member is
+    trained only on the groups it sampled itself."""
+    versions = member_versions(archive, run_id, member, first)
     if not versions:
         return []
     newest = versions[-1].number
@@ -95,6 +104,8 @@ class ArchiveTrainer:
         adapters_dir: Path,
         max_groups: int = 64,
         trainer_model: str | None = None,
+        member: str | None = None,
+        first: bool = True,
     ) -> None:
         """`policy` serves and receives each new version. The weights trained are its own when it runs in this
         process with transformers, else a local copy of the same base model loaded from `trainer_model` (a
@@ -103,6 +114,7 @@ class ArchiveTrainer:
         if not isinstance(policy, PublishingPolicy):
             raise TrainingUnsupported(f"policy {policy.name!r} cannot load new adapters")
         self.publisher: PublishingPolicy = policy
+        self.member, self.first = member, first  # whose lineage this trainer extends (None: the run's only one)
         self.archive, self.run_id, self.components, self.variants = archive, run_id, components, variants
         self.policy, self.config, self.adapters_dir, self.max_groups = policy, config, adapters_dir, max_groups
         local: InProcessPolicy | None = policy if isinstance(policy, InProcessPolicy) else None
@@ -121,12 +133,12 @@ class ArchiveTrainer:
         local.model = self.trainer.model  # an in-process policy samples from the adapter-wrapped model
 
     def _versions(self) -> list[PolicyVersion]:
-        return sorted(self.archive.policy_versions(self.run_id), key=lambda v: v.number)
+        return member_versions(self.archive, self.run_id, self.member, self.first)
 
     def step(self) -> UpdateStats:
         from peft import get_peft_model_state_dict, set_peft_model_state_dict
 
-        versions = recent_version_ids(self.archive, self.run_id, self.config.versions_back)
+        versions = recent_version_ids(self.archive, self.run_id, self.config.versions_back, self.member, self.first)
         batch = load_batch(self.archive, self.run_id, self.components, self.variants, versions, self.max_groups)
         weights = {k: v.detach().clone() for k, v in get_peft_model_state_dict(self.trainer.model).items()}
         optimizer = copy.deepcopy(self.trainer.optimizer.state_dict())
@@ -150,6 +162,7 @@ class ArchiveTrainer:
                 number=number,
                 train_config=self.config.as_dict(),
                 stats=asdict(stats),
+                member=self.member,
             )
             return stats
         except BaseException:
@@ -176,9 +189,11 @@ class ArchiveTrainer:
             self.publisher.serve_base(number)
 
 
-def restore_latest_adapter(archive: Archive, run_id: int, policy: Policy) -> int | None:
-    """On resume, serve the newest trained version again; returns its number (None when there is none)."""
-    trained = [v for v in archive.policy_versions(run_id) if v.adapter_path]
+def restore_latest_adapter(
+    archive: Archive, run_id: int, policy: Policy, member: str | None = None, first: bool = True
+) -> int | None:
+    """On resume, serve the member's newest trained version again; returns its number (None when there is none)."""
+    trained = [v for v in member_versions(archive, run_id, member, first) if v.adapter_path]
     if not trained or not isinstance(policy, PublishingPolicy):
         return None
     latest = max(trained, key=lambda v: v.number)

@@ -1,9 +1,11 @@
-"""The ask and its adaptation: prompts that insist on change, the edit format chosen from the code, the ladder of
-changes after barren groups, the stall that counts them and its line, and the parent's recent children."""
+"""The ask: prompts that insist on change, the edit format chosen from the code, the ask arms the bandit chooses
+among, the stall that ends a run of barren groups and its line, and the parent's recent children."""
 
 from __future__ import annotations
 
-from evolve.adapt import Adapter, Ask
+import pytest
+
+from evolve.adapt import Ask, AskError, apply_arm, ask_arms
 from evolve.prompts import PromptInputs, build_prompt, parse_completion, resolve_edit_format
 from evolve.stopping import Stall
 from evolve.yields import Yield
@@ -55,48 +57,40 @@ def test_directed_template_gives_each_variant_its_own_kind_of_change():
     assert "Variant 1:" not in _prompt(template="standard")
 
 
-def _barren(adapter: Adapter, stall: Stall, groups: int, statuses: dict[str, int], start: int = 0) -> list[dict]:
-    """Feed `groups` barren groups (nothing pending) to the stall and the adapter; the changes made."""
-    made = []
-    for g in range(start, start + groups):
+def _barren(stall: Stall, groups: int, statuses: dict[str, int]) -> None:
+    """Feed `groups` barren groups (nothing pending) to the stall."""
+    for _ in range(groups):
         assert stall.observe(False, False, statuses)
-        if (change := adapter.after_barren(g, stall)) is not None:
-            made.append(change)
-    return made
 
 
-def test_copies_raise_temperature_then_switch_template_then_stall_with_one_line():
-    adapter, stall = Adapter(Ask("full", 0.8, "standard"), every=2), Stall(6)
+def test_copies_stall_with_one_line_naming_what_was_tried_and_what_is_asked():
+    stall = Stall(6)
     copies = {"unchanged": 10, "duplicate": 2}
-    changes = _barren(adapter, stall, 5, copies)
-    assert [c["change"] for c in changes] == ["temperature 0.8 -> 1", "prompt template standard -> directed"]
-    assert changes[0]["group"] == 1 and changes[0]["to"]["temperature"] == 1.0
-    assert changes[0]["why"] == "2 groups without a new child: 83% unchanged, 17% duplicate, 0% unparseable"
-    assert not stall.stalled and adapter.ask == Ask("full", 1.0, "directed")
-    assert _barren(adapter, stall, 1, copies, start=5) == []  # the stalling group changes nothing more
+    _barren(stall, 5, copies)
+    assert not stall.stalled
+    assert stall.why() == "5 groups without a new child: 83% unchanged, 17% duplicate, 0% unparseable"
+    _barren(stall, 1, copies)
     assert stall.stalled
-    line = stall.message(adapter.tried(), adapter.ask.describe())
+    now = Ask("full", 1.0, "directed").describe()
+    line = stall.message("asks base, hotter, template", now)
     assert line.startswith("stalled: 6 groups without a new child: 83% unchanged")
-    assert "tried: temperature 0.8 -> 1; prompt template standard -> directed" in line
-    assert "now asking for full edits, temperature 1, directed prompt" in line
+    assert "tried: asks base, hotter, template; now asking for full edits, temperature 1, directed prompt" in line
     assert "\n" not in line and "keeps copying" in line and "--stall-groups" in line
 
 
-def test_unparseable_diffs_switch_to_full_rewrites_first_and_the_stall_line_says_so():
-    adapter, stall = Adapter(Ask("diff", 0.8, "standard"), every=1), Stall(2)
-    (change,) = _barren(adapter, stall, 1, {"apply_error": 9, "unchanged": 1})
-    assert change["change"] == "edit format diff -> full" and adapter.ask.edit_format == "full"
-    _barren(adapter, stall, 1, {"parse_error": 3})
-    assert "do not parse" in stall.message(adapter.tried(), adapter.ask.describe())
+def test_unparseable_answers_stall_with_a_line_that_says_so():
+    stall = Stall(2)
+    _barren(stall, 1, {"apply_error": 9, "unchanged": 1})
+    _barren(stall, 1, {"parse_error": 3})
+    assert stall.stalled and "do not parse" in stall.message("", "x")
 
 
-def test_a_new_child_resets_the_streak_and_keeps_the_ask_that_worked():
-    adapter, stall = Adapter(Ask("full", 0.8, "standard"), every=2), Stall(3)
-    _barren(adapter, stall, 2, {"unchanged": 6})
-    assert adapter.ask.temperature == 1.0
+def test_a_new_child_resets_the_streak():
+    stall = Stall(3)
+    _barren(stall, 2, {"unchanged": 6})
     assert not stall.observe(True, False, {"ok": 1, "unchanged": 5})
-    assert stall.barren == 0 and not stall.statuses and adapter.ask.temperature == 1.0
-    _barren(adapter, stall, 2, {"unchanged": 6}, start=3)
+    assert stall.barren == 0 and not stall.statuses
+    _barren(stall, 2, {"unchanged": 6})
     assert not stall.stalled  # the streak started again from zero
 
 
@@ -107,25 +101,16 @@ def test_a_barren_group_with_children_still_pending_does_not_count():
     assert stall.observe(False, False, {"unchanged": 3}) and stall.barren == 1 and not stall.stalled
 
 
-def test_adapter_resumes_from_the_run_state_unless_its_options_were_changed():
-    adapter, stall = Adapter(Ask("auto", 0.8, "standard"), every=1), Stall(9)
-    _barren(adapter, stall, 2, {"unchanged": 3})
-    state = adapter.state()
-    again = Adapter.restore(Ask("auto", 0.8, "standard"), state, every=1)
-    assert again.ask == adapter.ask != Ask("auto", 0.8, "standard")
-    assert again.changes == adapter.changes and len(again.changes) == 2
-    fresh = Adapter.restore(Ask("auto", 0.8, "standard"), {}, every=1)
-    assert fresh.ask == Ask("auto", 0.8, "standard") and fresh.changes == []
-    # resumed with `--temperature 1.1`: the given option wins over the ask the run had arrived at
-    given = Adapter.restore(Ask("auto", 1.1, "standard"), state, every=1)
-    assert given.ask == Ask("auto", 1.1, "standard") and len(given.changes) == 2
-
-
-def test_temperature_is_capped():
-    adapter, stall = Adapter(Ask("full", 1.2, "directed"), every=1), Stall(20)
-    changes = _barren(adapter, stall, 6, {"unchanged": 3})
-    temps = [c["to"]["temperature"] for c in changes if c["change"].startswith("temperature")]
-    assert temps and max(temps) <= 1.3
+def test_ask_arms_turn_one_knob_each_from_the_members_own_settings_and_heat_is_capped():
+    base = Ask("diff", 0.8, "standard", 0.9)
+    assert apply_arm("base", base) == base
+    assert apply_arm("hotter", base) == Ask("diff", 1.0, "standard", 0.9)
+    assert apply_arm("template", base) == Ask("diff", 0.8, "directed", 0.9)
+    assert apply_arm("full", base) == Ask("full", 0.8, "standard", 0.9)
+    assert apply_arm("hotter", Ask("full", 1.2, "directed")).temperature == 1.3
+    assert ask_arms("hotter, full") == ["base", "hotter", "full"]  # base is always an arm, first
+    with pytest.raises(AskError, match="unknown arm"):
+        ask_arms("base,colder")
 
 
 def test_recent_children_come_from_the_archive_newest_two_oldest_first(tmp_path):
@@ -169,20 +154,20 @@ def test_live_view_and_summary_show_yield_and_the_current_ask():
     stats = LoopStats(["c0"], 10, None)
     stats.completions, stats.tokens, stats.new_valid = 4, 1000, 2
     stats.parse.update({"ok": 3, "unchanged": 6, "duplicate": 1, "parse_error": 2})
-    stats.ask, stats.adaptations = "full edits, temperature 1, directed prompt", 1
-    stats.last_adaptation = "group 3: temperature 0.8 -> 1 (2 groups without a new child: ...)"
+    stats.ask = "embedded: full edits, temperature 1, directed prompt (hotter)"
+    stats.arms = ["ask hotter: 3 groups (60%), 2 new valid, 1 improved, 4 copies, 0.50/1k tokens"]
     assert "yield 0.50 new valid children per completion, 2.00 per 1k tokens; variants unchanged 50%" in stats.summary()
     console = Console(width=200, record=True)
     console.print(stats.render())
     text = console.export_text()
     assert "0.50/completion, 2.00/1k tokens" in text and "unchanged 50%, duplicate 8%, unparseable 17%" in text
-    assert "full edits, temperature 1, directed prompt" in text and "group 3: temperature 0.8 -> 1" in text
+    assert "embedded: full edits, temperature 1, directed prompt (hotter)" in text
+    assert "ask hotter: 3 groups (60%), 2 new valid, 1 improved, 4 copies" in text
 
 
-def test_zero_means_never_for_the_stall_and_the_adapter():
-    """A benchmark that compares something else holds the ask fixed and lets only its budget end the run."""
-    stall, adapter = Stall(0), Adapter(Ask("auto", 0.8, "directed"), every=0)
-    for group in range(50):
+def test_zero_means_never_for_the_stall():
+    """A benchmark that compares something else lets only its budget end the run."""
+    stall = Stall(0)
+    for _ in range(50):
         stall.observe(False, False, {"unchanged": 3})
-        assert adapter.after_barren(group, stall) is None
-    assert stall.barren == 50 and not stall.stalled and adapter.ask == Ask("auto", 0.8, "directed")
+    assert stall.barren == 50 and not stall.stalled

@@ -127,6 +127,9 @@ def test_an_interrupt_ends_the_call_in_flight_and_a_withdrawn_one_ends_nothing(e
     group = endless.generate(PROMPT, params, 3)
     assert time.monotonic() - start < 10
     assert [g.finish_reason for g in group] == ["interrupted"] * 3
+    # an honoured request is used up: the next call runs (it was once left set and ended every later call)
+    short = SamplingParams(temperature=1.0, top_p=1.0, max_new_tokens=5, seed=0)
+    assert [g.finish_reason for g in endless.generate(PROMPT, short, 1)] == ["length"]
     endless.interrupt()  # found no call in flight: it ends the next one at once...
     assert [g.finish_reason for g in endless.generate(PROMPT, params, 2)] == ["interrupted"] * 2
     short = SamplingParams(temperature=1.0, top_p=1.0, max_new_tokens=20, seed=0)

@@ -46,7 +46,7 @@ def test_the_group_sampler_stores_a_group_and_returns_only_new_children(tmp_path
         async def two_groups():
             seed = await loop.evaluation.score_seed(child(SQUARE_SEED, None))
             await loop.commits.commit([seed])
-            return [await loop.sampler.make_group(i, loop.adapter.ask) for i in (0, 1)]
+            return [await loop.sampler.make_group(i, loop.members[0], loop.members[0].base) for i in (0, 1)]
 
         first, second = asyncio.run(two_groups())
         assert first is not None and second is not None
@@ -83,7 +83,7 @@ def test_a_cut_before_sampling_stores_nothing(tmp_path):
         async def cut_then_group():
             await loop.commits.commit([await loop.evaluation.score_seed(child(SQUARE_SEED, None))])
             loop.control.cut_sampling()
-            return await loop.sampler.make_group(0, loop.adapter.ask)
+            return await loop.sampler.make_group(0, loop.members[0], loop.members[0].base)
 
         assert asyncio.run(cut_then_group()) is None
         assert sqlite3.connect(tmp_path / "a.db").execute("SELECT COUNT(*) FROM prompts").fetchone()[0] == 0

@@ -70,6 +70,11 @@ def test_html_report_holds_every_view_and_no_live_markup(run_db: Path) -> None:
     html = write_report(archive, run)
     archive.close()
     assert HOSTILE not in html and "\\u003c/script\\u003e\\u003cscript\\u003ealert(1)" in html
+    # per ensemble member and ask arm (here one replay member): the rows `evolve inspect` prints, and their table
+    [member] = [r for r in data["arms"] if r["kind"] == "member"]
+    assert member["name"].startswith("replay:") and member["share"] == 1.0 and member["valid"] > 0
+    assert sum(r["groups"] for r in data["arms"] if r["kind"] == "ask") == member["groups"] > 0
+    assert '<div id="arms"></div>' in html
     best = data["details"][str(data["meta"]["best_id"])]
     assert HOSTILE in best["code"] and HOSTILE in best["stdout"] and HOSTILE in best["completion"]
     assert best["prompt"] and best["parse_status"] == "ok" and best["policy_version"] == 0
@@ -134,6 +139,7 @@ def test_dashboard_api_serves_escaped_json_and_answers_unchanged_polls_empty(das
     data = httpx.get(f"{dashboard}/api/data", timeout=60)
     assert data.status_code == 200 and "<" not in data.text
     payload = data.json()
+    assert payload["arms"][0]["kind"] == "member" and payload["arms"][0]["share"] == 1.0
     best = payload["meta"]["best_id"]
     program = httpx.get(f"{dashboard}/api/program/{best}", timeout=30)
     assert "<" not in program.text and HOSTILE in program.json()["code"]

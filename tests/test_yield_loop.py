@@ -45,7 +45,7 @@ def test_yield_from_the_archive_matches_the_live_counters_and_prompts_show_recen
     seed = loop.population.first
     children = [c for (c,) in con.execute("SELECT code FROM programs WHERE parent_id = ? ORDER BY id", (seed.id,))]
     assert len(children) >= 2
-    prompted = loop.sampler.prompt(seed, [], loop.adapter.ask)
+    prompted = loop.sampler.prompt(seed, [], loop.members[0].base)
     edit_format, prompt = prompted.edit_format, prompted.text
     assert edit_format == "full"
     shown = prompt.split("# Recent children of the current program")[1].split("# Task")[0]
@@ -53,46 +53,46 @@ def test_yield_from_the_archive_matches_the_live_counters_and_prompts_show_recen
     assert all(b in shown for b in body) and shown.index(body[0]) < shown.index(body[1])
     sampling = [json.loads(s) for (s,) in con.execute("SELECT sampling FROM completions ORDER BY id")]
     assert {s["edit_format"] for s in sampling} == {"full"} and sampling[0]["template"] == "directed"
-    state = json.loads(con.execute("SELECT state FROM runs").fetchone()[0])
-    asked = {(s["template"], s["temperature"]) for s in sampling}
-    assert len(asked) == 1 + len(state.get("adaptations", []))  # every other ask was a recorded change
+    asked = {
+        (arm, json.loads(s)["template"], json.loads(s)["temperature"])
+        for arm, s in con.execute("SELECT p.ask, c.sampling FROM completions c JOIN prompts p ON p.id = c.prompt_id")
+    }
+    arms = {"base": ("directed", 0.7), "hotter": ("directed", 0.9), "template": ("standard", 0.7)}
+    assert ("base", "directed", 0.7) in asked
+    assert all(arms[arm] == tuple(rest) for arm, *rest in asked)  # each group asked as its arm is recorded
 
 
-def test_barren_groups_change_the_ask_record_it_and_stall_keeping_tokens_and_m_answers(tmp_path):
+def test_barren_groups_try_each_ask_arm_record_it_and_stall_keeping_tokens_and_m_answers(tmp_path):
     untaught = save_tiny(tmp_path / "untaught")  # writes noise: every variant is unparseable
     problem, archive, run, options = square_run(
-        tmp_path, max_evaluations=50, max_new_tokens=24, adapt_every=1, stall_groups=3
+        tmp_path, max_evaluations=50, max_new_tokens=24, stall_groups=3, asks="base,hotter,template,full"
     )
     loop = SearchLoop(problem, archive, TransformersPolicy.load(str(untaught)), ProcessSandbox(2), run, options)
     reason = run_search(loop)
     assert reason.startswith("stalled: 3 groups without a new child: 0% unchanged, 0% duplicate, 100% unparseable")
-    assert "tried: prompt template directed -> standard; temperature 0.7 -> 0.9" in reason
+    assert "tried: asks base, hotter, template" in reason
     assert "\n" not in reason
     con = sqlite3.connect(tmp_path / "a.db")
     state = json.loads(con.execute("SELECT state FROM runs").fetchone()[0])
-    assert [c["change"] for c in state["adaptations"]] == [
-        "prompt template directed -> standard",
-        "temperature 0.7 -> 0.9",
-    ]
-    assert state["ask"] == {"edit_format": "full", "temperature": 0.9, "template": "standard"}
+    assert {a: t["groups"] for a, t in state["ensemble"]["asks"].items()} == {"base": 1, "hotter": 1, "template": 1}
     assert state["stop_reason"] == reason  # the stall line is kept with the run
     rows = con.execute(
-        "SELECT p.id, c.sampling, c.token_ids, c.logprobs, "
+        "SELECT p.id, p.ask, c.sampling, c.token_ids, c.logprobs, "
         "(SELECT COUNT(*) FROM variants v WHERE v.completion_id = c.id) "
         "FROM completions c JOIN prompts p ON p.id = c.prompt_id ORDER BY c.id"
     ).fetchall()
-    asked = {pid: (json.loads(s)["template"], json.loads(s)["temperature"]) for pid, s, *_ in rows}
-    assert asked == {1: ("directed", 0.7), 2: ("standard", 0.7), 3: ("standard", 0.9)}
+    asked = {pid: (arm, json.loads(s)["template"], json.loads(s)["temperature"]) for pid, arm, s, *_ in rows}
+    assert asked == {1: ("base", "directed", 0.7), 2: ("hotter", "directed", 0.9), 3: ("template", "standard", 0.7)}
     prompts = [t for (t,) in con.execute("SELECT text FROM prompts ORDER BY id")]
-    assert "Variant 2: a different method" in prompts[0] and "Variant 2: a different method" not in prompts[1]
-    for _, _, ids, lps, m in rows:  # what the trainer needs survives every change of the ask
+    assert "Variant 2: a different method" in prompts[0] and "Variant 2: a different method" not in prompts[2]
+    for *_, ids, lps, m in rows:  # what the trainer needs survives every change of the ask
         assert len(ids) // 4 == len(lps) // 4 > 0 and m == 2
     inspect = subprocess.run(
         [sys.executable, "-m", "evolve.cli", "inspect", str(tmp_path / "a.db")], capture_output=True, text=True
     )
     assert "yield 0 new valid children: 0.00 per completion" in inspect.stdout
     assert "unparseable 100%" in inspect.stdout
-    assert "adapted at group 1: temperature 0.7 -> 0.9" in inspect.stdout
+    assert "ask hotter: 1 groups (33% of all, 33% of the last 20)" in inspect.stdout
 
 
 def test_interrupt_ends_a_generation_between_tokens_and_is_never_lost(endless_model_dir):

@@ -15,6 +15,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from evolve.archive.arms import arm_rows
 from evolve.archive.batch import NewProgram
 from evolve.archive.database import Database
 from evolve.archive.group_store import GroupRows, GroupStore
@@ -77,6 +78,7 @@ class Archive:
         number: int = 0,
         train_config: dict[str, Any] | None = None,
         stats: dict[str, Any] | None = None,
+        member: str | None = None,
     ) -> int:
         return self.run_store.add_policy_version(
             run_id=run_id,
@@ -86,10 +88,13 @@ class Archive:
             number=number,
             train_config=train_config,
             stats=stats,
+            member=member,
         )
 
-    def policy_versions(self, run_id: int | None = None) -> Sequence[PolicyVersion]:
-        return self.run_store.policy_versions(run_id)
+    def policy_versions(
+        self, run_id: int | None = None, member: str | None = None, *, with_unnamed: bool = False
+    ) -> Sequence[PolicyVersion]:
+        return self.run_store.policy_versions(run_id, member, with_unnamed=with_unnamed)
 
     # ---- programs, evaluations, lineage ------------------------------------------------------------------
     def add_evaluated_programs(self, run_id: int, items: Sequence[NewProgram]) -> list[StoredProgram]:
@@ -174,6 +179,11 @@ class Archive:
         versions = self.run_store.policy_versions(run.id)
         with self.db.session() as s:
             return summarize(s, run, signs, versions)
+
+    def arms(self, run_id: int) -> list[dict[str, Any]]:
+        """Per ensemble member, then per ask arm: groups, shares, tokens, yield, improvements, best child."""
+        with self.db.session() as s:
+            return arm_rows(s, run_id, "member") + arm_rows(s, run_id, "ask")
 
     def best_program(self, run: Run, component: str | None = None, *, sign: float = 1.0) -> Program | None:
         """The best by scalar view, or by one component: `sign` -1 when that component is minimised."""

@@ -66,6 +66,7 @@ class GroupStore:
         """Variants parsed as new children whose evaluation never landed (the run was killed)."""
         q = (
             select(Variant.id, Variant.slot, Prompt.parent_id, Completion.text, Prompt.island)
+            .add_columns(Prompt.member, Prompt.ask)
             .join(Completion, Completion.id == Variant.completion_id)
             .join(Prompt, Prompt.id == Completion.prompt_id)
             .where(Prompt.run_id == run_id, Variant.status == "ok", Variant.program_id.is_(None))

@@ -29,6 +29,8 @@ class GroupTelemetry:
     generation_s: float | None = None
     started_at: Any = None  # datetime (naive UTC)
     parse_counts: dict[str, int] | None = None
+    member: str | None = None  # the ensemble member that sampled the group
+    ask: str | None = None  # the ask arm it was sampled with
 
 
 @dataclass(frozen=True)
@@ -80,6 +82,8 @@ def write_group(
                 generation_s=t.generation_s,
                 parse_counts=t.parse_counts,
                 started_at=t.started_at,
+                member=t.member,
+                ask=t.ask,
             )
         ],
     )

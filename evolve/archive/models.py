@@ -58,6 +58,8 @@ class PolicyVersion(Base):
     run_id: Mapped[int | None] = mapped_column(ForeignKey("runs.id"))
     number: Mapped[int] = mapped_column(Integer, default=0)
     base_model: Mapped[str] = mapped_column(Text)
+    # The ensemble member whose lineage this version is (None in archives older than ensembles: the run's first).
+    member: Mapped[str | None] = mapped_column(String(200))
     adapter_path: Mapped[str | None] = mapped_column(Text)
     parent_id: Mapped[int | None] = mapped_column(ForeignKey("policy_versions.id"))
     train_config: Mapped[dict[str, Any] | None] = mapped_column(JSON)
@@ -113,6 +115,8 @@ class Prompt(Base):
     generation_s: Mapped[float | None] = mapped_column(Float)  # seconds spent sampling them
     parse_counts: Mapped[dict[str, Any] | None] = mapped_column(JSON)  # variant status → count
     started_at: Mapped[datetime | None] = mapped_column(DateTime)  # sampling began; created_at: stored
+    member: Mapped[str | None] = mapped_column(String(200))  # the ensemble member that sampled it (evolve.members)
+    ask: Mapped[str | None] = mapped_column(String(40))  # the ask arm it was sampled with (evolve.adapt)
     created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
 
 

@@ -52,6 +52,8 @@ class PendingVariant:
     parent_id: int
     completion_text: str
     island: int
+    member: str | None = None  # the ensemble member and ask arm of its group (credited when it lands)
+    ask: str | None = None
 
 
 class StoredProgram(NamedTuple):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import or_, select, update
 
 from evolve.archive.database import ArchiveError, Database
 from evolve.archive.models import Incident, PolicyVersion, Run
@@ -72,11 +72,13 @@ class RunStore:
         number: int = 0,
         train_config: dict[str, Any] | None = None,
         stats: dict[str, Any] | None = None,
+        member: str | None = None,
     ) -> int:
         with self.db.session() as s:
             v = PolicyVersion(
                 run_id=run_id,
                 base_model=base_model,
+                member=member,
                 adapter_path=adapter_path,
                 parent_id=parent_id,
                 number=number,
@@ -87,9 +89,16 @@ class RunStore:
             s.flush()
             return v.id
 
-    def policy_versions(self, run_id: int | None = None) -> Sequence[PolicyVersion]:
+    def policy_versions(
+        self, run_id: int | None = None, member: str | None = None, *, with_unnamed: bool = False
+    ) -> Sequence[PolicyVersion]:
+        """The run's policy versions; with `member`, that member's lineage only (`with_unnamed`: also the rows
+        of archives older than ensembles, which name no member and belong to the run's first one)."""
         q = select(PolicyVersion).order_by(PolicyVersion.id)
         if run_id is not None:
             q = q.where(PolicyVersion.run_id == run_id)
+        if member is not None:
+            named = PolicyVersion.member == member
+            q = q.where(or_(named, PolicyVersion.member.is_(None)) if with_unnamed else named)
         with self.db.session() as s:
             return s.scalars(q).all()

@@ -16,6 +16,7 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from evolve.archive.arms import arm_rows
 from evolve.archive.models import Completion, Evaluation, Incident, PolicyVersion, Program, Prompt, Run, Variant, utcnow
 from evolve.yields import Yield
 
@@ -44,7 +45,10 @@ class RunSummary:
     last_incident: str | None = None
     telemetry: dict[str, float | int | None] = field(default_factory=dict)
     yields: dict[str, float | int] = field(default_factory=dict)  # evolve.yields.Yield.as_dict()
-    adaptations: list[dict[str, Any]] = field(default_factory=list)  # changes of the ask (evolve.adapt)
+    adaptations: list[dict[str, Any]] = field(default_factory=list)  # changes of the ask (archives before issue 24)
+    members: list[dict[str, Any]] = field(default_factory=list)  # per ensemble member: groups, share, yield (arms.py)
+    asks: list[dict[str, Any]] = field(default_factory=list)  # the same per ask arm
+    bandit: dict[str, Any] = field(default_factory=dict)  # the allocator's record as the run keeps it (its state)
 
 
 def summary_yield(s: RunSummary) -> Yield:
@@ -76,6 +80,7 @@ def summarize(s: Session, run: Run, signs: Mapping[str, float], versions: Sequen
         options=dict(run.config.get("options", {})),
         overrides=list(run.config.get("overrides", [])),
         adaptations=list(run.state.get("adaptations", [])),
+        bandit=dict(run.state.get("ensemble", {})),
     )
     out.programs = s.scalar(select(func.count(Program.id)).where(Program.run_id == run.id)) or 0
     out.groups = s.scalar(select(func.count(Prompt.id)).where(Prompt.run_id == run.id)) or 0
@@ -110,6 +115,7 @@ def summarize(s: Session, run: Run, signs: Mapping[str, float], versions: Sequen
                 out.best_components[name] = (pid, value)
     out.errors = dict(errors)
     _incidents_and_telemetry(s, run, out)
+    out.members, out.asks = arm_rows(s, run.id, "member"), arm_rows(s, run.id, "ask")
     out.policy_versions = [
         {
             "id": v.id,
@@ -117,6 +123,7 @@ def summarize(s: Session, run: Run, signs: Mapping[str, float], versions: Sequen
             "base_model": v.base_model,
             "adapter": v.adapter_path,
             "parent": v.parent_id,
+            "member": v.member,
         }
         for v in versions
     ]

@@ -46,9 +46,21 @@ def run_signs(run: Run) -> dict[str, float]:
     return signs(run_components(run))
 
 
+def arm_line(r: dict) -> str:
+    """One member's or ask arm's record (evolve.archive.arms) as `inspect` and the Markdown report print it."""
+    rate = r["valid_per_1k_tokens"]
+    best = f", best child {r['best_scalar']:.6g} (program {r['best_id']})" if r["best_scalar"] is not None else ""
+    return (
+        f"{r['kind']} {r['name']}: {r['groups']} groups ({r['share']:.0%} of all, {r['recent_share']:.0%} of the "
+        f"last 20), {r['tokens']} tokens, {r['valid']} new valid"
+        f"{f' ({rate:.2f}/1k tokens)' if rate is not None else ''}, {r['improved']} improved, "
+        f"{r['copies']} copies{best}"
+    )
+
+
 def inspect(db: DbArg, as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
-    """Per run: counts, errors by kind, yield, changes the run made to its ask, best per component and scalar,
-    islands, policy versions."""
+    """Per run: counts, errors by kind, yield, per ensemble member and ask arm its groups and what they brought,
+    best per component and scalar, islands, policy versions."""
     archive = open_archive(db)
     summaries = [archive.summarize(run, run_signs(run)) for run in archive.runs()]
     if as_json:
@@ -79,6 +91,8 @@ def inspect(db: DbArg, as_json: Annotated[bool, typer.Option("--json")] = False)
             f"duplicate {y['duplicate']:.0%}, unparseable {y['unparseable']:.0%}",
             highlight=False,
         )
+        for row in [*s.members, *s.asks]:
+            console.print(f"  {arm_line(row)}", highlight=False, markup=False)
         for change in s.adaptations:
             console.print(
                 f"  adapted at group {change['group']}: {change['change']} ({change['why']})",
@@ -92,7 +106,8 @@ def inspect(db: DbArg, as_json: Annotated[bool, typer.Option("--json")] = False)
             table.add_row(name, f"{value:.6g}", str(pid))
         console.print(table)
         for v in s.policy_versions:
-            console.print(f"  policy v{v['number']} (#{v['id']}): {v['base_model']} adapter={v['adapter']}")
+            who = f" member {v['member']}" if v.get("member") else ""
+            console.print(f"  policy v{v['number']} (#{v['id']}){who}: {v['base_model']} adapter={v['adapter']}")
 
 
 def best(
@@ -193,6 +208,8 @@ def report(
         "|---|---|---|",
     ]
     lines += [f"| {name} | {value:.6g} | {pid} |" for name, (pid, value) in s.best_components.items()]
+    if s.members or s.asks:
+        lines += ["", "## Ensemble members and ask arms", ""] + [f"- {arm_line(r)}" for r in [*s.members, *s.asks]]
     if s.policy_versions:
         lines += ["", "| policy version | adapter | parent |", "|---|---|---|"]
         lines += [f"| v{v['number']} | {v['adapter'] or 'base'} | {v['parent'] or ''} |" for v in s.policy_versions]

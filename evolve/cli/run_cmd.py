@@ -12,11 +12,15 @@ import typer
 from rich.live import Live
 from sqlalchemy.exc import SQLAlchemyError
 
+from evolve.adapt import ASK_ARMS
+from evolve.bandit import ALLOCATIONS
 from evolve.cli.archive_cmds import open_archive, pick_run
 from evolve.cli.common import console, default_note, fail, one_of, vector_table
 from evolve.cli.problem_cmds import load_or_fail
+from evolve.ensemble import COST_UNIT
 from evolve.fitness import raw_scores
 from evolve.loop import SearchLoop
+from evolve.members import MemberError, as_options
 from evolve.problem import Problem
 from evolve.runs import DEFAULT_POLICY, TRAIN_METHODS, RunOverrides, option_default
 from evolve.sampling_feed import feed_sampling
@@ -25,7 +29,8 @@ from policies.base import Describing, PolicyError, ProgressReporting, StatusRepo
 
 POLICY_HELP = (
     "embedded | llama:embedded | llama:PATH.gguf | transformers:embedded | transformers:DIR_OR_HUB_ID | "
-    "vllm:URL[,URL2...][@MODEL] | openai:URL@MODEL | vllm-local:MODEL | replay:FILE"
+    "vllm:URL[,URL2...][@MODEL] | openai:URL@MODEL | vllm-local:MODEL | replay:FILE; optionally followed by "
+    "[temperature=T,top_p=P,template=T,edit_format=F,weight=W,name=N]; repeat it for an ensemble"
 )
 EDIT_FORMATS = ("auto", "diff", "full")
 THE_PROBLEMS = default_note("the problem's")
@@ -42,15 +47,17 @@ def _default(name: str) -> str:
 
 
 def _policy_status(loop: SearchLoop) -> str:
-    return loop.policy.status if isinstance(loop.policy, StatusReporting) else ""
+    said = [m.policy.status for m in loop.members if isinstance(m.policy, StatusReporting) and m.policy.status]
+    return "; ".join(dict.fromkeys(said))
 
 
 def _sampling(loop: SearchLoop) -> tuple[str, str]:
-    """The group being sampled, as the policy counts it: (one line, a bar), or empty strings between groups."""
-    if not isinstance(loop.policy, ProgressReporting) or not loop.policy.progress.active:
-        return "", ""
-    progress = loop.policy.progress
-    return progress.line(), progress.bar()
+    """The group being sampled, as its member's policy counts it: (one line, a bar), or empty strings between
+    groups."""
+    for member in loop.members:
+        if isinstance(member.policy, ProgressReporting) and member.policy.progress.active:
+            return member.policy.progress.line(), member.policy.progress.bar()
+    return "", ""
 
 
 def line_period_s() -> float:
@@ -99,9 +106,21 @@ def _announce(search: Search, problem: Problem) -> None:
     for name, (old, new) in (search.overrides or {}).items():
         console.print(f"option {name}: {old!r} -> {new!r} (given on this resume; recorded with the run)")
     console.print(f"isolation: {search.sandbox.isolation()}", highlight=False)
-    policy = search.policy
-    how = f" ({policy.description})" if isinstance(policy, Describing) else ""
-    console.print(f"policy: {policy.name}{how}", highlight=False, markup=False)
+    members = search.loop.members
+    for member in members:
+        policy = member.policy
+        how = f" ({policy.description})" if isinstance(policy, Describing) else ""
+        who = f"member {member.name}: " if len(members) > 1 else ""
+        console.print(f"policy: {who}{policy.name}{how}", highlight=False, markup=False)
+        if member.untrainable:
+            console.print(f"member {member.name} is not trained: {member.untrainable}", highlight=False, markup=False)
+    if len(members) > 1:
+        options = search.loop.options
+        console.print(
+            f"ensemble: {len(members)} members, {options.allocation} allocation by value per {options.bandit_cost}"
+        )
+    if search.loop.ensemble.changes:
+        console.print(search.loop.ensemble.changes, highlight=False, markup=False)
     if search.restored_version is not None:
         console.print(f"serving policy version {search.restored_version} (the run's newest adapter)")
     if search.adapters_dir is not None:
@@ -116,7 +135,7 @@ def _run_with_live_view(search: Search, period_s: float) -> str:
     done = threading.Event()
     viewer = threading.Thread(target=_live, args=(search.loop, done, period_s), daemon=True)
     viewer.start()
-    feed_args = (search.policy, search.archive, search.loop.run.id, done)
+    feed_args = (search.policies, search.archive, search.loop.run.id, done)
     feeder = threading.Thread(target=feed_sampling, args=feed_args, daemon=True)  # for `evolve serve`
     feeder.start()
     try:
@@ -158,7 +177,17 @@ def run(
     db: Annotated[
         str | None, typer.Option(help=f"archive path or SQLAlchemy URL {default_note('runs/NAME.db')}")
     ] = None,
-    policy: Annotated[str | None, typer.Option(help=f"{POLICY_HELP} {default_note(DEFAULT_POLICY)}")] = None,
+    policy: Annotated[list[str] | None, typer.Option(help=f"{POLICY_HELP} {default_note(DEFAULT_POLICY)}")] = None,
+    allocation: Annotated[
+        str | None, typer.Option(help=f"{' | '.join(ALLOCATIONS)}: how members share groups {_default('allocation')}")
+    ] = None,
+    asks: Annotated[
+        str | None,
+        typer.Option(help=f"ask arms the bandit tries, of {','.join(ASK_ARMS)} (base alone: fixed) {_default('asks')}"),
+    ] = None,
+    bandit_cost: Annotated[
+        str | None, typer.Option(help=f"{' | '.join(COST_UNIT)}: what a group costs {_default('bandit_cost')}")
+    ] = None,
     sandbox: Annotated[
         str | None, typer.Option(help=f"auto | docker | process | ray[:ADDRESS] {_default('sandbox')}")
     ] = None,
@@ -217,7 +246,10 @@ def run(
     given again overrides its stored value (recorded with the run). Ctrl-C stops cleanly."""
     problem = load_or_fail(problem_dir, sandbox or option_default("sandbox"))
     given = RunOverrides(
-        policy=policy,
+        **_members(policy),
+        allocation=allocation,
+        asks=asks,
+        bandit_cost=bandit_cost,
         sandbox=sandbox,
         workers=workers,
         group_size=group_size,
@@ -244,11 +276,25 @@ def run(
     start_search(problem, given, db, None)
 
 
+def _members(policy: list[str] | None) -> dict[str, object]:
+    """`--policy` given once or more: the members, and the first one's spec as the run's `policy`."""
+    if not policy:
+        return {}
+    try:
+        return as_options(policy)
+    except MemberError as exc:
+        fail(f"--policy: {exc}")
+
+
 def check_given(given: RunOverrides) -> None:
     if given.edit_format not in (None, *EDIT_FORMATS):
         fail(f"--edit-format {given.edit_format}: use {one_of(EDIT_FORMATS)}")
     if given.train_method not in (None, *TRAIN_METHODS):
         fail(f"--train-method {given.train_method}: use {one_of(TRAIN_METHODS)}")
+    if given.allocation not in (None, *ALLOCATIONS):
+        fail(f"--allocation {given.allocation}: use {one_of(ALLOCATIONS)}")
+    if given.bandit_cost not in (None, *COST_UNIT):
+        fail(f"--bandit-cost {given.bandit_cost}: use {one_of(tuple(COST_UNIT))}")
 
 
 def start_search(problem: Problem, given: RunOverrides, db: str | None, run_id: int | None) -> None:
@@ -275,7 +321,7 @@ def resume(
     patience: Annotated[int | None, typer.Option(min=1)] = None,
     stall_groups: Annotated[int | None, typer.Option(min=1, help="groups without a new child that end it")] = None,
     workers: Annotated[int | None, typer.Option(min=1)] = None,
-    policy: Annotated[str | None, typer.Option(help=POLICY_HELP)] = None,
+    policy: Annotated[list[str] | None, typer.Option(help=POLICY_HELP)] = None,
 ) -> None:
     """Resume a run from the archive alone: its problem folder and every option are stored with it."""
     archive = open_archive(db)
@@ -292,7 +338,7 @@ def resume(
         patience=patience,
         stall_groups=stall_groups,
         workers=workers,
-        policy=policy,
+        **_members(policy),
     )
     start_search(problem, given, db, chosen.id)
 

@@ -9,9 +9,10 @@ import typer
 
 from evolve.cli.archive_cmds import RunOpt, open_archive, pick_run
 from evolve.cli.common import DbArg, console, default_note, fail, one_of
+from evolve.members import MemberError
 from evolve.problem.config import FitnessSection
-from evolve.runs import TRAIN_METHODS, option_default
-from evolve.search import adapters_next_to
+from evolve.runs import TRAIN_METHODS, option_default, stored_options
+from evolve.search import adapters_next_to, member_folder
 from evolve.training import ArchiveTrainer, TrainingUnsupported, restore_latest_adapter
 from policies.base import PolicyError
 from policies.factory import make_policy
@@ -27,22 +28,30 @@ def train(
     adapters_dir: Annotated[Path | None, typer.Option(help=default_note("next to the archive"))] = None,
     trainer_model: Annotated[str | None, typer.Option(help="local copy of a served base model")] = None,
     run: RunOpt = None,
+    member: Annotated[str | None, typer.Option(help=default_note("the run's first policy member"))] = None,
 ) -> None:
-    """Train the policy with VPO (or GRPO / Multi-RLVR) on the archive's own groups."""
+    """Train the policy with VPO (or GRPO / Multi-RLVR) on the archive's own groups (with an ensemble: one
+    member's, from its own version lineage)."""
     if method not in TRAIN_METHODS:
         fail(f"--method {method}: use {one_of(TRAIN_METHODS)}")
     archive = open_archive(db)
     chosen = pick_run(archive, run)
     options = chosen.config.get("options", {})
-    spec = policy or options.get("policy")
-    if not spec:
-        fail(f"{db}: run {chosen.id} does not record its policy; pass --policy")
+    try:
+        members = stored_options(chosen).members()
+    except MemberError as exc:
+        fail(f"{db}: run {chosen.id}: {exc}")
+    names = [m.name for m in members]
+    if member is not None and member not in names:
+        fail(f"--member {member}: run {chosen.id} has members {', '.join(names)}")
+    index = names.index(member) if member is not None else 0
+    spec = policy or members[index].spec
     components = list(FitnessSection.model_validate(chosen.config["problem"]["fitness"]).resolved())
     try:
         policy_impl = make_policy(spec)
     except PolicyError as exc:
         fail(str(exc))
-    restore_latest_adapter(archive, chosen.id, policy_impl)
+    restore_latest_adapter(archive, chosen.id, policy_impl, names[index], index == 0)
     config = TrainConfig(method=method, learning_rate=learning_rate, versions_back=10**6)
     try:
         trainer = ArchiveTrainer(
@@ -52,8 +61,10 @@ def train(
             int(options.get("variants", 3)),
             policy_impl,
             config,
-            adapters_dir or adapters_next_to(db, chosen.problem_name),
+            member_folder(adapters_dir or adapters_next_to(db, chosen.problem_name), names, names[index]),
             trainer_model=trainer_model,
+            member=names[index],
+            first=index == 0,
         )
     except (TrainingUnsupported, PolicyError) as exc:
         fail(str(exc))

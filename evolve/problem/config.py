@@ -102,6 +102,19 @@ class LimitsSection(_Strict):
     max_file_mb: int = Field(default=8, ge=1)  # largest file it may write
 
 
+class PolicyMemberSection(_Strict):
+    """`[[search.policies]]`: one member of the run's ensemble (see evolve.members); unset settings come from
+    `[search]` and the run's options."""
+
+    spec: str = Field(min_length=1, description="a policy spec, as --policy takes it")
+    name: str | None = Field(default=None, min_length=1, description="unique in the run; default: spec+settings")
+    weight: float = Field(default=1.0, gt=0, description="prior value per cost (bandit), or share (weights)")
+    temperature: float | None = Field(default=None, gt=0)
+    top_p: float | None = Field(default=None, gt=0, le=1)
+    template: Literal["standard", "directed"] | None = None
+    edit_format: Literal["auto", "diff", "full"] | None = None
+
+
 class SearchSection(_Strict):
     """`[search]`: the one home of the search defaults; `RunOptions` and the CLI flags fall back to these."""
 
@@ -131,6 +144,9 @@ class SearchSection(_Strict):
         default=True,
         description="cap each group's max_new_tokens at what m answers for its parent's editable code need "
         "(evolve.prompts.completion_budget); false for a model that reasons at length before it answers",
+    )
+    policies: list[PolicyMemberSection] = Field(
+        default_factory=list, description="the run's ensemble members; empty: the one --policy"
     )
 
 

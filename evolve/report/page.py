@@ -53,6 +53,7 @@ def payload(archive: Archive, run: Run, *, with_details: bool) -> dict[str, Any]
         "lineage": {"roots": views.lineage_roots, "nodes": nodes},
         "details": {},
         "template": _template(),
+        "arms": archive.arms(run.id),  # per ensemble member and ask arm (evolve.archive.arms)
     }
     if with_details:
         data["details"] = {str(n["id"]): queries.program_detail(archive, n["id"]) for n in nodes}

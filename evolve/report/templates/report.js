@@ -36,6 +36,33 @@
       JSON.stringify(m.variants));
   }
 
+  // One row per ensemble member and ask arm; every cell is set through textContent.
+  function arms() {
+    const holder = document.getElementById("arms");
+    const rows = data.arms || [];
+    if (!rows.length) { note(holder, "no group records its member yet (a run older than ensembles)"); return; }
+    const table = document.createElement("table");
+    table.className = "arms";
+    const head = ["", "name", "groups", "share", "last 20", "tokens", "new valid", "per 1k tokens", "improved",
+      "copies", "best child"];
+    const pct = function (x) { return (100 * x).toFixed(0) + "%"; };
+    const lines = [head].concat(rows.map(function (r) {
+      return [r.kind, r.name, r.groups, pct(r.share), pct(r.recent_share), r.tokens, r.valid,
+        r.valid_per_1k_tokens == null ? "-" : r.valid_per_1k_tokens.toFixed(2), r.improved, r.copies,
+        r.best_scalar == null ? "-" : r.best_scalar.toPrecision(6) + " (#" + r.best_id + ")"];
+    }));
+    lines.forEach(function (cells, i) {
+      const tr = document.createElement("tr");
+      cells.forEach(function (c) {
+        const td = document.createElement(i === 0 ? "th" : "td");
+        td.textContent = String(c);
+        tr.appendChild(td);
+      });
+      table.appendChild(tr);
+    });
+    holder.replaceChildren(table);
+  }
+
   function grids() {
     const holder = document.getElementById("grids");
     holder.querySelectorAll(".js-plotly-plot").forEach(function (el) { Plotly.purge(el); });
@@ -197,6 +224,7 @@
       function () { plot("errors", f.errors, "no evaluation yet"); },
       function () { plot("parse", f.parse, "no completion yet (the seed has no parse outcome)"); },
       function () { plot("throughput", f.throughput, "no evaluation yet"); },
+      arms,
       function () { plot("policy", f.policy, "no policy version with statistics or children yet"); },
     ];
   }
