@@ -24,7 +24,7 @@ _EDIT = re.compile(
 )
 _HEADING = re.compile(r"^[ \t]*(?:#{1,6}|//)?[ \t]*\**[ \t]*variant[ \t]*(\d+)\b[^\n]*$", re.M | re.I)
 _FENCE_LINE = re.compile(r"^[ \t]*```[^\n]*$", re.M)
-_FENCE = re.compile(r"```[ \t]*(?:python|py)?[ \t]*\n(.*?)(?:```|\Z)", re.S | re.I)
+_FENCE = re.compile(r"```[ \t]*[\w+#.-]*[ \t]*\n(.*?)(?:```|\Z)", re.S | re.I)  # ```python, ```c, ```rust, ```
 
 
 @dataclass(frozen=True)
@@ -172,11 +172,22 @@ def _parse_variant(parent: str, body: str, slot: int) -> ParsedVariant:
     broken = frame_changes(parent, code)
     if broken is not None:
         return ParsedVariant(slot, "bad_blocks", None, broken)
+    if is_python(parent):  # a program in another language is checked by its own build, in the sandbox
+        try:
+            ast.parse(code)
+        except SyntaxError as exc:
+            return ParsedVariant(slot, "syntax_error", None, f"line {exc.lineno}: {exc.msg}")
+    return ParsedVariant(slot, "ok", code, renamed)
+
+
+def is_python(code: str) -> bool:
+    """True when `code` parses as Python. A program in any other language (C, Rust) does not: its children skip
+    the Python syntax check, and the prompt shows its code in untagged fences."""
     try:
         ast.parse(code)
-    except SyntaxError as exc:
-        return ParsedVariant(slot, "syntax_error", None, f"line {exc.lineno}: {exc.msg}")
-    return ParsedVariant(slot, "ok", code, renamed)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return False
+    return True
 
 
 def _top_level_functions(code: str) -> set[str]:
