@@ -83,7 +83,11 @@ def interpret(problem: Problem, reply: Any, duration_s: float, sandbox: str) -> 
         kind = reply["kind"] if reply["kind"] in ErrorKind.__members__.values() else ErrorKind.CRASH
         return EvalOutcome.failure(problem, ErrorKind(kind), str(reply.get("error", "")), duration_s, sandbox)
     if problem.form == "split":
-        return _score_split(problem, reply.get("outputs"), duration_s, sandbox)
+        outcome = _score_split(problem, reply.get("outputs"), duration_s, sandbox)
+        build_s = reply.get("build_s")
+        if isinstance(build_s, float) and not outcome.metrics:  # a native program: how long its build took
+            outcome.metrics = {"build_s": build_s}
+        return outcome
     return check_simple(problem, reply, duration_s, sandbox)
 
 

@@ -3,7 +3,8 @@
 A tool under /usr (gcc, cc, make, Debian's rustc) is in every sandbox already: the jail and the host base image
 bind the host's /usr read-only. A tool elsewhere (rustup's toolchains under ~/.rustup, a compiler unpacked in
 /opt) is bound read-only, whole, at TOOLCHAIN_INSIDE/N: the folder above its `bin/` (where such toolchains keep
-their libraries and standard library), and the command is rewritten to the tool's path there. Besides these
+their libraries and standard library), and the command is rewritten to the tool's path there; where that folder
+is /, a home folder or holds the problem (a script in ~/bin), the tool's file alone is bound. Besides these
 and /etc/alternatives (read-only links into /usr) nothing of the host comes in: not the home folder the
 toolchain lives in, not its PATH, not rustup's settings.
 
@@ -55,8 +56,14 @@ def _real_tool(name: str) -> Path | None:
     return real
 
 
+def _shared_folder(root: Path, problem_root: Path) -> bool:
+    """True for a folder that holds more than a toolchain: /, a home folder, or one holding the problem."""
+    homes = {Path("/root"), Path.home().resolve()}
+    return root == Path("/") or root in homes or root.parent == Path("/home") or problem_root.is_relative_to(root)
+
+
 @cache
-def _resolve(names: tuple[str, ...], inside: bool) -> Toolchain:
+def _resolve(names: tuple[str, ...], inside: bool, problem_root: Path) -> Toolchain:
     binds: dict[str, str] = {}
     programs: list[tuple[str, str]] = []
     for name in names:
@@ -67,8 +74,10 @@ def _resolve(names: tuple[str, ...], inside: bool) -> Toolchain:
             programs.append((name, str(real)))
             continue
         root = real.parent.parent if real.parent.name == "bin" else real.parent
+        if _shared_folder(root, problem_root):  # ~/bin/tool: the tool alone, never the home folder around it
+            root = real
         where = binds.setdefault(str(root), f"{TOOLCHAIN_INSIDE}/{len(binds)}")
-        programs.append((name, f"{where}/{real.relative_to(root)}"))
+        programs.append((name, where if root == real else f"{where}/{real.relative_to(root)}"))
     if inside and os.path.isdir(ALTERNATIVES):
         binds[ALTERNATIVES] = ALTERNATIVES
     return Toolchain(tuple(binds.items()), tuple(programs))
@@ -83,4 +92,4 @@ def host_toolchain(problem: Problem, *, inside: bool = True) -> Toolchain:
         return Toolchain()
     commands = [config.run.command] + ([config.build.command] if config.build is not None else [])
     names = tuple(sorted({c[0] for c in commands if os.sep not in c[0] or os.path.isabs(c[0])}))
-    return _resolve(names, inside)
+    return _resolve(names, inside, problem.root.resolve())

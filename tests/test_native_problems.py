@@ -75,6 +75,7 @@ def test_the_c_example_builds_and_a_child_that_does_not_shows_its_log_in_the_nex
         )
     )
     assert "- build: the build failed (exit 1):" in prompt and "error: expected ';'" in prompt
+    assert "```c\n/* Only knows I, V and X" in prompt and "one ```c fenced block" in prompt
 
     # A C child is parsed without Python's syntax check, from a fence tagged c, and then scored in full.
     (child,) = parse_completion(problem.seed_code, f"<variant 1>\n```c\n{ROMAN_C}```\n</variant 1>", 1)
@@ -172,3 +173,18 @@ def test_a_toolchain_outside_usr_is_bound_whole_and_read_only(tmp_path):
     toolchain = next(host for host, inside in binds.items() if inside == f"{TOOLCHAIN_INSIDE}/0")
     assert "/toolchains/" in toolchain and argv0 == f"{TOOLCHAIN_INSIDE}/0/bin/rustc"  # not rustup's proxy
     assert set(binds) == {toolchain, "/etc/alternatives"}
+
+
+def test_a_tool_whose_folder_holds_the_problem_is_bound_alone(process_sandbox, tmp_path):
+    """A build script in ~/bin must not bring the home folder (and the problem's answers) into the sandbox."""
+    root = write_c_problem(tmp_path / "p")
+    tool = tmp_path / "bin" / "build-c"  # the folder above its bin/ holds the problem
+    tool.parent.mkdir()
+    tool.write_text('#!/bin/sh\nexec cc -O0 -o prog prog.c "$@"\n')
+    tool.chmod(0o755)
+    toml = root / "problem.toml"
+    toml.write_text(toml.read_text().replace(C_BUILD, f'command = ["{tool}"]'))
+    problem = load_problem(root)
+    tools = host_toolchain(problem)
+    assert dict(tools.binds) == {str(tool): f"{TOOLCHAIN_INSIDE}/0", "/etc/alternatives": "/etc/alternatives"}
+    assert process_sandbox.evaluate(problem, c_program("x * x")).scores == {"c0": 1.0, "c1": 1.0}

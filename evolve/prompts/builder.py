@@ -17,6 +17,7 @@ is what makes the m answers of one completion differ from each other.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -33,6 +34,12 @@ BUILD_LINES, BUILD_CAP = 12, 900  # a failed build: its compiler's first errors,
 RECENT_CAP = 1200  # characters of one recent attempt shown
 FULL_REWRITE_MAX_LINES = 40  # editable code up to this long is rewritten whole under edit_format "auto"
 TEMPLATES = ("standard", "directed")
+
+TELLTALES = (
+    ("rust", re.compile(r"^\s*(?:pub\s+)?fn\s+\w+\s*[(<]", re.M)),
+    ("cpp", re.compile(r"^\s*#\s*include\s*<(?:iostream|vector|string|algorithm)>|std::", re.M)),
+    ("c", re.compile(r"^\s*#\s*include\s*[<\"]", re.M)),
+)
 
 # One kind of change per variant slot (the `directed` template); cycled when m exceeds the list.
 DIRECTIONS = (
@@ -57,14 +64,19 @@ class PromptInputs:
     recent_failures: Sequence[tuple[str, str]] = ()  # (error kind, error) of this parent's latest failed children
     recent: Sequence[str] = ()  # the code of this parent's latest children: the variants must differ from them
     template: str = "directed"  # one of TEMPLATES
-    # The code fences' tag ("python", "c", "rust"); None: "python" for a parent that parses as Python, else none
+    # The code fences' tag ("python", "c", "rust"); None: told from the parent's code (fence_tag)
     language: str | None = None
 
     @property
     def fence_tag(self) -> str:
+        """`language`, else "python" for a parent that parses as Python, else a tag told from telltale lines
+        (`fn name(` is Rust, `#include <` C or C++), else none. (The loop does not pass the problem's language
+        yet; a wrong guess costs nothing but the tag, which the parser ignores.)"""
         if self.language is not None:
             return self.language
-        return "python" if is_python(self.parent_code) else ""
+        if is_python(self.parent_code):
+            return "python"
+        return next((tag for tag, telltale in TELLTALES if telltale.search(self.parent_code)), "")
 
 
 def editable_lines(code: str) -> int:
