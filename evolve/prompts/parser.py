@@ -24,7 +24,8 @@ _EDIT = re.compile(
 )
 _HEADING = re.compile(r"^[ \t]*(?:#{1,6}|//)?[ \t]*\**[ \t]*variant[ \t]*(\d+)\b[^\n]*$", re.M | re.I)
 _FENCE_LINE = re.compile(r"^[ \t]*```[^\n]*$", re.M)
-_FENCE = re.compile(r"```[ \t]*[\w+#.-]*[ \t]*\n(.*?)(?:```|\Z)", re.S | re.I)  # ```python, ```c, ```rust, ```
+_FENCE = re.compile(r"```[ \t]*(?:python|py)?[ \t]*\n(.*?)(?:```|\Z)", re.S | re.I)
+_ANY_FENCE = re.compile(r"```[ \t]*[\w+#.-]*[ \t]*\n(.*?)(?:```|\Z)", re.S | re.I)  # another language's: ```c, ```rust
 
 
 @dataclass(frozen=True)
@@ -136,7 +137,8 @@ def _bare_code(body: str) -> str | None:
 
 
 def _full_rewrite(parent: str, body: str) -> tuple[str | None, str, str | None]:
-    fences = [f for f in _FENCE.findall(body) if f.strip()]
+    fence = _FENCE if is_python(parent) else _ANY_FENCE  # a Python answer's ```bash aside is not its code
+    fences = [f for f in fence.findall(body) if f.strip()]
     if not fences:
         bare = _bare_code(body)
         if bare is None or len(find_blocks(parent)) != 1:
