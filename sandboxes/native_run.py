@@ -42,7 +42,7 @@ def limiter(memory_mb, max_file_mb, cpu_s):
     return apply
 
 
-def exchange(argv, data, timeout_s, cap, preexec, merge_stderr=False):
+def exchange(argv, data, timeout_s, cap, preexec, merge_stderr=False, env=None):
     """Run `argv` with `data` on stdin for at most `timeout_s`: (exit code, None on timeout; stdout; stderr).
 
     The child is a process group leader; the group is killed once it exits or its time is up. Reading stops
@@ -55,6 +55,7 @@ def exchange(argv, data, timeout_s, cap, preexec, merge_stderr=False):
             stderr=subprocess.STDOUT if merge_stderr else subprocess.PIPE,
             start_new_session=True,
             preexec_fn=preexec,
+            env=env,
         )
     except OSError as exc:
         return 127, b"", f"cannot start {argv[0]}: {exc.strerror or exc}".encode()
@@ -128,7 +129,8 @@ def build(native):
         return None
     started = time.monotonic()
     preexec = limiter(spec["memory_mb"], spec["max_file_mb"], spec["timeout_s"])
-    code, log, _ = exchange(spec["command"], b"", spec["timeout_s"], LOG_CAP, preexec, merge_stderr=True)
+    env = {**os.environ, "LC_ALL": "C"}  # ASCII quotes in compiler messages: they go into prompts
+    code, log, _ = exchange(spec["command"], b"", spec["timeout_s"], LOG_CAP, preexec, merge_stderr=True, env=env)
     native["build_s"] = time.monotonic() - started
     if code == 0:
         return None

@@ -71,6 +71,7 @@ def _accept(server: socket.socket, got: list[object]) -> None:
         got.append(server.accept())
 
 
+@pytest.mark.slow
 def test_a_build_that_loops_is_cut_at_its_own_time_limit(sandbox, problem):
     start = time.monotonic()
     outcome = sandbox.evaluate(problem, c_program(build="for (;;) {}"))
@@ -130,6 +131,7 @@ def _procs_named(name: str) -> list[int]:
     return found
 
 
+@pytest.mark.slow
 def test_a_compiled_fork_bomb_is_contained(sandbox, problem):
     name = f"cbomb-{uuid.uuid4().hex[:6]}"
     bomb = c_program(run=f'prctl(15, "{name}", 0, 0, 0); for (;;) fork();', head="#include <sys/prctl.h>\n")
