@@ -80,6 +80,8 @@ def test_the_c_example_builds_and_a_child_that_does_not_shows_its_log_in_the_nex
     # A C child is parsed without Python's syntax check, from a fence tagged c, and then scored in full.
     (child,) = parse_completion(problem.seed_code, f"<variant 1>\n```c\n{ROMAN_C}```\n</variant 1>", 1)
     assert child.status == "ok" and child.code is not None, child.detail
+    (bare,) = parse_completion(problem.seed_code, f"<variant 1>\n{ROMAN_C}</variant 1>", 1)  # no fence at all
+    assert bare.status == "ok" and bare.code == child.code, bare.detail
     solved = process_sandbox.evaluate(problem, child.code)
     assert solved.ok and set(solved.scores.values()) == {1.0}, solved.error
 

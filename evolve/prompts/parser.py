@@ -123,12 +123,15 @@ def _apply_edits(code: str, edits: list[tuple[str, str]]) -> tuple[str | None, s
     return code, "ok", None
 
 
-def _bare_code(body: str) -> str | None:
-    """Small models often skip the fence inside a variant tag: accept a body that is Python by itself."""
+def _bare_code(body: str, python: bool) -> str | None:
+    """Small models often skip the fence inside a variant tag: accept a body that is Python by itself (for a
+    program in another language, any body of several lines: its build judges it)."""
     body = _FENCE_LINE.split(body.strip("\n"), maxsplit=1)[0]  # a stray closing fence and any prose after it
     code = textwrap.dedent(body.strip("\n"))
     if not code.strip() or "\n" not in code.strip():
         return None
+    if not python:
+        return code
     try:
         ast.parse(code)
     except SyntaxError:
@@ -137,10 +140,11 @@ def _bare_code(body: str) -> str | None:
 
 
 def _full_rewrite(parent: str, body: str) -> tuple[str | None, str, str | None]:
-    fence = _FENCE if is_python(parent) else _ANY_FENCE  # a Python answer's ```bash aside is not its code
+    python = is_python(parent)
+    fence = _FENCE if python else _ANY_FENCE  # a Python answer's ```bash aside is not its code
     fences = [f for f in fence.findall(body) if f.strip()]
     if not fences:
-        bare = _bare_code(body)
+        bare = _bare_code(body, python)
         if bare is None or len(find_blocks(parent)) != 1:
             return None, "parse_error", "no SEARCH/REPLACE edit and no fenced code"
         fences = [bare]
