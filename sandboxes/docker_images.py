@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from evolve.problem import Problem
+from sandboxes.toolchain import Toolchain, host_toolchain
 
 SLIM = "python:3.12-slim"
 HOST_BASE = "vpo-evolve/base:host-python-v2"  # v2: Python bound at /opt/python
@@ -72,6 +73,12 @@ def runtime_env(spec: ImageSpec) -> dict[str, str]:
     return {}
 
 
+def image_toolchain(spec: ImageSpec, problem: Problem) -> Toolchain:
+    """A native problem's tools in this image: the host's (bound like its /usr) when the image takes /usr from
+    the host, else the commands as written (a problem's Dockerfile installs its own toolchain)."""
+    return host_toolchain(problem) if spec.binds.get("/usr") == "/usr" else Toolchain()
+
+
 def build_base(client: Any) -> ImageSpec:
     """Import an empty root with symlinks into /usr; the host's Python comes in by read-only binds."""
     buf = io.BytesIO()
@@ -125,6 +132,6 @@ def image_for(client: Any, problem: Problem, base: str | None = None) -> ImageSp
         return ImageSpec(tag, "python3")
     if base:
         return spec_of(client, base)
-    if _has(client, SLIM):
+    if _has(client, SLIM) and not problem.config.native:  # slim has no compiler; the host base has the host's
         return ImageSpec(SLIM, "python3")
     return spec_of(client, HOST_BASE) if _has(client, HOST_BASE) else build_base(client)

@@ -22,7 +22,7 @@ from typing import Any
 from evolve.problem import Problem
 from evolve.problem.outcome import ErrorKind, EvalOutcome
 from sandboxes.abort import RunningJobs
-from sandboxes.docker_images import ImageSpec, image_for, runtime_env
+from sandboxes.docker_images import ImageSpec, image_for, image_toolchain, runtime_env
 from sandboxes.scoring import make_job, outcome_from, program_filename
 
 SANDBOX_DIR = Path(__file__).resolve().parent
@@ -42,6 +42,11 @@ def memory_cap_mb(memory_mb: int) -> int:
     return memory_mb + 256
 
 
+def work_mount(problem: Problem) -> str:
+    """Options of the /work tmpfs. Docker mounts tmpfs noexec; a native problem runs the program it built there."""
+    return "size=256m,mode=1777" + (",exec" if problem.config.native else "")
+
+
 def docker_available() -> str | None:
     """None when a daemon answers, else why not."""
     try:
@@ -57,9 +62,10 @@ class WarmContainer:
     def __init__(self, client: Any, spec: ImageSpec, problem: Problem, spawn: bool) -> None:
         from docker.types import LogConfig, Ulimit
 
-        limits = problem.config.limits
+        limits = problem.config.sandbox_limits  # a build and its program, one after the other
         volumes = {str(SANDBOX_DIR): {"bind": "/opt/evolve", "mode": "ro"}}
-        volumes.update({host: {"bind": inside, "mode": "ro"} for host, inside in spec.binds.items()})
+        binds = {**spec.binds, **dict(image_toolchain(spec, problem).binds)}
+        volumes.update({host: {"bind": inside, "mode": "ro"} for host, inside in binds.items()})
         env = {"PYTHONDONTWRITEBYTECODE": "1", "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "HOME": "/work"}
         env.update(runtime_env(spec))
         if problem.data_dir is not None:
@@ -72,7 +78,7 @@ class WarmContainer:
             init=True,
             network_mode="none",
             read_only=True,
-            tmpfs={"/work": "size=256m,mode=1777", "/tmp": "size=256m,mode=1777", "/dev/shm": "size=64m"},
+            tmpfs={"/work": work_mount(problem), "/tmp": "size=256m,mode=1777", "/dev/shm": "size=64m"},
             mem_limit=f"{memory_cap_mb(limits.memory_mb)}m",
             memswap_limit=f"{memory_cap_mb(limits.memory_mb)}m",  # the same: no swap to spill into
             nano_cpus=1_000_000_000,
@@ -263,11 +269,13 @@ class DockerSandbox:
             error = f"could not start a sandbox container: {exc}"
             return EvalOutcome.failure(problem, ErrorKind.CRASH, error, 0.0, self.kind)
         name = program_filename(problem)
-        job = make_job(problem, f"/work/{name}", "/work/_evolve_evaluator.py", "/work")
+        assert self._spec is not None
+        tools = image_toolchain(self._spec, problem)
+        job = make_job(problem, f"/work/{name}", "/work/_evolve_evaluator.py", "/work", tools)
         job["files"] = {name: code}
         if problem.form == "simple":
             job["files"]["_evolve_evaluator.py"] = problem.evaluator_path.read_text()
-        limits = problem.config.limits
+        limits = problem.config.sandbox_limits
         job["limits"] = {
             "timeout_s": limits.timeout_s,
             "memory_mb": limits.memory_mb,

@@ -93,7 +93,6 @@ def run_simple(job):
     """Simple form: the evaluator runs here, beside the candidate; `_evolve_simple` (shipped with the job)
     turns what it returns, or its cascade of stages, into the reply."""
     try:
-        install_modules(job.get("modules"))
         evaluator = _load(job["evaluator"], "evaluator")
         return sys.modules["_evolve_simple"].evaluate(evaluator, job)
     except BaseException as exc:
@@ -103,6 +102,19 @@ def run_simple(job):
 def run_job(job):
     os.chdir(job.get("workdir", "."))
     sys.path.insert(0, os.path.dirname(job["program"]))
+    try:
+        install_modules(job.get("modules"))
+    except BaseException as exc:
+        return _failure(exc)
+    native = job.get("native")
+    if native:  # a program of any language: built here first, then run as its own process
+        runner = sys.modules["_evolve_native"]
+        failed = runner.build(native)
+        if failed is not None:
+            return failed
+        if job["mode"] == "split":
+            return runner.run_cases(job)
+        os.environ["EVOLVE_RUN_COMMAND"] = json.dumps(native["run"])
     return run_split(job) if job["mode"] == "split" else run_simple(job)
 
 

@@ -105,6 +105,8 @@ class JobFiles:
 
     seccomp: int | None = None
     venv_cfg: int | None = None
+    # A native problem's toolchains outside /usr, bound read-only: (host folder, jail path); sandboxes/toolchain.py
+    tools: tuple[tuple[str, str], ...] = ()
     fds: tuple[int, ...] = field(default=(), init=False)
 
     def __post_init__(self) -> None:
@@ -133,9 +135,10 @@ class Jail:
     as_root: bool
     runtime: Runtime
 
-    def job_files(self, sockets: SocketRule) -> JobFiles:
+    def job_files(self, sockets: SocketRule, tools: tuple[tuple[str, str], ...] = ()) -> JobFiles:
         cfg = self.runtime.venv_cfg
-        return JobFiles(seccomp_fd(sockets), None if cfg is None else memfd_holding("evolve-pyvenv", cfg.encode()))
+        venv_cfg = None if cfg is None else memfd_holding("evolve-pyvenv", cfg.encode())
+        return JobFiles(seccomp_fd(sockets), venv_cfg, tools)
 
     def argv(self, workdir: str, data_dir: Path | None, python_args: list[str], files: JobFiles) -> list[str]:
         """bubblewrap's command line running the jail's interpreter with `python_args`, in /work."""
@@ -149,13 +152,16 @@ class Jail:
                 args += ["--symlink", os.readlink(host), f"/{name}"]
             elif host.is_dir():
                 args += ["--ro-bind", str(host), f"/{name}"]
+        made: set[str] = set()
+        for host, inside in files.tools:  # first: a parent made by a bind below would be 0700 (/etc)
+            args += [*_parents(inside, made), "--ro-bind", host, inside]
         for extra in ("/etc/ld.so.cache", "/etc/localtime"):
             if os.path.exists(extra):
                 args += ["--ro-bind", extra, extra]
         args += ["--proc", "/proc", "--dev", "/dev"]
         if data_dir is not None:
             args += ["--ro-bind", str(data_dir), DATA]
-        runtime, made = self.runtime, set()
+        runtime = self.runtime
         for host, inside in runtime.binds:
             args += [*_parents(inside, made), "--ro-bind", host, inside]
         for target, inside in runtime.links:

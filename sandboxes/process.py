@@ -57,6 +57,7 @@ from sandboxes.process_child import (
 from sandboxes.scoring import HARNESS_PATH, make_job, outcome_from, program_filename
 from sandboxes.seccomp import SocketRule, installer
 from sandboxes.sweep import kill_all
+from sandboxes.toolchain import host_toolchain
 
 PR_SET_CHILD_SUBREAPER = 36
 REPLY_CAP = 8 * 1024 * 1024  # a dense JSON reply costs the engine ~10x its size in objects
@@ -285,12 +286,10 @@ class ProcessSandbox:
                     os.chown(p, uid, uid)
                 os.chown(workdir, uid, uid)
             os.chmod(workdir, 0o700)
-            if self._jail is not None:  # the paths the candidate sees: its work dir is bound at /work
-                inside = WORK
+            inside = WORK if self._jail is not None else workdir  # in the jail its work dir is bound at /work
+            if self._jail is not None:
                 program, evaluator = Path(inside, program.name), evaluator and f"{inside}/_evolve_evaluator.py"
-            else:
-                inside = workdir
-            job = make_job(problem, str(program), evaluator, inside)
+            job = make_job(problem, str(program), evaluator, inside, host_toolchain(problem, inside=bool(self._jail)))
             reply, stdout, stderr, status = self._run(problem, job, workdir, slot, token, ticket)
         finally:
             shutil.rmtree(workdir, ignore_errors=True)
@@ -304,7 +303,7 @@ class ProcessSandbox:
         cgroup = self._cgroups.get(slot)
         if cgroup is not None:
             try:
-                cgroup.prepare(problem.config.limits.memory_mb << 20)
+                cgroup.prepare(problem.config.sandbox_limits.memory_mb << 20)
             except OSError as exc:
                 raise SandboxRefused(f"process sandbox: cannot set up the memory cgroup {cgroup.path}: {exc}") from exc
         reply_r, reply_w = os.pipe()
@@ -313,7 +312,7 @@ class ProcessSandbox:
         jailed = self._jail is not None
         if self._jail is not None:
             run_as, nproc = str(uid) if uid is not None else "-", str(problem.config.limits.max_processes)
-            files = self._jail.job_files(self.sockets)
+            files = self._jail.job_files(self.sockets, host_toolchain(problem).binds)
             command = self._jail.argv(workdir, problem.data_dir, [*command[1:], run_as, nproc], files)
         spec = ChildSpec(
             problem,
@@ -366,7 +365,7 @@ class ProcessSandbox:
         pidfd = os.pidfd_open(proc.pid)
         try:
             with self._running.running(ticket, lambda: os.killpg(proc.pid, signal.SIGKILL)):
-                ready, _, _ = select.select([pidfd], [], [], problem.config.limits.timeout_s + GRACE_S)
+                ready, _, _ = select.select([pidfd], [], [], problem.config.sandbox_limits.timeout_s + GRACE_S)
         finally:
             os.close(pidfd)
         if ready:

@@ -46,7 +46,7 @@ class ChildSpec:
 
 def child_setup(spec: ChildSpec) -> Callable[[], None]:
     """The preexec_fn for one candidate's process."""
-    limits = spec.problem.config.limits
+    limits = spec.problem.config.sandbox_limits  # a build and its program, one after the other
     mem = max(limits.memory_mb, 256) * 1024 * 1024
     cpu = int(limits.timeout_s) + 2
     engine = os.getpid()

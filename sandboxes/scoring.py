@@ -6,22 +6,38 @@ Docker sandboxes score identically.
 
 from __future__ import annotations
 
+from functools import cache
 from pathlib import Path
 from typing import Any
 
 from evolve.problem import Problem
 from evolve.problem.outcome import ErrorKind, EvalOutcome
 from sandboxes.simple_form import check_simple, simple_job_extras
+from sandboxes.toolchain import Toolchain
 
 HARNESS_PATH = Path(__file__).with_name("harness.py")
+NATIVE_RUNNER = Path(__file__).with_name("native_run.py")
+
+
+@cache
+def _native_runner_source() -> str:
+    return NATIVE_RUNNER.read_text()
 
 
 def program_filename(problem: Problem) -> str:
     return Path(problem.config.program.file).name
 
 
-def make_job(problem: Problem, program_path: str, evaluator_path: str | None, workdir: str) -> dict[str, Any]:
-    """The job a harness runs. Split form carries case inputs only, never the trusted extras."""
+def make_job(
+    problem: Problem,
+    program_path: str,
+    evaluator_path: str | None,
+    workdir: str,
+    toolchain: Toolchain | None = None,
+) -> dict[str, Any]:
+    """The job a harness runs. Split form carries case inputs only, never the trusted extras. A problem with
+    `[run]` also carries its commands (as `toolchain` starts them in this sandbox) and the runner that builds
+    and runs them (sandboxes/native_run.py)."""
     job: dict[str, Any] = {"program": program_path, "workdir": workdir, "mode": problem.form}
     if problem.form == "split":
         job["entry_point"] = problem.config.program.entry_point
@@ -31,7 +47,30 @@ def make_job(problem: Problem, program_path: str, evaluator_path: str | None, wo
     else:
         job["evaluator"] = evaluator_path
         job.update(simple_job_extras(problem))
+    if problem.config.native:
+        job["native"] = native_section(problem, toolchain or Toolchain())
+        job["modules"] = {**job.get("modules", {}), "_evolve_native": _native_runner_source()}
     return job
+
+
+def native_section(problem: Problem, toolchain: Toolchain) -> dict[str, Any]:
+    """The build and run commands with the limits of each part (the sandbox's own limits cover both)."""
+    config, limits = problem.config, problem.config.limits
+    assert config.run is not None
+    section: dict[str, Any] = {
+        "run": toolchain.argv(config.run.command),
+        "timeout_s": limits.timeout_s,
+        "memory_mb": limits.memory_mb,
+        "max_file_mb": limits.max_file_mb,
+    }
+    if config.build is not None:
+        section["build"] = {
+            "command": toolchain.argv(config.build.command),
+            "timeout_s": config.build.timeout_s,
+            "memory_mb": config.build.memory_mb,
+            "max_file_mb": config.build.max_file_mb,
+        }
+    return section
 
 
 def interpret(problem: Problem, reply: Any, duration_s: float, sandbox: str) -> EvalOutcome:
@@ -44,7 +83,11 @@ def interpret(problem: Problem, reply: Any, duration_s: float, sandbox: str) -> 
         kind = reply["kind"] if reply["kind"] in ErrorKind.__members__.values() else ErrorKind.CRASH
         return EvalOutcome.failure(problem, ErrorKind(kind), str(reply.get("error", "")), duration_s, sandbox)
     if problem.form == "split":
-        return _score_split(problem, reply.get("outputs"), duration_s, sandbox)
+        outcome = _score_split(problem, reply.get("outputs"), duration_s, sandbox)
+        build_s = reply.get("build_s")
+        if isinstance(build_s, float) and not outcome.metrics:  # a native program: how long its build took
+            outcome.metrics = {"build_s": build_s}
+        return outcome
     return check_simple(problem, reply, duration_s, sandbox)
 
 
@@ -100,7 +143,7 @@ def outcome_from(
     way the job scores `memory` whatever it answered: it got its answer by using more memory than allowed.
     """
     if status == "memory" or oom_cap_mb is not None:
-        cap = problem.config.limits.memory_mb if oom_cap_mb is None else oom_cap_mb
+        cap = problem.config.sandbox_limits.memory_mb if oom_cap_mb is None else oom_cap_mb
         outcome = EvalOutcome.failure(
             problem,
             ErrorKind.MEMORY,
@@ -110,7 +153,7 @@ def outcome_from(
         )
     elif status == "timeout":
         outcome = EvalOutcome.failure(
-            problem, ErrorKind.TIMEOUT, f"exceeded {problem.config.limits.timeout_s}s", duration_s, sandbox
+            problem, ErrorKind.TIMEOUT, f"exceeded {problem.config.sandbox_limits.timeout_s}s", duration_s, sandbox
         )
     elif reply is None:
         memory = "MemoryError" in stderr or "Cannot allocate memory" in stderr or status == "signal SIGKILL"

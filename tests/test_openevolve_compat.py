@@ -67,7 +67,7 @@ def evaluate(program_path):
         ("llm:\n  temperature: hot\n", "llm.temperature: expected a number"),
         ("evaluator:\n  cascade_thresholds: 0.5\n", "evaluator.cascade_thresholds: expected a list of numbers"),
         ("evaluator:\n  cascade_evaluation: maybe\n", "evaluator.cascade_evaluation: expected true or false"),
-        ("language: rust\n", "programs cannot be run here"),
+        ("language: rust\n", "programs are not run from an OpenEvolve folder"),
     ],
 )
 def test_malformed_config_is_one_line_and_exit_2(tmp_path, config, needle):

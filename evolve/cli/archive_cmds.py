@@ -6,7 +6,7 @@ import difflib
 import json
 from dataclasses import asdict
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.table import Table
@@ -166,6 +166,16 @@ def show(db: DbArg, program_id: int) -> None:
     )
 
 
+def _program_suffix(config: dict[str, Any]) -> str:
+    """The seed file's suffix (.py, .c, .rs) from the run's stored problem config; .py for older runs."""
+    program = (config.get("problem") or {}).get("program") or {}
+    return Path(str(program.get("file", "seed.py"))).suffix or ".txt"
+
+
+def _program_language(config: dict[str, Any]) -> str:
+    return str(((config.get("problem") or {}).get("program") or {}).get("language", "python"))
+
+
 def export(
     db: DbArg, out: Path, top: Annotated[int, typer.Option(help="how many best programs")] = 5, run: RunOpt = None
 ) -> None:
@@ -176,8 +186,9 @@ def export(
     out.mkdir(parents=True, exist_ok=True)
     write_evaluations_csv(out / "evaluations.csv", export_rows(archive, chosen.id))
     ok = sorted((r for r in rows if r[1].error_kind is None), key=lambda r: -(r[1].scalar or 0))
+    suffix = _program_suffix(chosen.config)
     for rank, (program, _ev) in enumerate(ok[:top], 1):
-        (out / f"best_{rank:02d}_program_{program.id}.py").write_text(program.code)
+        (out / f"best_{rank:02d}_program_{program.id}{suffix}").write_text(program.code)
     console.print(f"wrote {len(rows)} evaluations and {min(top, len(ok))} programs to {out}")
 
 
@@ -222,7 +233,7 @@ def report(
             "",
             f"Lineage: {chain}",
             "",
-            "```python",
+            f"```{_program_language(chosen.config)}",
             best_prog.code.rstrip(),
             "```",
         ]

@@ -63,6 +63,7 @@ def init(
         Path | None, typer.Option("--from", help="an OpenEvolve folder: write its inferred problem.toml")
     ] = None,
     sandbox: SandboxOpt = "auto",
+    language: Annotated[str, typer.Option("--language", help="the seed's language: python, c or rust")] = "python",
 ) -> None:
     """Scaffold a working split-form problem folder, or write problem.toml for an OpenEvolve folder."""
     if from_dir is not None:
@@ -72,8 +73,8 @@ def init(
     if folder is None:
         fail("evolve init: give a new folder (evolve init DIR) or an OpenEvolve folder (evolve init --from DIR)")
     try:
-        files = scaffold(folder)
-    except FileExistsError as exc:
+        files = scaffold(folder, language)
+    except (FileExistsError, ValueError) as exc:
         fail(str(exc))
     console.print(f"created {', '.join(str(f) for f in files)}; next: evolve check {folder}")
 

@@ -13,8 +13,26 @@ class _Strict(BaseModel):
 
 class ProgramSection(_Strict):
     file: str = "seed.py"  # the seed program, relative to the problem folder
-    language: Literal["python"] = "python"
-    entry_point: str = "solve"  # split form: the function each case's input is passed to
+    # Any language: "python" is imported by the harness; any other needs [run] (and usually [build]).
+    language: str = Field(default="python", pattern=r"^[a-z][a-z0-9+#_-]{0,19}$")
+    entry_point: str = "solve"  # split form (Python): the function each case's input is passed to
+
+
+class BuildSection(_Strict):
+    """`[build]`: the command that turns the program into something `[run]` can start, run in the sandbox's
+    work folder beside the program, under its own limits (a compiler may need more than the program)."""
+
+    command: list[str] = Field(min_length=1)  # argv, no shell: ["gcc", "-O2", "-o", "prog", "prog.c"]
+    timeout_s: float = Field(default=30.0, gt=0, le=3600)  # wall time of the build; past it: kind `build`
+    memory_mb: int = Field(default=1024, ge=64)  # address space of each build process
+    max_file_mb: int = Field(default=64, ge=1)  # largest file the build may write (objects, the binary)
+
+
+class RunSection(_Strict):
+    """`[run]`: how the built program starts. Split form: once per case, the case's input as one JSON line on
+    stdin, its output one JSON value on stdout. Simple form: the evaluator starts it (EVOLVE_RUN_COMMAND)."""
+
+    command: list[str] = Field(min_length=1)  # argv, run in the work folder: ["./prog"]
 
 
 class EvaluatorSection(_Strict):
@@ -158,6 +176,38 @@ class ProblemConfig(_Strict):
     fitness: FitnessSection
     limits: LimitsSection = LimitsSection()
     search: SearchSection = SearchSection()
+    build: BuildSection | None = None
+    run: RunSection | None = None
+
+    @property
+    def native(self) -> bool:
+        """True when the program runs as its own process ([run]) rather than imported by the Python harness."""
+        return self.run is not None
+
+    @property
+    def sandbox_limits(self) -> LimitsSection:
+        """What the sandbox allows the whole job: the build and the evaluation one after the other, so their
+        times add up and the larger memory and file limits hold (the harness lowers them for each part)."""
+        if self.build is None:
+            return self.limits
+        return self.limits.model_copy(
+            update={
+                "timeout_s": self.limits.timeout_s + self.build.timeout_s,
+                "memory_mb": max(self.limits.memory_mb, self.build.memory_mb),
+                "max_file_mb": max(self.limits.max_file_mb, self.build.max_file_mb),
+            }
+        )
+
+    @model_validator(mode="after")
+    def _runnable(self) -> ProblemConfig:
+        if self.program.language != "python" and self.run is None:
+            raise ValueError(
+                f"[program] language = {self.program.language!r} needs [run] command = [...] (and usually "
+                "[build] command = [...]) saying how to start the program"
+            )
+        if self.build is not None and self.run is None:
+            raise ValueError("[build] needs [run] command = [...] saying how to start what it built")
+        return self
 
     @model_validator(mode="after")
     def _failure_is_worst(self) -> ProblemConfig:

@@ -6,6 +6,8 @@ import ast
 import hashlib
 import importlib.util
 import math
+import os
+import shutil
 import sys
 import tomllib
 from dataclasses import dataclass, field
@@ -132,12 +134,43 @@ def _load_cases(path: Path, module: ModuleType) -> tuple[Case, ...]:
     return tuple(out)
 
 
+def _foreign_openevolve_program(root: Path) -> str | None:
+    """The name of an OpenEvolve seed in another language (initial_program.rs, .R) beside evaluator.py."""
+    if not (root / "evaluator.py").is_file() or (root / "initial_program.py").is_file():
+        return None
+    return next((p.name for p in sorted(root.glob("initial_program.*"))), None)
+
+
+def _check_tools(toml_path: Path, config: ProblemConfig) -> None:
+    """Every program a [build] or [run] command starts by name or absolute path must exist on this machine
+    (sandboxes/toolchain.py binds it into the sandbox); without a Dockerfile nothing else would provide it."""
+    commands = {
+        "run": config.run.command if config.run else None,
+        "build": config.build.command if config.build else None,
+    }
+    for section, command in commands.items():
+        if command and (os.sep not in command[0] or os.path.isabs(command[0])) and shutil.which(command[0]) is None:
+            raise _fail(
+                toml_path,
+                f"[{section}] command: {command[0]!r} is not installed here (not on PATH)",
+                "install it, or add a Dockerfile whose image has it",
+            )
+
+
 def load_problem(folder: str | Path) -> Problem:
     root = Path(folder).resolve()
     toml_path = root / "problem.toml"
     if not root.is_dir():
         raise ProblemError(f"{root}: not a directory; pass a problem folder (evolve init DIR makes one)")
     if not toml_path.is_file():
+        foreign = _foreign_openevolve_program(root)
+        if foreign is not None:
+            raise ProblemError(
+                f"{root}: an OpenEvolve folder whose program is {foreign}, not Python: not run as it is (its "
+                "evaluator.py builds and runs it with tools of the host, e.g. cargo or Rscript, which the sandbox "
+                "does not have); write a problem.toml with [program] language, [build] and [run] "
+                "(evolve init --language rust DIR writes one)"
+            )
         raise _fail(toml_path, "missing", "create it (evolve init DIR shows the format)")
     try:
         raw = tomllib.loads(toml_path.read_text())
@@ -150,6 +183,8 @@ def load_problem(folder: str | Path) -> Problem:
         where = ".".join(str(p) for p in err["loc"]) or "(top level)"
         raise _fail(toml_path, f"{where}: {err['msg']}", "see docs/problem-format.md") from None
 
+    if config.native and not (root / "Dockerfile").is_file():
+        _check_tools(toml_path, config)
     seed_path = root / config.program.file
     if not seed_path.is_file():
         raise _fail(seed_path, "seed program missing", "create it or set [program].file")

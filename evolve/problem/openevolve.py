@@ -186,6 +186,8 @@ def problem_toml(problem: Problem) -> str:
         f"description = '''\n{desc}'''" if literal else f"description = {_toml_value(desc)}",
     ]
     for section, body in data.items():
+        if body is None:  # [build] and [run]: an OpenEvolve folder's program is Python, imported
+            continue
         lines.append(f"\n[{section}]")
         for key, value in body.items():
             if value is None or (section == "fitness" and key != "components"):

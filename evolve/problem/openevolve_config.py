@@ -139,7 +139,11 @@ def read_config(path: Path) -> MappedConfig:
             out.search["edit_format"] = "diff" if r.flag(key, value) else "full"
         elif key == "language":
             if value not in (None, "python"):
-                raise r.fail(key, f"{value!r:.40} programs cannot be run here (Python only)")
+                raise r.fail(
+                    key,
+                    f"{value!r:.40} programs are not run from an OpenEvolve folder; write a problem.toml with "
+                    "[program] language, [build] and [run] (evolve init --language c|rust DIR writes one)",
+                )
         elif key in ("llm", "prompt", "database", "evaluator"):
             _SECTIONS[key](r, r.section(key, value), out)
         else:

@@ -22,6 +22,7 @@ class ErrorKind(StrEnum):
     CRASH = "crash"
     BAD_OUTPUT = "bad_output"
     INVALID = "invalid"
+    BUILD = "build"  # the program's [build] command failed or ran past its limits; the error holds its log
 
 
 # What a candidate controls is stored and shown back: every text and collection in an outcome is bounded, so

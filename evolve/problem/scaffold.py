@@ -1,19 +1,29 @@
-"""`evolve init`: a small, working split-form problem to start from."""
+"""`evolve init`: a small, working split-form problem to start from, in Python, C or Rust."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-PROBLEM_TOML = '''name = "{name}"
-description = """
-Approximate the hidden function f(x) as closely as possible. solve(x) receives one float x and returns a
-float. Each test point is one fitness component scored 1 / (1 + |error|), so 1.0 is exact.
-"""
+from evolve.problem.scaffold_native import TEMPLATES, native_sections
 
-[program]
+LANGUAGES = ("python", *TEMPLATES)
+PYTHON_PROGRAM = """[program]
 file = "seed.py"
 entry_point = "solve"
+"""
+SOLVE = {
+    "python": "solve(x) receives one float x and returns a float.",
+    "c": "The program is C: its solve(x) receives one double x and returns a double.",
+    "rust": "The program is Rust: its solve(x) receives one f64 x and returns an f64.",
+}
 
+PROBLEM_TOML = '''name = "{name}"
+description = """
+Approximate the hidden function f(x) as closely as possible. {solve}
+Each test point is one fitness component scored 1 / (1 + |error|), so 1.0 is exact.
+"""
+
+{program}
 [evaluator]
 file = "evaluate.py"
 
@@ -57,14 +67,17 @@ def score(case, output):
 '''
 
 
-def scaffold(target: Path) -> list[Path]:
-    """Write the template into `target` (which must be empty or absent); returns the files written."""
+def scaffold(target: Path, language: str = "python") -> list[Path]:
+    """Write the template in `language` into `target` (which must be empty or absent); returns the files written."""
+    if language not in LANGUAGES:
+        raise ValueError(f"--language {language!r}: not one of {', '.join(LANGUAGES)}")
     if target.exists() and any(target.iterdir()):
         raise FileExistsError(f"{target}: not empty; pick a new folder")
+    program, seed_name, seed = (PYTHON_PROGRAM, "seed.py", SEED) if language == "python" else native_sections(language)
     target.mkdir(parents=True, exist_ok=True)
     files = {
-        "problem.toml": PROBLEM_TOML.format(name=target.name),
-        "seed.py": SEED,
+        "problem.toml": PROBLEM_TOML.format(name=target.name, solve=SOLVE[language], program=program),
+        seed_name: seed,
         "evaluate.py": EVALUATE.format(),
     }
     written = []

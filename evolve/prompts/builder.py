@@ -17,10 +17,12 @@ is what makes the m answers of one completion differ from each other.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from evolve.problem.blocks import BlockError, EditableBlock, find_blocks
+from evolve.prompts.parser import is_python
 
 FEEDBACK_CAP = 1500
 STDERR_TAIL = 600  # characters of the parent's stderr / traceback tail
@@ -28,9 +30,16 @@ CASE_ERRORS_SHOWN = 5
 CASE_ERROR_CAP = 160
 FAILURE_LINES = 3  # first lines of each recent child failure
 FAILURE_CAP = 300
+BUILD_LINES, BUILD_CAP = 12, 900  # a failed build: its compiler's first errors, where the cause usually is
 RECENT_CAP = 1200  # characters of one recent attempt shown
 FULL_REWRITE_MAX_LINES = 40  # editable code up to this long is rewritten whole under edit_format "auto"
 TEMPLATES = ("standard", "directed")
+
+TELLTALES = (
+    ("rust", re.compile(r"^\s*(?:pub\s+)?fn\s+\w+\s*[(<]", re.M)),
+    ("cpp", re.compile(r"^\s*#\s*include\s*<(?:iostream|vector|string|algorithm)>|std::", re.M)),
+    ("c", re.compile(r"^\s*#\s*include\s*[<\"]", re.M)),
+)
 
 # One kind of change per variant slot (the `directed` template); cycled when m exceeds the list.
 DIRECTIONS = (
@@ -55,6 +64,19 @@ class PromptInputs:
     recent_failures: Sequence[tuple[str, str]] = ()  # (error kind, error) of this parent's latest failed children
     recent: Sequence[str] = ()  # the code of this parent's latest children: the variants must differ from them
     template: str = "directed"  # one of TEMPLATES
+    # The code fences' tag ("python", "c", "rust"); None: told from the parent's code (fence_tag)
+    language: str | None = None
+
+    @property
+    def fence_tag(self) -> str:
+        """`language`, else "python" for a parent that parses as Python, else a tag told from telltale lines
+        (`fn name(` is Rust, `#include <` C or C++), else none. (The loop does not pass the problem's language
+        yet; a wrong guess costs nothing but the tag, which the parser ignores.)"""
+        if self.language is not None:
+            return self.language
+        if is_python(self.parent_code):
+            return "python"
+        return next((tag for tag, telltale in TELLTALES if telltale.search(self.parent_code)), "")
 
 
 def editable_lines(code: str) -> int:
@@ -118,7 +140,7 @@ def _safe_blocks(code: str) -> list[EditableBlock]:
         return [EditableBlock(0, 0, len(code), code)]
 
 
-def _blocks(code: str, cap: int | None = None) -> str:
+def _blocks(code: str, tag: str, cap: int | None = None) -> str:
     blocks = _safe_blocks(code)
 
     def body(text: str) -> str:
@@ -126,11 +148,11 @@ def _blocks(code: str, cap: int | None = None) -> str:
         return text if cap is None or len(text) <= cap else text[:cap] + "\n# … (cut)"
 
     if len(blocks) == 1:
-        return f"```python\n{body(blocks[0].text)}\n```"
-    return "\n".join(f"Block {b.index + 1}:\n```python\n{body(b.text)}\n```" for b in blocks)
+        return f"```{tag}\n{body(blocks[0].text)}\n```"
+    return "\n".join(f"Block {b.index + 1}:\n```{tag}\n{body(b.text)}\n```" for b in blocks)
 
 
-def _instructions(m: int, edit_format: str, n_blocks: int, template: str) -> str:
+def _instructions(m: int, edit_format: str, n_blocks: int, template: str, tag: str) -> str:
     """The ask's rules, fixed for a run (the variants, their format and directions); the part that depends on the
     group (its recent children) is in the closing line."""
     tags = " ".join(f"<variant {k}>…</variant {k}>" for k in range(1, m + 1))
@@ -154,17 +176,17 @@ def _instructions(m: int, edit_format: str, n_blocks: int, template: str) -> str
             "current editable code exactly and REPLACE differs from it:\n<<<<<<< SEARCH\n(lines to find)\n"
             "=======\n(new lines)\n>>>>>>> REPLACE\n"
         )
-    return head + f"Inside a variant, give {_fences(n_blocks)} holding the complete new editable code.\n"
+    return head + f"Inside a variant, give {_fences(n_blocks, tag)} holding the complete new editable code.\n"
 
 
-def _fences(n_blocks: int) -> str:
-    return "one ```python fenced block" if n_blocks == 1 else f"{n_blocks} ```python fenced blocks, in order"
+def _fences(n_blocks: int, tag: str) -> str:
+    return f"one ```{tag} fenced block" if n_blocks == 1 else f"{n_blocks} ```{tag} fenced blocks, in order"
 
 
-def _closing(m: int, edit_format: str, n_blocks: int, has_recent: bool) -> str:
+def _closing(m: int, edit_format: str, n_blocks: int, has_recent: bool, tag: str) -> str:
     """The ask again in a sentence or two, after the parent: what to write now, in which tags and form."""
     many = "s" if m > 1 else ""
-    form = "SEARCH/REPLACE edits" if edit_format == "diff" else _fences(n_blocks)
+    form = "SEARCH/REPLACE edits" if edit_format == "diff" else _fences(n_blocks, tag)
     lines = [
         f"Now write the {m} variant{many} of the current program, as the task above says: each in its tag "
         f"<variant k>…</variant k>, holding {form}."
@@ -181,27 +203,28 @@ def _closing(m: int, edit_format: str, n_blocks: int, has_recent: bool) -> str:
 def build_prompt(p: PromptInputs) -> str:
     fmt = resolve_edit_format(p.edit_format, p.parent_code)
     n_blocks = len(_safe_blocks(p.parent_code))
+    tag = p.fence_tag
     parts = [  # fixed for a run: a prompt cache reuses all of it
         "# Problem",
         p.description.strip(),
         "# Task",
-        _instructions(p.variants, fmt, n_blocks, p.template),
+        _instructions(p.variants, fmt, n_blocks, p.template, tag),
     ]
     parts += [  # this group's own: from here on every prompt differs
         "# Current program",
         f"Scores (higher is better unless the problem says otherwise): {_vector(p.parent_scores)}",
         "Editable code:",
-        _blocks(p.parent_code),
+        _blocks(p.parent_code, tag),
     ]
     if p.parent_feedback:
         parts += ["Evaluator feedback:", p.parent_feedback.strip()[:FEEDBACK_CAP]]
     parts += _failures(p)
     for i, (code, scores) in enumerate(p.inspirations, 1):
-        parts += [f"# Other program {i}", f"Scores: {_vector(scores)}", _blocks(code)]
+        parts += [f"# Other program {i}", f"Scores: {_vector(scores)}", _blocks(code, tag)]
     if p.recent:
         parts.append("# Recent children of the current program (already tried: do not repeat them)")
-        parts += [_blocks(code, RECENT_CAP) for code in p.recent]
-    parts += ["# Your answer", _closing(p.variants, fmt, n_blocks, bool(p.recent))]
+        parts += [_blocks(code, tag, RECENT_CAP) for code in p.recent]
+    parts += ["# Your answer", _closing(p.variants, fmt, n_blocks, bool(p.recent), tag)]
     return "\n\n".join(parts)
 
 
@@ -220,6 +243,12 @@ def _failures(p: PromptInputs) -> list[str]:
         more = [f"- … and {len(items) - CASE_ERRORS_SHOWN} more failed cases"] if len(items) > CASE_ERRORS_SHOWN else []
         parts += ["Cases it failed:", "\n".join(shown + more)]
     if p.recent_failures:
-        lines = [f"- {kind}: {_first_lines(err, FAILURE_LINES, FAILURE_CAP)}" for kind, err in p.recent_failures]
+        lines = [f"- {kind}: {_failure_text(kind, err)}" for kind, err in p.recent_failures]
         parts += ["Recent attempts from this program that failed (avoid these mistakes):", "\n".join(lines)]
     return parts
+
+
+def _failure_text(kind: str, error: str) -> str:
+    if kind == "build":
+        return _first_lines(error, BUILD_LINES, BUILD_CAP)
+    return _first_lines(error, FAILURE_LINES, FAILURE_CAP)

@@ -25,6 +25,7 @@ _EDIT = re.compile(
 _HEADING = re.compile(r"^[ \t]*(?:#{1,6}|//)?[ \t]*\**[ \t]*variant[ \t]*(\d+)\b[^\n]*$", re.M | re.I)
 _FENCE_LINE = re.compile(r"^[ \t]*```[^\n]*$", re.M)
 _FENCE = re.compile(r"```[ \t]*(?:python|py)?[ \t]*\n(.*?)(?:```|\Z)", re.S | re.I)
+_ANY_FENCE = re.compile(r"```[ \t]*[\w+#.-]*[ \t]*\n(.*?)(?:```|\Z)", re.S | re.I)  # another language's: ```c, ```rust
 
 
 @dataclass(frozen=True)
@@ -122,12 +123,15 @@ def _apply_edits(code: str, edits: list[tuple[str, str]]) -> tuple[str | None, s
     return code, "ok", None
 
 
-def _bare_code(body: str) -> str | None:
-    """Small models often skip the fence inside a variant tag: accept a body that is Python by itself."""
+def _bare_code(body: str, python: bool) -> str | None:
+    """Small models often skip the fence inside a variant tag: accept a body that is Python by itself (for a
+    program in another language, any body of several lines: its build judges it)."""
     body = _FENCE_LINE.split(body.strip("\n"), maxsplit=1)[0]  # a stray closing fence and any prose after it
     code = textwrap.dedent(body.strip("\n"))
     if not code.strip() or "\n" not in code.strip():
         return None
+    if not python:
+        return code
     try:
         ast.parse(code)
     except SyntaxError:
@@ -136,9 +140,11 @@ def _bare_code(body: str) -> str | None:
 
 
 def _full_rewrite(parent: str, body: str) -> tuple[str | None, str, str | None]:
-    fences = [f for f in _FENCE.findall(body) if f.strip()]
+    python = is_python(parent)
+    fence = _FENCE if python else _ANY_FENCE  # a Python answer's ```bash aside is not its code
+    fences = [f for f in fence.findall(body) if f.strip()]
     if not fences:
-        bare = _bare_code(body)
+        bare = _bare_code(body, python)
         if bare is None or len(find_blocks(parent)) != 1:
             return None, "parse_error", "no SEARCH/REPLACE edit and no fenced code"
         fences = [bare]
@@ -172,11 +178,22 @@ def _parse_variant(parent: str, body: str, slot: int) -> ParsedVariant:
     broken = frame_changes(parent, code)
     if broken is not None:
         return ParsedVariant(slot, "bad_blocks", None, broken)
+    if is_python(parent):  # a program in another language is checked by its own build, in the sandbox
+        try:
+            ast.parse(code)
+        except SyntaxError as exc:
+            return ParsedVariant(slot, "syntax_error", None, f"line {exc.lineno}: {exc.msg}")
+    return ParsedVariant(slot, "ok", code, renamed)
+
+
+def is_python(code: str) -> bool:
+    """True when `code` parses as Python. A program in any other language (C, Rust) does not: its children skip
+    the Python syntax check, and the prompt shows its code in untagged fences."""
     try:
         ast.parse(code)
-    except SyntaxError as exc:
-        return ParsedVariant(slot, "syntax_error", None, f"line {exc.lineno}: {exc.msg}")
-    return ParsedVariant(slot, "ok", code, renamed)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return False
+    return True
 
 
 def _top_level_functions(code: str) -> set[str]:

@@ -1,0 +1,192 @@
+"""Problems in other languages: the shipped C and Rust examples score in the sandboxes, a child that does not
+build scores kind `build` and its compiler's words reach the next prompt, a C child is parsed and scored like a
+Python one, the simple form runs the built program itself, and malformed folders get one clear line."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from evolve.problem import ProblemError, load_problem
+from evolve.problem.outcome import ErrorKind
+from evolve.problem.scaffold import scaffold
+from evolve.prompts import PromptInputs, build_prompt, parse_completion
+from sandboxes.process import ProcessSandbox
+from sandboxes.toolchain import TOOLCHAIN_INSIDE, host_toolchain
+from tests.helpers import docker_sandbox_or_skip
+from tests.native import c_program, write_c_problem
+
+PROBLEMS = Path(__file__).resolve().parents[1] / "problems"
+ROMAN_C = """static void solve(int n, char *out) {
+    static const int values[] = {1000, 900, 500, 400, 100, 90, 50, 40, 10, 9, 5, 4, 1};
+    static const char *letters[] = {"M", "CM", "D", "CD", "C", "XC", "L", "XL", "X", "IX", "V", "IV", "I"};
+    out[0] = '\\0';
+    for (int i = 0; i < 13; i++) {
+        while (n >= values[i]) {
+            strcat(out, letters[i]);
+            n -= values[i];
+        }
+    }
+}
+"""
+
+
+def _seed_vector(problem) -> dict[str, float]:
+    """What the examples' seeds score: they know only I, V and X, without subtractive forms."""
+
+    def seed(n: int) -> str:
+        out = ""
+        for value, letter in ((10, "X"), (5, "V"), (1, "I")):
+            while n >= value:
+                out, n = out + letter, n - value
+        return out
+
+    return {c.name: 1.0 if seed(c.input) == c.trusted["expected"] else 0.0 for c in problem.cases}
+
+
+@pytest.fixture(scope="module")
+def process_sandbox():
+    box = ProcessSandbox(slots=1)
+    yield box
+    box.close()
+
+
+def test_the_c_example_builds_and_a_child_that_does_not_shows_its_log_in_the_next_prompt(process_sandbox):
+    problem = load_problem(PROBLEMS / "roman_numerals_c")
+    seed = process_sandbox.evaluate(problem, problem.seed_code)
+    assert seed.ok and seed.scores == _seed_vector(problem), seed.error
+    assert 0 < sum(seed.scores.values()) < len(seed.scores)
+
+    broken = process_sandbox.evaluate(problem, problem.seed_code.replace("out[0] = '\\0';", "out[0] = '\\0'"))
+    assert broken.error_kind == ErrorKind.BUILD and set(broken.scores.values()) == {0.0}
+    assert "roman.c:" in (broken.error or "") and "error: expected ';'" in (broken.error or ""), broken.error
+    prompt = build_prompt(
+        PromptInputs(
+            problem.config.description,
+            problem.seed_code,
+            seed.scores,
+            None,
+            [],
+            1,
+            "full",
+            recent_failures=[("build", broken.error or "")],
+        )
+    )
+    assert "- build: the build failed (exit 1):" in prompt and "error: expected ';'" in prompt
+    assert "```c\n/* Only knows I, V and X" in prompt and "one ```c fenced block" in prompt
+
+    # A C child is parsed without Python's syntax check, from a fence tagged c, and then scored in full.
+    (child,) = parse_completion(problem.seed_code, f"<variant 1>\n```c\n{ROMAN_C}```\n</variant 1>", 1)
+    assert child.status == "ok" and child.code is not None, child.detail
+    (bare,) = parse_completion(problem.seed_code, f"<variant 1>\n{ROMAN_C}</variant 1>", 1)  # no fence at all
+    assert bare.status == "ok" and bare.code == child.code, bare.detail
+    solved = process_sandbox.evaluate(problem, child.code)
+    assert solved.ok and set(solved.scores.values()) == {1.0}, solved.error
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["process", "docker"])
+def test_the_rust_example_builds_in_both_sandboxes(kind):
+    problem = load_problem(PROBLEMS / "roman_numerals_rust")
+    box = ProcessSandbox(slots=1) if kind == "process" else docker_sandbox_or_skip(workers=1)
+    try:
+        seed = box.evaluate(problem, problem.seed_code)
+        assert seed.ok and seed.scores == _seed_vector(problem), seed.error
+        broken = box.evaluate(problem, problem.seed_code.replace("    out\n}", "    n\n}"))
+        assert broken.error_kind == ErrorKind.BUILD and "error[E0308]: mismatched types" in (broken.error or "")
+    finally:
+        box.close()
+
+
+SIMPLE_EVAL = """
+import json, os, subprocess
+
+def evaluate(program_path):
+    run = json.loads(os.environ["EVOLVE_RUN_COMMAND"])
+    got = [subprocess.run(run, input=f"{x}\\n", capture_output=True, text=True, timeout=5).stdout for x in (2, 3)]
+    return {"c0": float(got[0].strip() == "4"), "c1": float(got[1].strip() == "9")}
+"""
+
+
+def test_a_simple_form_evaluator_runs_the_built_program(process_sandbox, tmp_path):
+    root = write_c_problem(tmp_path / "simple")
+    (root / "evaluate.py").write_text(SIMPLE_EVAL)
+    problem = load_problem(root)
+    assert problem.form == "simple"
+    assert process_sandbox.evaluate(problem, c_program("x * x")).scores == {"c0": 1.0, "c1": 1.0}
+    assert process_sandbox.evaluate(problem, c_program("4")).scores == {"c0": 1.0, "c1": 0.0}
+    bad = process_sandbox.evaluate(problem, c_program("x *"))
+    assert bad.error_kind == ErrorKind.BUILD and "error:" in (bad.error or "")
+
+
+def test_init_scaffolds_each_language_and_the_c_seed_scores(process_sandbox, tmp_path):
+    for language in ("python", "c", "rust"):
+        scaffold(tmp_path / language, language)
+        problem = load_problem(tmp_path / language)
+        assert problem.config.native == (language != "python") and problem.form == "split"
+    python, c = load_problem(tmp_path / "python"), load_problem(tmp_path / "c")
+    want = process_sandbox.evaluate(python, python.seed_code).scores  # the same cases, the same seed
+    assert process_sandbox.evaluate(c, c.seed_code).scores == pytest.approx(want, rel=1e-12)
+
+
+C_BUILD = 'command = ["sh", "-c", "cc -O0 -o prog prog.c && ./prog --build"]'
+
+
+def _without_run(root: Path) -> None:
+    toml = root / "problem.toml"
+    toml.write_text(toml.read_text().replace('[run]\ncommand = ["./prog"]', ""))
+
+
+def _unknown_compiler(root: Path) -> None:
+    toml = root / "problem.toml"
+    toml.write_text(toml.read_text().replace(C_BUILD, 'command = ["no-such-cc"]'))
+
+
+def _openevolve_rust(root: Path) -> None:
+    (root / "problem.toml").unlink()
+    (root / "evaluator.py").write_text("def evaluate(program_path):\n    return {}\n")
+    (root / "initial_program.rs").write_text("fn main() {}\n")
+
+
+@pytest.mark.parametrize(
+    ("change", "said"),
+    [
+        (_without_run, "language = 'c' needs [run] command = [...]"),
+        (_unknown_compiler, "[build] command: 'no-such-cc' is not installed here"),
+        (_openevolve_rust, "an OpenEvolve folder whose program is initial_program.rs, not Python"),
+    ],
+)
+def test_a_folder_that_cannot_run_gets_one_line(tmp_path, change, said):
+    root = write_c_problem(tmp_path / "p")
+    change(root)
+    with pytest.raises(ProblemError) as raised:
+        load_problem(root)
+    assert said in str(raised.value) and "\n" not in str(raised.value)
+
+
+def test_a_toolchain_outside_usr_is_bound_whole_and_read_only(tmp_path):
+    rustc = shutil.which("rustc")
+    if rustc is None or Path(rustc).resolve().name != "rustup":
+        pytest.skip("rustc here is not a rustup proxy")  # not a service: Debian's rustc lives under /usr
+    tools = host_toolchain(load_problem(PROBLEMS / "roman_numerals_rust"))
+    (argv0, *_), binds = tools.argv(["rustc", "x.rs"]), dict(tools.binds)
+    toolchain = next(host for host, inside in binds.items() if inside == f"{TOOLCHAIN_INSIDE}/0")
+    assert "/toolchains/" in toolchain and argv0 == f"{TOOLCHAIN_INSIDE}/0/bin/rustc"  # not rustup's proxy
+    assert set(binds) == {toolchain, "/etc/alternatives"}
+
+
+def test_a_tool_whose_folder_holds_the_problem_is_bound_alone(process_sandbox, tmp_path):
+    """A build script in ~/bin must not bring the home folder (and the problem's answers) into the sandbox."""
+    root = write_c_problem(tmp_path / "p")
+    tool = tmp_path / "bin" / "build-c"  # the folder above its bin/ holds the problem
+    tool.parent.mkdir()
+    tool.write_text('#!/bin/sh\nexec cc -O0 -o prog prog.c "$@"\n')
+    tool.chmod(0o755)
+    toml = root / "problem.toml"
+    toml.write_text(toml.read_text().replace(C_BUILD, f'command = ["{tool}"]'))
+    problem = load_problem(root)
+    tools = host_toolchain(problem)
+    assert dict(tools.binds) == {str(tool): f"{TOOLCHAIN_INSIDE}/0", "/etc/alternatives": "/etc/alternatives"}
+    assert process_sandbox.evaluate(problem, c_program("x * x")).scores == {"c0": 1.0, "c1": 1.0}
