@@ -202,6 +202,7 @@ class GroupSampler:
                 recent_failures=self.archive.recent_child_failures(parent.id, RECENT_FAILURES),
                 recent=self.archive.recent_children(parent.id, RECENT_CHILDREN),
                 template=ask.template,
+                language=self.problem.config.program.language,
             )
         )
         return Prompted(codes, edit_format, text)

@@ -70,8 +70,8 @@ class PromptInputs:
     @property
     def fence_tag(self) -> str:
         """`language`, else "python" for a parent that parses as Python, else a tag told from telltale lines
-        (`fn name(` is Rust, `#include <` C or C++), else none. (The loop does not pass the problem's language
-        yet; a wrong guess costs nothing but the tag, which the parser ignores.)"""
+        (`fn name(` is Rust, `#include <` C or C++), else none (the loop passes the problem's language; the guess
+        serves callers that do not know it, and a wrong one costs nothing but the tag, which the parser ignores)."""
         if self.language is not None:
             return self.language
         if is_python(self.parent_code):
