@@ -118,7 +118,7 @@ def check_page(visit: Visit, db: Path) -> None:
     assert any(k.startswith("grid") for k in plots), "no MAP-Elites grid drawn"
     empty = {name: points for name, points in plots.items() if not points or sum(points) == 0}
     assert not empty, f"plots without data points: {empty}"
-    assert visit.page.locator("p.note").count() == 0
+    assert visit.page.locator("p.note").count() == 0, visit.page.locator("p.note").all_inner_texts()
 
     codes = program_codes(db)
     hostile_id = next(pid for pid, code in codes.items() if HOSTILE in code)
