@@ -23,6 +23,7 @@ from evolve.problem import Problem
 from evolve.problem.outcome import ErrorKind, EvalOutcome
 from sandboxes.abort import RunningJobs
 from sandboxes.docker_images import ImageSpec, image_for, image_toolchain, runtime_env
+from sandboxes.jail import hidden_host_config
 from sandboxes.scoring import make_job, outcome_from, program_filename
 
 SANDBOX_DIR = Path(__file__).resolve().parent
@@ -66,6 +67,8 @@ class WarmContainer:
         volumes = {str(SANDBOX_DIR): {"bind": "/opt/evolve", "mode": "ro"}}
         binds = {**spec.binds, **dict(image_toolchain(spec, problem).binds)}
         volumes.update({host: {"bind": inside, "mode": "ro"} for host, inside in binds.items()})
+        # The host's /usr brings its local configuration along: an empty read-only folder goes over it.
+        hidden = {path: "ro,size=4k" for path in hidden_host_config()} if binds.get("/usr") == "/usr" else {}
         env = {"PYTHONDONTWRITEBYTECODE": "1", "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "HOME": "/work"}
         env.update(runtime_env(spec))
         if problem.data_dir is not None:
@@ -78,7 +81,7 @@ class WarmContainer:
             init=True,
             network_mode="none",
             read_only=True,
-            tmpfs={"/work": work_mount(problem), "/tmp": "size=256m,mode=1777", "/dev/shm": "size=64m"},
+            tmpfs={"/work": work_mount(problem), "/tmp": "size=256m,mode=1777", "/dev/shm": "size=64m", **hidden},
             mem_limit=f"{memory_cap_mb(limits.memory_mb)}m",
             memswap_limit=f"{memory_cap_mb(limits.memory_mb)}m",  # the same: no swap to spill into
             nano_cpus=1_000_000_000,

@@ -9,8 +9,9 @@ outlives a job.
 
 Why the runtime is moved rather than bound at its own path: an interpreter may live anywhere (a `.venv` in a
 checkout under `/work`, a virtual environment under `/tmp`, pyenv in a home folder), and bound at its own path
-it would be hidden by the jail's scratch mounts, or hide them. No host path appears in the jail but /usr, /bin,
-/lib*, /sbin and two files of /etc; whatever the layout, the same jail paths hold the same things.
+it would be hidden by the jail's scratch mounts, or hide them. No host path appears in the jail but /usr (less
+its local configuration, `HOST_CONFIG_UNDER_USR`), /bin, /lib*, /sbin and two files of /etc; whatever the layout,
+the same jail paths hold the same things.
 
 As root no user namespace is made: the harness starts as root holding only CAP_SETUID/CAP_SETGID and drops to
 the slot's uid before it reads the job. Without root a user namespace is needed (the kernel must allow them).
@@ -35,6 +36,14 @@ WORK, DATA = "/work", "/data"
 PYTHON_INSIDE, VENV_INSIDE = "/opt/python", "/opt/venv"
 WORK_BYTES = 256 << 20  # what a candidate may write under /work in all, like the Docker sandbox's tmpfs
 SCRATCH_BYTES = {"/tmp": 256 << 20, "/dev/shm": 64 << 20, WORK: WORK_BYTES}  # the Docker sandbox's sizes
+# /usr comes in whole for its programs and libraries, but a host keeps its local configuration under it too
+# (pip.conf, npmrc: where tokens live); both sandboxes put an empty read-only folder over these.
+HOST_CONFIG_UNDER_USR = ("/usr/local/etc",)
+
+
+def hidden_host_config() -> list[str]:
+    """The folders of HOST_CONFIG_UNDER_USR this host has (a mount needs its mount point)."""
+    return [path for path in HOST_CONFIG_UNDER_USR if os.path.isdir(path)]
 
 
 @dataclass(frozen=True)
@@ -146,6 +155,8 @@ class Jail:
         if not self.as_root:  # our own user namespace, and none deeper for the candidate to make
             namespaces[:0] = ["--unshare-user", "--disable-userns"]
         args = [self.bwrap, *namespaces, "--die-with-parent", "--new-session", "--ro-bind", "/usr", "/usr"]
+        for hidden in hidden_host_config():
+            args += ["--perms", "0555", "--size", "4096", "--tmpfs", hidden, "--remount-ro", hidden]
         for name in ("bin", "lib", "lib64", "sbin"):
             host = Path("/") / name
             if host.is_symlink():

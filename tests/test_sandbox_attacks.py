@@ -122,6 +122,28 @@ def test_expected_answers_archive_and_home_are_out_of_reach(sandbox, problem, se
     assert_known_vectors(sandbox, problem)
 
 
+def test_the_hosts_local_configuration_under_usr_is_out_of_reach(sandbox, problem):
+    """/usr comes in whole, but not /usr/local/etc, where a host keeps pip.conf or an npmrc with a token: a
+    candidate (or a compiler's #include, whose error quotes the file) finds an empty folder there."""
+    etc = Path("/usr/local/etc")
+    planted = etc / f"evolve-attack-{uuid.uuid4().hex[:8]}"
+    if os.access(etc, os.W_OK):  # as root; the unprivileged pass checks what the host already keeps there
+        planted.write_text("usr-local-secret-5120")
+    code = (
+        "import os\ndef solve(x):\n    got = {}\n    try:\n        got['listed'] = os.listdir('/usr/local/etc')\n"
+        "    except OSError as e:\n        got['listed'] = type(e).__name__\n    try:\n"
+        f"        got['read'] = open({str(planted)!r}).read()\n"
+        "    except OSError as e:\n        got['read'] = type(e).__name__\n    return got\n"
+    )
+    try:
+        got = reported(sandbox.evaluate(problem, code))
+    finally:
+        planted.unlink(missing_ok=True)
+    assert got["listed"] in ([], "FileNotFoundError"), got
+    assert got["read"] == "FileNotFoundError", got
+    assert_known_vectors(sandbox, problem)
+
+
 def test_other_processes_environment_and_command_lines_are_hidden(sandbox, problem, monkeypatch):
     """A secret in the engine's environment and in another host process's environment and command line.
 
