@@ -13,7 +13,7 @@ from rich.table import Table
 
 from evolve.archive import Archive, ArchiveError
 from evolve.archive.models import Run
-from evolve.cli.common import DbArg, console, fail, vector_table
+from evolve.cli.common import DbArg, console, fail, plain, printable, vector_table
 from evolve.fitness import signs
 from evolve.report.aggregate import run_components
 from evolve.report.cli import serve, write_html
@@ -133,7 +133,7 @@ def show(db: DbArg, program_id: int) -> None:
         f"[bold]program {program.id}[/] run {program.run_id}, island {program.island}, "
         f"generation {program.generation}, parent {program.parent_id}"
     )
-    print(program.code)
+    print(printable(program.code))  # a human view (`evolve best` prints the exact code, for files)
     if program.parent_id and (parent := archive.program(program.parent_id)):
         diff = difflib.unified_diff(
             parent.code.splitlines(),
@@ -142,20 +142,20 @@ def show(db: DbArg, program_id: int) -> None:
             f"program {program.id}",
             lineterm="",
         )
-        print("\n".join(diff))
+        print(printable("\n".join(diff)))
     if ev is not None:
         console.print(vector_table(ev.scores))
         console.print(
-            f"scalar {ev.scalar:.6g}; error {ev.error_kind or 'none'} {ev.error or ''}; "
+            f"scalar {ev.scalar:.6g}; error {ev.error_kind or 'none'} {plain(ev.error or '')}; "
             f"{ev.duration_s * 1000:.0f} ms in {ev.sandbox}",
             highlight=False,
         )
         if ev.feedback:
-            console.print(f"feedback: {ev.feedback[:2000]}", highlight=False, markup=False)
+            console.print(f"feedback: {printable(ev.feedback[:2000])}", highlight=False, markup=False)
         for case, error in list((ev.case_errors or {}).items())[:20]:
-            console.print(f"case {case} failed: {error[:300]}", highlight=False, markup=False)
+            console.print(f"case {case} failed: {printable(error[:300])}", highlight=False, markup=False)
         if ev.stderr and ev.stderr.strip():
-            console.print(f"stderr (tail): {ev.stderr.strip()[-1500:]}", highlight=False, markup=False)
+            console.print(f"stderr (tail): {printable(ev.stderr.strip()[-1500:])}", highlight=False, markup=False)
         for stage in ev.stages or []:
             metrics = ", ".join(f"{k} {v:.6g}" for k, v in stage.get("metrics", {}).items())
             console.print(f"stage {stage.get('stage')}: {metrics}", highlight=False, markup=False)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from typing import Annotated, NoReturn
 
@@ -26,6 +27,21 @@ def default_note(value: object) -> str:
 def one_of(choices: Sequence[str]) -> str:
     """`a, b or c`: the choices an error message offers."""
     return f"{', '.join(choices[:-1])} or {choices[-1]}" if len(choices) > 1 else "".join(choices)
+
+
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")  # all but newline and tab
+
+
+def printable(text: str) -> str:
+    """Text a candidate or a model wrote, as a terminal may show it: its control characters (escape sequences
+    that clear the screen, retitle the window or draw a fake result line) become '?'."""
+    return _CONTROL.sub("?", text)
+
+
+def plain(text: str) -> str:
+    """`printable`, with rich markup escaped too: for text inside a line that uses markup of its own (an
+    unmatched `[/red]` in a candidate's error would otherwise end the command with a MarkupError)."""
+    return escape(printable(text))
 
 
 def fail(message: str, code: int = 2) -> NoReturn:

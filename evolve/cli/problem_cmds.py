@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from evolve.cli.common import console, err_console, fail, vector_table
+from evolve.cli.common import console, err_console, fail, plain, printable, vector_table
 from evolve.fitness import scalar_view
 from evolve.problem import Problem, ProblemError, load_problem
 from evolve.problem.openevolve import is_openevolve_folder, load_openevolve, problem_toml
@@ -152,10 +152,10 @@ def eval_program(
         )
         return
     console.print(vector_table(outcome.scores))
-    status = "[green]ok[/]" if outcome.ok else f"[red]{outcome.error_kind}[/]: {outcome.error}"
+    status = "[green]ok[/]" if outcome.ok else f"[red]{outcome.error_kind}[/]: {plain(outcome.error or '')}"
     console.print(f"scalar view {scalar:.6g}; {status}; {outcome.duration_s * 1000:.0f} ms")
     if outcome.feedback:
-        console.print(f"feedback: {outcome.feedback}", highlight=False)
+        console.print(f"feedback: {printable(outcome.feedback)}", highlight=False, markup=False)
     console.print(f"isolation: {isolation}", highlight=False)
 
 
