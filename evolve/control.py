@@ -80,8 +80,10 @@ class RunControl:
             self.stop.set()
 
     def finish_generating(self) -> None:
-        """Start no further group; what is generated still gets evaluated (fixed-time benchmark runs)."""
+        """Start no further group; what is generated still gets evaluated. Fixed-time benchmark runs call it when
+        their time is up, so the reason says so (it read "evaluation budget reached", which was not the cause)."""
         self.no_more_groups = True
+        self.budget_spent("time budget reached")
 
     def on_cut(self, listener: Callable[[], None]) -> None:
         """Call `listener` whenever sampling is cut (an in-process policy is told to stop between tokens)."""

@@ -46,7 +46,7 @@ def test_a_group_may_start_only_within_every_budget():
     assert not fresh.may_start_group(0, 0) and fresh.reason == "time budget reached"
     halted = RunControl(5)
     halted.finish_generating()
-    assert not halted.may_start_group(0, 0) and halted.outcome() == "evaluation budget reached"
+    assert not halted.may_start_group(0, 0) and halted.outcome() == "time budget reached"
 
 
 def test_a_cut_tells_every_listener_and_a_systemic_failure_keeps_its_first_line():
