@@ -34,11 +34,22 @@ class _Server:
 
 
 class MultiServerPolicy:
-    def __init__(self, servers: list[HttpPolicy], *, max_wait_s: float = 900.0) -> None:
+    def __init__(
+        self,
+        servers: list[HttpPolicy],
+        *,
+        max_wait_s: float = 900.0,
+        per_server_wait_s: float = PER_SERVER_WAIT_S,
+        backoff_s: tuple[float, float] = BACKOFF_S,
+    ) -> None:
+        """`per_server_wait_s`: how long a group keeps retrying a failing server before it goes elsewhere;
+        `backoff_s`: the first and largest pause before a failed server is tried again. The tests shorten both:
+        they stop servers on purpose and need not wait the production defaults out."""
         if not servers:
             raise PolicyError("no server given; use vllm:URL1,URL2,...")
         for s in servers:
-            s.max_wait_s = min(s.max_wait_s, PER_SERVER_WAIT_S)
+            s.max_wait_s = min(s.max_wait_s, per_server_wait_s)
+        self._backoff_s = backoff_s
         self._servers = [_Server(s) for s in servers]
         self.max_wait_s = max_wait_s
         self.max_concurrency = sum(s.max_concurrency for s in servers)
@@ -87,7 +98,8 @@ class MultiServerPolicy:
     def _failed(self, server: _Server, exc: Exception) -> None:
         with self._lock:
             server.failures += 1
-            pause = min(BACKOFF_S[1], BACKOFF_S[0] * 2 ** (server.failures - 1))
+            first, largest = self._backoff_s
+            pause = min(largest, first * 2 ** (server.failures - 1))
             server.down_until = time.monotonic() + pause
             server.last_error = str(exc)[:200]
 
@@ -151,10 +163,13 @@ class MultiServerPolicy:
             server.policy.close()
 
 
-def parse_servers(flavor: str, arg: str) -> MultiServerPolicy:
+def parse_servers(
+    flavor: str, arg: str, per_server_wait_s: float = PER_SERVER_WAIT_S, backoff_s: tuple[float, float] = BACKOFF_S
+) -> MultiServerPolicy:
     """`URL1,URL2,...` with an optional `@MODEL` after the last URL (the same model on every server)."""
     from policies.http_policy import parse_spec
 
     urls, at, model = arg.rpartition("@") if "@" in arg else (arg, "", "")
     suffix = f"{at}{model}" if at else ""
-    return MultiServerPolicy([parse_spec(flavor, url.strip() + suffix) for url in urls.split(",") if url.strip()])
+    servers = [parse_spec(flavor, url.strip() + suffix) for url in urls.split(",") if url.strip()]
+    return MultiServerPolicy(servers, per_server_wait_s=per_server_wait_s, backoff_s=backoff_s)

@@ -1,4 +1,5 @@
-"""A problem in C for the sandbox tests: the two cases of evolve.problem.samples (2 -> 4, 3 -> 9), built with cc.
+"""A problem in C for the sandbox tests: the two cases of evolve.problem.samples (2 -> 4, 3 -> 9) and its
+evaluator, built with cc.
 
 Its build compiles the program and then runs it once with `--build` (as a build script or code generator
 would), so a candidate controls what its build does: that is how the hostile builds below are written.
@@ -7,6 +8,8 @@ would), so a candidate controls what its build does: that is how the hostile bui
 from __future__ import annotations
 
 from pathlib import Path
+
+from evolve.problem.samples import write_problem
 
 C_TOML = """
 name = "{name}"
@@ -27,15 +30,6 @@ components = [{{ name = "c0", bounds = [0.0, 1.0] }}, {{ name = "c1", bounds = [
 timeout_s = {timeout}
 memory_mb = 512
 max_processes = 32
-"""
-
-# score() echoes the output into the feedback, like evolve.problem.samples.SPLIT_EVAL.
-C_EVAL = """
-def cases():
-    return [{"name": "c0", "input": 2, "expected": 4}, {"name": "c1", "input": 3, "expected": 9}]
-
-def score(case, output):
-    return (1.0 if output == case["expected"] else 0.0), repr(output)[:2000]
 """
 
 C_PROGRAM = """#include <stdio.h>
@@ -72,12 +66,9 @@ KNOWN_C = [
 
 
 def write_c_problem(root: Path, *, timeout: float = 2.0, build_timeout: float = 2.0) -> Path:
-    root.mkdir(parents=True, exist_ok=True)
+    """The C problem in `root`: the seed squares its input; the evaluator is the samples' own (SPLIT_EVAL)."""
     toml = C_TOML.format(name=root.name, timeout=timeout, build_timeout=build_timeout)
-    (root / "problem.toml").write_text(toml)
-    (root / "prog.c").write_text(KNOWN_C[0][0])
-    (root / "evaluate.py").write_text(C_EVAL)
-    return root
+    return write_problem(root, seed=KNOWN_C[0][0], toml=toml, program_file="prog.c")
 
 
 def assert_known_c_vectors(sandbox: object, problem: object) -> None:

@@ -134,18 +134,28 @@ def test_prompt_builder_takes_any_stored_program(code, feedback, stderr, case_er
     assert len(prompt) <= 3 * len(code) + 12_000
 
 
+MB = 1 << 20
+
+
 def test_megabyte_outputs_parse_in_bounded_time():
-    """1 MB of noise, of repeated tags, of unclosed fences and of SEARCH blocks: each parses quickly."""
+    """A megabyte of noise, of repeated tags, of SEARCH/REPLACE edits, of END markers in fences, of SEARCH markers
+    with no divider and of numbered headings: each parses quickly (those last two took hours: every marker, or
+    heading, made the parser scan the text again from there or from its start).
+
+    The whole-program rewrite is a quarter of a megabyte: its one child is valid Python, which the parser and
+    these checks parse several times over (a megabyte took 14 s here, all of it in `ast.parse`)."""
     edit = "<<<<<<< SEARCH\n    y = x + 1\n=======\n    y = x * 2\n>>>>>>> REPLACE\n"
     outputs = [
-        "x" * (1 << 20),
-        "<variant 1>" * (1 << 20 // 11),
-        "```python\n" + "def solve(x):\n    return x\n" * 40_000,
-        edit * (1 << 20 // len(edit)),
-        (f"# {END}\n" + "```\n") * (1 << 20 // 30),
-        "<<<<<<< SEARCH\n" * (1 << 20 // 15),
+        "x" * MB,
+        "<variant 1>" * (MB // 11),
+        edit * (MB // len(edit)),
+        (f"# {END}\n" + "```\n") * (MB // 30),
+        "<<<<<<< SEARCH\n" * (MB // 15),
+        "### Variant 1\n```python\n### Variant 2\n" * (MB // 38),
+        "```python\n" + "def solve(x):\n    return x\n" * 10_000,
     ]
     for text in outputs:
+        assert len(text) >= MB // 4
         started = time.monotonic()
         check_variants(PARENT, text, 3)
         assert time.monotonic() - started < 20, text[:40]

@@ -10,11 +10,12 @@ import pytest
 
 from policies.base import PolicyError, SamplingParams
 from policies.factory import make_policy
-from policies.multi_server import MultiServerPolicy
+from policies.multi_server import MultiServerPolicy, parse_servers
 from tests.openai_server import LoopbackServer
 
 pytestmark = pytest.mark.slow
 PARAMS = SamplingParams(temperature=0.7, top_p=1.0, max_new_tokens=24, seed=3)
+SHORT_WAITS = {"per_server_wait_s": 1.0, "backoff_s": (0.5, 60.0)}
 
 
 def _free_port() -> int:
@@ -32,8 +33,13 @@ def test_groups_spread_fail_over_and_come_back(tiny_model_dir):
     port_b = _free_port()
     b = LoopbackServer(tiny_model_dir, port=port_b).start()
     try:
-        policy = make_policy(f"vllm:{a.url},{b.url}@{a.model_name}")
-        assert isinstance(policy, MultiServerPolicy) and policy.max_concurrency == 8
+        spec = f"{a.url},{b.url}@{a.model_name}"
+        made = make_policy(f"vllm:{spec}")
+        assert isinstance(made, MultiServerPolicy) and made.max_concurrency == 8
+        assert made.servers_up() == [a.url, b.url]
+        # the same servers, with shorter waits than the production defaults (5 s on a failing server, then a
+        # pause of 2 s doubling): the test stops b on purpose and waits for its return
+        policy = parse_servers("vllm", spec, **SHORT_WAITS)
         import asyncio
 
         async def groups(count: int) -> list:
@@ -68,11 +74,13 @@ def test_publish_loads_on_every_server_and_a_missed_one_catches_up(tmp_path, tin
     peft_model.save_pretrained(adapter)
     a, b = LoopbackServer(tiny_model_dir).start(), LoopbackServer(tiny_model_dir).start()
     try:
-        policy = MultiServerPolicy([make_policy(f"vllm:{s.url}@{s.model_name}") for s in (a, b)])  # type: ignore[misc]
+        servers = [make_policy(f"vllm:{s.url}@{s.model_name}") for s in (a, b)]
+        policy = MultiServerPolicy(servers, **SHORT_WAITS)  # type: ignore[arg-type]
         b.faults.append("load-500")  # b refuses the first load
         policy.publish(adapter, 1)
         assert policy.version == 1 and "policy-v1" in a.adapters and "policy-v1" not in b.adapters
-        time.sleep(2.5)  # b's back-off passes; before b is used again it loads the adapter
+        # b's back-off passes; before b is used again it loads the adapter
+        time.sleep(float(policy.health()[b.url]["retry_in_s"]) + 0.5)
         for _ in range(6):
             group = policy.generate("Square the input.", PARAMS, 1)
             assert group[0].version == 1

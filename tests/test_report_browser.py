@@ -169,7 +169,7 @@ def test_live_dashboard_in_chromium_refreshes(browser: object, archive_db: Path,
     shutil.copy(archive_db, db)
     archive = Archive(db, create=False)
     run = archive.runs()[-1]
-    server = make_dashboard(archive, run.id, "127.0.0.1", 0)
+    server = make_dashboard(archive, run.id, "127.0.0.1", 0, refresh_s=1.0)  # the test waits for a poll: 1 s, not 5
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:

@@ -46,17 +46,18 @@ def test_the_time_budget_cuts_the_group_being_sampled_and_stores_none_of_it(tmp_
 
 
 def test_without_a_terminal_a_line_every_period_shows_the_tokens_sampled_so_far(tmp_path, endless_model_dir):
-    """The lines come every $EVOLVE_PROGRESS_EVERY_S (10 s unless set; 1 s here, so that a few seconds of
+    """The lines come every $EVOLVE_PROGRESS_EVERY_S (10 s unless set; 0.5 s here, so that a few seconds of
     sampling show several lines), and `--max-time` ends the command line's run in the group being sampled."""
     folder = write_square_problem(tmp_path / "sq")
-    extra = ("--max-new-tokens", "100000", "--no-fit-tokens-to-code", "--max-time", "6")
+    max_time = 4
+    extra = ("--max-new-tokens", "100000", "--no-fit-tokens-to-code", "--max-time", str(max_time))
     cmd = evolve_run_cmd(folder, tmp_path / "run.db", f"transformers:{endless_model_dir}", 20, *extra)
-    env = {**os.environ, LINE_PERIOD_ENV: "1"}
+    env = {**os.environ, LINE_PERIOD_ENV: "0.5"}
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)  # imports take long when busy
     assert done.returncode == 0, done.stderr[-2000:]
     assert "time budget reached" in done.stdout
     state = sqlite3.connect(tmp_path / "run.db").execute("SELECT state FROM runs").fetchone()[0]
-    assert json.loads(state)["elapsed_s"] < 6 + 5  # the run's own clock: the group was cut at the limit
+    assert json.loads(state)["elapsed_s"] < max_time + 5  # the run's own clock: the group was cut at the limit
     assert "policy: " in done.stdout and "transformers on cpu" in done.stdout
     counts = [int(n) for n in re.findall(r"sampling 4 rows: (\d+) tokens", done.stdout)]
     assert len(counts) >= 2, done.stdout[-3000:]

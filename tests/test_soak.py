@@ -6,6 +6,11 @@ deduplicate): its trusted `score()` runs once per sandbox execution and appends 
 a tag unique to each program, to a file. An execution scored while the engine was being killed, before its
 result was committed, is lost work, not a re-evaluation: it is recognised at the kill (its program had no
 evaluation yet) and reported apart.
+
+It is also the suite's SIGKILL test on SQLite (tests/test_loop.py kills a run of the tiny model on PostgreSQL):
+after each kill the run is still `running`; the final bare command says it resumes run 1 and reaches the budget;
+the seed is added once, no program twice, every child pending at the last kill is evaluated (or found a
+duplicate) on resume, and each child's generation is its parent's plus one.
 """
 
 from __future__ import annotations
@@ -129,6 +134,19 @@ def runs_recorded(db: Path) -> bool:
         con.close()
 
 
+def query(db: Path, sql: str) -> list[tuple]:
+    con = sqlite3.connect(db)
+    try:
+        return con.execute(sql).fetchall()
+    finally:
+        con.close()
+
+
+def pending_variants(db: Path) -> set[int]:
+    """Variants parsed into a child that has no program yet: queued or being evaluated when the engine died."""
+    return {v for (v,) in query(db, "SELECT id FROM variants WHERE status = 'ok' AND program_id IS NULL")}
+
+
 def stored_options(db: Path) -> dict:
     con = sqlite3.connect(db)
     try:
@@ -154,6 +172,7 @@ def test_sigkill_at_random_moments_then_bare_resume_evaluates_each_child_once(tm
     lost: dict[str, int] = {}
     outputs: list[str] = []
     options = None
+    pending_at_kill: set[int] = set()
     kills = 0
     for attempt in range(KILLS):
         cmd = first if attempt == 0 else bare
@@ -177,10 +196,13 @@ def test_sigkill_at_random_moments_then_bare_resume_evaluates_each_child_once(tm
         if options is None:
             options = stored_options(db)
         assert stored_options(db) == options
+        assert query(db, "SELECT status FROM runs") == [("running",)]  # a kill leaves no chance to say otherwise
+        pending_at_kill = pending_variants(db)
     final = subprocess.run(bare, capture_output=True, text=True, timeout=240)
     outputs.append(final.stdout + final.stderr)
     assert final.returncode == 0, final.stderr[-3000:]
     assert not [o for o in outputs if "Traceback" in o], "a traceback was printed"
+    assert "resuming run 1" in final.stdout and "evaluation budget reached" in final.stdout, final.stdout[-1500:]
 
     con = sqlite3.connect(db)
     assert con.execute("SELECT status FROM runs").fetchall() == [("finished",)]
@@ -204,3 +226,10 @@ def test_sigkill_at_random_moments_then_bare_resume_evaluates_each_child_once(tm
     )
     assert never_run == set()
     assert reevaluations == 0
+
+    assert query(db, "SELECT COUNT(*) FROM programs WHERE parent_id IS NULL") == [(1,)]  # the seed, once
+    assert query(db, "SELECT COUNT(*) - COUNT(DISTINCT code_hash) FROM programs") == [(0,)]
+    # the children pending at the last kill were evaluated first on resume (or found to be duplicates)
+    assert pending_at_kill.isdisjoint(pending_variants(db)), pending_at_kill & pending_variants(db)
+    misplaced = "SELECT COUNT(*) FROM programs c JOIN programs p ON c.parent_id = p.id"
+    assert query(db, misplaced + " WHERE c.generation != p.generation + 1") == [(0,)]  # generations follow parents

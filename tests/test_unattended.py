@@ -6,6 +6,7 @@ Real parts throughout: `evolve` in a subprocess, a real SQLite archive, the proc
 from __future__ import annotations
 
 import json
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -42,17 +43,27 @@ def evolve(*args: str, cwd: Path | None = None, timeout: float = 180) -> subproc
     return subprocess.run([*EVOLVE, *args], capture_output=True, text=True, timeout=timeout, cwd=cwd)
 
 
-def init_with_replay(tmp_path: Path, texts: list[str]) -> tuple[Path, Path]:
+@pytest.fixture(scope="module")
+def initialised(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder made by `evolve init` in a subprocess, as a user makes one, once for the module: the tests copy
+    it (`evolve init` writes the same folder every time; another subprocess would only import the engine again)."""
+    folder = tmp_path_factory.mktemp("init") / "demo"
+    made = evolve("init", str(folder))
+    assert made.returncode == 0, made.stderr[-2000:]
+    return folder
+
+
+def init_with_replay(tmp_path: Path, initialised: Path, texts: list[str]) -> tuple[Path, Path]:
     folder = tmp_path / "demo"
-    assert evolve("init", str(folder)).returncode == 0
+    shutil.copytree(initialised, folder)
     replay = tmp_path / "replay.json"
     replay.write_text(json.dumps(texts))
     return folder, replay
 
 
-def test_stray_end_marker_is_rejected_and_the_run_finishes(tmp_path):
+def test_stray_end_marker_is_rejected_and_the_run_finishes(tmp_path, initialised):
     """The crash of issue 9: a variant echoing `# EVOLVE-BLOCK-END` became a parent and killed every run."""
-    folder, replay = init_with_replay(tmp_path, [STRAY_END])
+    folder, replay = init_with_replay(tmp_path, initialised, [STRAY_END])
     db = tmp_path / "d.db"
     args = ["run", str(folder), "--db", str(db), "--policy", f"replay:{replay}", "--sandbox", "process"]
     out = evolve(*args, "--max-evaluations", "3")
@@ -77,8 +88,8 @@ def test_a_program_with_broken_markers_still_gets_a_prompt():
     assert text.count("return x") == 2
 
 
-def test_resume_keeps_stored_options_records_overrides_and_extends_budget(tmp_path):
-    folder, replay = init_with_replay(tmp_path, varied(12))
+def test_resume_keeps_stored_options_records_overrides_and_extends_budget(tmp_path, initialised):
+    folder, replay = init_with_replay(tmp_path, initialised, varied(12))
     db = tmp_path / "d.db"
     first = evolve(
         "run", str(folder), "--db", str(db), "--policy", f"replay:{replay}", "--sandbox", "process",
@@ -181,8 +192,10 @@ def unique_children(n: int) -> list[str]:
     ]
 
 
-def run_replay(tmp_path: Path, texts: list[str], *extra: str) -> tuple[subprocess.CompletedProcess[str], Path]:
-    folder, replay = init_with_replay(tmp_path, texts)
+def run_replay(
+    tmp_path: Path, initialised: Path, texts: list[str], *extra: str
+) -> tuple[subprocess.CompletedProcess[str], Path]:
+    folder, replay = init_with_replay(tmp_path, initialised, texts)
     db = tmp_path / "d.db"
     out = evolve(
         "run", str(folder), "--db", str(db), "--policy", f"replay:{replay}", "--sandbox", "process",
@@ -196,32 +209,30 @@ def pending_children(db: Path) -> int:
     return con.execute("SELECT COUNT(*) FROM variants WHERE status = 'ok' AND program_id IS NULL").fetchone()[0]
 
 
-def test_stall_is_judged_on_evaluated_children_and_strands_nothing(tmp_path):
+def test_stall_is_judged_on_evaluated_children_and_strands_nothing(tmp_path, initialised):
     """A fast policy repeating 6 completions (18 children) to one worker: every child is evaluated before the
     run calls itself stalled (issue 9 saw 20 of 24 left pending)."""
-    out, db = run_replay(tmp_path, unique_children(6), "--max-evaluations", "200")
+    out, db = run_replay(tmp_path, initialised, unique_children(6), "--max-evaluations", "200")
     assert out.returncode == 0, out.stderr[-2000:]
     assert "stalled" in out.stdout
     assert pending_children(db) == 0
     assert sqlite3.connect(db).execute("SELECT COUNT(*) FROM evaluations").fetchone()[0] == 1 + 18
 
 
-def test_patience_stops_and_drains_the_queue(tmp_path):
-    out, db = run_replay(tmp_path, unique_children(30), "--max-evaluations", "200", "--patience", "4")
+def test_patience_stops_and_drains_the_queue(tmp_path, initialised):
+    out, db = run_replay(tmp_path, initialised, unique_children(30), "--max-evaluations", "200", "--patience", "4")
     assert out.returncode == 0, out.stderr[-2000:]
     assert "patience: no new best scalar in 4 evaluations" in out.stdout
     assert pending_children(db) == 0
     assert sqlite3.connect(db).execute("SELECT COUNT(*) FROM evaluations").fetchone()[0] < 1 + 90
 
 
-def test_a_solved_problem_stops_by_itself(tmp_path):
+def test_a_solved_problem_stops_by_itself(tmp_path, initialised):
     """Bounds [0, 1] on every case: a child scoring 1.0 everywhere solves it; the queue is still drained."""
-    probe = tmp_path / "probe"
-    assert evolve("init", str(probe)).returncode == 0
-    hidden = (probe / "evaluate.py").read_text()
+    hidden = (initialised / "evaluate.py").read_text()
     exact = "<variant 1>\n```python\ndef solve(x):\n    return x\n```\n</variant 1>"
     texts = [*unique_children(3), exact.replace("return x", f"return {_hidden_expr(hidden)}")]
-    out, db = run_replay(tmp_path, texts, "--max-evaluations", "200")
+    out, db = run_replay(tmp_path, initialised, texts, "--max-evaluations", "200")
     assert out.returncode == 0, out.stderr[-2000:]
     assert "solved: every component reached its best declared bound" in out.stdout, out.stdout
     assert pending_children(db) == 0
@@ -300,7 +311,7 @@ def test_a_group_ended_as_interrupted_without_a_cut_is_an_incident_not_the_end_o
     assert summary.evaluations == 7 and summary.groups == 1  # the interrupted call stored nothing
 
 
-def test_sigterm_stops_cleanly_and_a_killed_run_is_recognised(tmp_path):
+def test_sigterm_stops_cleanly_and_a_killed_run_is_recognised(tmp_path, initialised):
     """SIGTERM leaves the run `stopped` (never `running`); a run found `running` is resumed as interrupted.
 
     The evaluator logs every real execution: at the stop, every scored row had one, and at most the one
@@ -310,7 +321,7 @@ def test_sigterm_stops_cleanly_and_a_killed_run_is_recognised(tmp_path):
     import signal
     import time
 
-    folder, replay = init_with_replay(tmp_path, unique_children(40))
+    folder, replay = init_with_replay(tmp_path, initialised, unique_children(40))
     log = log_executions(folder, tmp_path / "executions.log")
     db = tmp_path / "d.db"
     cmd = [*EVOLVE, "run", str(folder), "--db", str(db), "--policy", f"replay:{replay}", "--sandbox", "process"]

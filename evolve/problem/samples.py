@@ -48,9 +48,12 @@ def write_problem(
     toml: str | None = None,
     timeout: float = 3.0,
     name: str = "t",
+    program_file: str = "seed.py",
 ) -> Path:
+    """The folder `root` with `problem.toml`, the seed (as `program_file`: what the toml's `[program] file`
+    names, `prog.c` for a C problem) and `evaluate.py`."""
     root.mkdir(parents=True, exist_ok=True)
     (root / "problem.toml").write_text(toml if toml is not None else SPLIT_TOML.format(name=name, timeout=timeout))
-    (root / "seed.py").write_text(textwrap.dedent(seed))
+    (root / program_file).write_text(textwrap.dedent(seed))
     (root / "evaluate.py").write_text(textwrap.dedent(evaluate))
     return root

@@ -17,8 +17,11 @@ from dataclasses import dataclass
 from evolve.problem.blocks import START, BlockError, find_blocks, frame_changes, replace_blocks
 
 _TAG = re.compile(r"<\s*variant\s*(\d+)\s*>(.*?)(?=<\s*/\s*variant\s*\d*\s*>|<\s*variant\s*\d+\s*>|\Z)", re.S | re.I)
+# The search text never runs past the next SEARCH marker: a SEARCH with no divider before the next one is no
+# edit. Unbounded, each of k such markers scanned to the end of the text for a divider (k times the text's
+# length: a megabyte of repeated markers parsed for hours).
 _EDIT = re.compile(
-    r"<{5,9}\s*SEARCH[^\n]*\n(.*?)\n?={5,9}[^\n]*\n(.*?)"  # search, divider, replacement
+    r"<{5,9}\s*SEARCH[^\n]*\n((?:(?!<{5,9}\s*SEARCH).)*?)\n?={5,9}[^\n]*\n(.*?)"  # search, divider, replacement
     r"(?:\n?>{5,9}\s*REPLACE[^\n]*|(?=<{5,9}\s*SEARCH)|\Z)",  # closing marker, next edit, or end of text
     re.S,
 )
@@ -56,9 +59,12 @@ def _headed_sections(text: str) -> list[tuple[int, str]]:
         return []
     ends = [h.start() for h in heads[1:]] + [len(text)]
     sections = []
+    fences, counted = 0, 0  # fence lines before the heading, counted once over the text (not from 0 each time)
     for head, end in zip(heads, ends, strict=True):
+        fences += len(_FENCE_LINE.findall(text, counted, head.start()))
+        counted = head.start()
         body = text[head.end() : end]
-        if len(_FENCE_LINE.findall(text, 0, head.start())) % 2:  # a heading comment inside a fenced block
+        if fences % 2:  # a heading comment inside a fenced block
             body = "```python\n" + body
         sections.append((int(head.group(1)), body))
     return sections

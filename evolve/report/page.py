@@ -24,7 +24,7 @@ from evolve.report.build import build_views
 from evolve.report.figures import all_figures
 
 LINEAGE_STEPS = 100  # ancestors walked per lineage root
-REFRESH_S = 5
+REFRESH_S = 5.0  # how often the live page asks for fresh data (the browser test asks every second)
 
 
 def safe_json(value: Any) -> str:
@@ -77,8 +77,9 @@ def _script() -> str:
     return files("evolve.report").joinpath("templates/report.js").read_text()
 
 
-def render(data: dict[str, Any], *, live: bool, run_id: int) -> str:
-    """The HTML page. Static: plotly.js inlined, so it opens with no network. Live: plotly.js from the server."""
+def render(data: dict[str, Any], *, live: bool, run_id: int, refresh_s: float = REFRESH_S) -> str:
+    """The HTML page. Static: plotly.js inlined, so it opens with no network. Live: plotly.js from the server,
+    and fresh data every `refresh_s`."""
     template = _environment().get_template("report.html")
     return template.render(
         meta=data["meta"],
@@ -87,7 +88,7 @@ def render(data: dict[str, Any], *, live: bool, run_id: int) -> str:
         script=_script(),
         live=live,
         run_id=run_id,
-        refresh_ms=REFRESH_S * 1000,
+        refresh_ms=round(refresh_s * 1000),
     )
 
 

@@ -18,7 +18,7 @@ from evolve.archive import Archive, ArchiveError
 from evolve.archive.models import Run
 from evolve.archive.progress import published_sampling
 from evolve.report import queries
-from evolve.report.page import LINEAGE_STEPS, payload, render, safe_json
+from evolve.report.page import LINEAGE_STEPS, REFRESH_S, payload, render, safe_json
 
 SAMPLING_STALE_S = 30.0  # a run writes its sampling progress every 2 s; older than this, it is gone
 
@@ -61,8 +61,9 @@ class PayloadCache:
         return held[1]
 
 
-def create_app(archive: Archive, default_run: int) -> Flask:
-    """The dashboard's routes; the default run's payload is built before the app is returned."""
+def create_app(archive: Archive, default_run: int, refresh_s: float = REFRESH_S) -> Flask:
+    """The dashboard's routes; the default run's payload is built before the app is returned. The page asks
+    for fresh data every `refresh_s`."""
     app = Flask("evolve.report")
     cache = PayloadCache(archive)
     with suppress(ArchiveError):  # a run that is not there answers 404 below
@@ -84,7 +85,7 @@ def create_app(archive: Archive, default_run: int) -> Flask:
     @app.get("/")
     def page() -> Response:
         run = chosen_run()
-        return Response(render(cache.get(run), live=True, run_id=run.id), mimetype="text/html")
+        return Response(render(cache.get(run), live=True, run_id=run.id, refresh_s=refresh_s), mimetype="text/html")
 
     @app.get("/plotly.js")
     def plotly() -> Response:
@@ -137,9 +138,10 @@ def _running(archive: Archive, run_id: int) -> bool:
     return any(r.id == run_id and r.status == "running" for r in archive.runs())
 
 
-def make_dashboard(archive: Archive, run_id: int, host: str, port: int) -> BaseWSGIServer:
+def make_dashboard(archive: Archive, run_id: int, host: str, port: int, refresh_s: float = REFRESH_S) -> BaseWSGIServer:
     """A threaded server bound to (host, port); port 0 picks a free one (see `.server_port`)."""
-    return make_server(host, port, create_app(archive, run_id), threaded=True, request_handler=QuietHandler)
+    app = create_app(archive, run_id, refresh_s)
+    return make_server(host, port, app, threaded=True, request_handler=QuietHandler)
 
 
 class QuietHandler(WSGIRequestHandler):
