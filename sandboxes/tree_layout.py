@@ -1,0 +1,25 @@
+"""Lay a program's files out in a fresh work folder (the process sandbox; the Docker runner does the same)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+from evolve.filetree import check_path
+
+
+def lay_out(workdir: str, files: Mapping[str, str]) -> None:
+    """Write each file at its relative path under `workdir`, making its folders. Every path is checked again
+    (relative, no `..`), and nothing is followed or overwritten: the folder is new, so a path that exists
+    already, or a symlink on the way, means something is wrong, and the write fails rather than land elsewhere."""
+    for path, text in files.items():
+        parts = check_path(path).split("/")
+        folder = workdir
+        for part in parts[:-1]:
+            folder = os.path.join(folder, part)
+            if not os.path.isdir(folder) or os.path.islink(folder):
+                os.mkdir(folder, 0o755)
+        target = os.path.join(folder, parts[-1])
+        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+        with open(fd, "w", encoding="utf-8", newline="") as f:
+            f.write(text)
