@@ -281,18 +281,13 @@ class ProcessSandbox:
                 files = program_files(problem, code)
             except TreeError as exc:
                 return EvalOutcome.failure(problem, ErrorKind.INVALID, str(exc), 0.0, self.kind)
-            lay_out(workdir, files)
             program = Path(workdir, program_filename(problem))
-            shutil.copy(HARNESS_PATH, Path(workdir, "_evolve_harness.py"))
+            files["_evolve_harness.py"] = HARNESS_PATH.read_text()
             evaluator = None
             if problem.form == "simple":
-                evaluator = str(shutil.copy(problem.evaluator_path, Path(workdir, "_evolve_evaluator.py")))
-            if uid is not None:
-                for folder, dirs, names in os.walk(workdir):
-                    for name in dirs + names:
-                        os.chown(os.path.join(folder, name), uid, uid, follow_symlinks=False)
-                os.chown(workdir, uid, uid)
-            os.chmod(workdir, 0o700)
+                files["_evolve_evaluator.py"] = problem.evaluator_path.read_text()
+                evaluator = str(Path(workdir, "_evolve_evaluator.py"))
+            lay_out(workdir, files, uid)
             inside = WORK if self._jail is not None else workdir  # in the jail its work dir is bound at /work
             if self._jail is not None:
                 entry = program_filename(problem)

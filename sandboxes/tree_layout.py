@@ -8,12 +8,14 @@ from collections.abc import Mapping
 from evolve.filetree import check_path
 
 
-def lay_out(workdir: str, files: Mapping[str, str]) -> None:
-    """Write each file at its relative path under `workdir`, making its folders. Every path is checked again
-    (relative, no `..`), and nothing is followed or overwritten: the folder is new, so a path that exists
-    already, or a symlink on the way, means something is wrong, and the write fails rather than land elsewhere."""
+def lay_out(workdir: str, files: Mapping[str, str], uid: int | None = None) -> None:
+    """Write each file at its relative path under `workdir`, making its folders, then give the whole folder to
+    `uid` (when the candidate runs as another user) and close it to everyone else. Every path is checked again
+    (relative, no `..`; the sandbox's own _evolve_* files excepted), and nothing is followed or overwritten: the
+    folder is new, so a path that exists already, or a symlink on the way, fails the write rather than land
+    elsewhere."""
     for path, text in files.items():
-        parts = check_path(path).split("/")
+        parts = (path if path.startswith("_evolve_") and "/" not in path else check_path(path)).split("/")
         folder = workdir
         for part in parts[:-1]:
             folder = os.path.join(folder, part)
@@ -23,3 +25,9 @@ def lay_out(workdir: str, files: Mapping[str, str]) -> None:
         fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
         with open(fd, "w", encoding="utf-8", newline="") as f:
             f.write(text)
+    if uid is not None:
+        for folder, dirs, names in os.walk(workdir):
+            for name in dirs + names:
+                os.chown(os.path.join(folder, name), uid, uid, follow_symlinks=False)
+        os.chown(workdir, uid, uid)
+    os.chmod(workdir, 0o700)
