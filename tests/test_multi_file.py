@@ -306,7 +306,7 @@ def test_evolve_check_run_best_show_and_export_handle_the_tree(tmp_path):
         "--group-size", "1", "--variants", "2", "--max-evaluations", "3",
     )  # fmt: skip
     archive = Archive(db)
-    best = archive.best_program(archive.find_run())
+    best = archive.program(archive.best_program(archive.find_run()).id)
     archive.close()
     assert best is not None and best.parent_id == 1
     invoke("best", db, "--out", str(tmp_path / "best"))
@@ -322,4 +322,18 @@ def test_evolve_check_run_best_show_and_export_handle_the_tree(tmp_path):
         f"best_01_program_{best.id}/lib/ranking.py" in exported and f"best_01_program_{best.id}/solver.py" in exported
     )
     scored = invoke("eval", str(EXAMPLE), str(tmp_path / "best"), "--sandbox", "process", "--json")
-    assert json.loads(scored)["scores"] == best.evaluation.scores
+    reply = next(line for line in scored.splitlines() if line.startswith("{"))
+    assert json.loads(reply)["scores"] == best.evaluation.scores
+
+
+def test_init_files_writes_a_two_file_python_problem_that_scores_as_the_one_file_template(tmp_path, process_box):
+    from evolve.problem.scaffold import scaffold
+
+    scaffold(tmp_path / "one")
+    scaffold(tmp_path / "two", several_files=True)
+    one, two = load_problem(tmp_path / "one"), load_problem(tmp_path / "two")
+    assert two.files == ("seed.py", "helpers.py") and not one.files
+    scored = [process_box.evaluate(p, p.seed_code) for p in (one, two)]
+    assert [s.error for s in scored] == [None, None] and scored[0].scores == scored[1].scores
+    with pytest.raises(ValueError, match="only with --language python"):
+        scaffold(tmp_path / "c", "c", several_files=True)

@@ -65,6 +65,9 @@ def init(
     ] = None,
     sandbox: SandboxOpt = "auto",
     language: Annotated[str, typer.Option("--language", help="the seed's language: python, c or rust")] = "python",
+    files: Annotated[bool, typer.Option("--files", help="python: a program of two files (seed.py and helpers.py)")] = (
+        False
+    ),
 ) -> None:
     """Scaffold a working split-form problem folder, or write problem.toml for an OpenEvolve folder."""
     if from_dir is not None:
@@ -74,10 +77,10 @@ def init(
     if folder is None:
         fail("evolve init: give a new folder (evolve init DIR) or an OpenEvolve folder (evolve init --from DIR)")
     try:
-        files = scaffold(folder, language)
+        written = scaffold(folder, language, files)
     except (FileExistsError, ValueError) as exc:
         fail(str(exc))
-    console.print(f"created {', '.join(str(f) for f in files)}; next: evolve check {folder}")
+    console.print(f"created {', '.join(str(f) for f in written)}; next: evolve check {folder}")
 
 
 def init_from_openevolve(source: Path, folder: Path | None, sandbox_kind: str) -> Path:

@@ -37,7 +37,7 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    with op.batch_alter_table("programs") as batch:
-        batch.drop_column("tree_length")
     op.drop_table("program_files")
     op.drop_table("program_blobs")
+    with op.batch_alter_table("programs") as batch:
+        batch.drop_column("tree_length")
