@@ -5,17 +5,17 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
-from evolve.filetree import check_path
-
 
 def lay_out(workdir: str, files: Mapping[str, str], uid: int | None = None) -> None:
     """Write each file at its relative path under `workdir`, making its folders, then give the whole folder to
     `uid` (when the candidate runs as another user) and close it to everyone else. Every path is checked again
-    (relative, no `..`; the sandbox's own _evolve_* files excepted), and nothing is followed or overwritten: the
-    folder is new, so a path that exists already, or a symlink on the way, fails the write rather than land
-    elsewhere."""
+    (relative, no `..`: the full rules of evolve/filetree.py were applied when a program of several files was
+    split), and nothing is followed or overwritten: the folder is new, so a path that exists already, or a
+    symlink on the way, fails the write rather than land elsewhere."""
     for path, text in files.items():
-        parts = (path if path.startswith("_evolve_") and "/" not in path else check_path(path)).split("/")
+        parts = path.split("/")
+        if path.startswith("/") or any(part in ("", ".", "..") for part in parts):
+            raise ValueError(f"{path!r}: a program's file must stay inside its work folder")
         folder = workdir
         for part in parts[:-1]:
             folder = os.path.join(folder, part)
