@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -32,13 +32,19 @@ class ProgramSection(_Strict):
                 raise ValueError(str(exc)) from None
         return files
 
+    @model_validator(mode="before")
+    @classmethod
+    def _entry_defaults_to_first_file(cls, data: Any) -> Any:
+        """With `files` and no `file`, the entry is the first of `files` (set here, so a stored config that is
+        read back names the same entry)."""
+        if isinstance(data, dict) and data.get("files") and "file" not in data and isinstance(data["files"][0], str):
+            return {**data, "file": data["files"][0].removesuffix("/")}
+        return data
+
     @property
     def entry(self) -> str:
-        """The file the harness imports (or the simple form's evaluator is given): `file` when set, else the
-        first of `files`."""
-        if self.files is None or "file" in self.model_fields_set:
-            return self.file
-        return self.files[0].removesuffix("/")
+        """The file the harness imports (or the simple form's evaluator is given)."""
+        return self.file
 
 
 class BuildSection(_Strict):
