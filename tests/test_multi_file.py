@@ -165,7 +165,6 @@ def test_hostile_edits_are_refused_and_write_nothing_and_known_programs_still_sc
 
 
 @pytest.mark.docker
-@pytest.mark.slow
 def test_the_docker_sandbox_lays_out_the_tree_and_refuses_a_path_outside_it(problem, children):
     box = docker_sandbox_or_skip(workers=1)
     try:

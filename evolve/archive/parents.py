@@ -57,5 +57,5 @@ class ParentReads:
             .limit(limit)
         )
         with self.db.session() as s:
-            codes = resolve_codes(s, s.execute(q).tuples())
+            codes = resolve_codes(s, s.execute(q).all())
         return list(reversed(codes.values()))

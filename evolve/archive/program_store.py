@@ -84,7 +84,7 @@ class ProgramStore:
             rows = s.execute(
                 select(Program.id, Program.code, Program.tree_length).where(Program.id.in_(list(program_ids)))
             )
-            return resolve_codes(s, rows.tuples())
+            return resolve_codes(s, rows.all())
 
     def count(self, run_id: int) -> int:
         with self.db.session() as s:
@@ -111,7 +111,7 @@ class ProgramStore:
                 select(Program.id, Program.code, Program.tree_length)
                 .where(Program.run_id == run_id, ~current)
                 .order_by(Program.id)
-            ).tuples()
+            ).all()
             stale = list(resolve_codes(s, stale_rows).items())
             if not stale:
                 return HashUpgrade(0, 0)

@@ -75,7 +75,7 @@ def joined_texts(s: Session | Connection, program_ids: Iterable[int]) -> dict[in
     return {pid: "".join(chunks) for pid, chunks in parts.items()}
 
 
-def resolve_codes(s: Session | Connection, rows: Iterable[tuple[int, str, int | None]]) -> dict[int, str]:
+def resolve_codes(s: Session | Connection, rows: Iterable[Any]) -> dict[int, str]:
     """(id, code, tree_length) rows -> id -> the program's text, its files joined where it has them."""
     rows = list(rows)
     trees = joined_texts(s, [pid for pid, _, length in rows if length is not None])
