@@ -132,6 +132,10 @@ def test_the_example_loads_as_three_files_and_an_edit_spanning_two_of_them_appli
     assert "return 1.0" in after["lib/params.py"] and "/ items[i][1]" in after["lib/ranking.py"]
     one = dict(split_files(children[1]))
     assert [p for p in before if before[p] != one[p]] == ["lib/params.py"]
+    # The embedded model copies every file it is shown: an unchanged copy of the fixed file is no edit of it.
+    echo = f"=== FILE: solver.py ===\n```python\n{before['solver.py']}```\n" + TWO_FILES.split("<variant 2>\n")[1]
+    [echoed] = parse_completion(problem.seed_code, echo.replace("</variant 2>", ""), 1)
+    assert (echoed.status, echoed.code) == ("ok", children[1])
 
 
 def test_the_seed_and_the_two_file_improvement_score_exact_vectors_in_the_process_sandbox(

@@ -10,7 +10,8 @@ file's SEARCH/REPLACE edits or its blocks' new code:
 A variant that names no file is applied to the program's joined text as a whole, as a variant of a one-file
 program is (an edit's SEARCH text is then found in whichever file holds it; fenced blocks replace the blocks of
 all files in order). A file named that is not in the program, or a path that leaves it, makes the variant
-`parse_error`; a file named that has no EVOLVE blocks makes it `outside_block`: nothing is ever written
+`parse_error`; a file named that has no EVOLVE blocks makes it `outside_block` (unless the variant only copies
+it unchanged, as small models do with every file shown: that part is skipped): nothing is ever written
 anywhere but into the blocks of the program's own files.
 """
 
@@ -21,6 +22,8 @@ import re
 
 from evolve.filetree import TreeError, check_path, join_files, split_files, tree_files
 from evolve.problem.blocks import has_markers
+
+_ANY_FENCE = re.compile(r"```[ \t]*[\w+#.-]*[ \t]*\n(.*?)(?:```|\Z)", re.S)
 
 # The header, as the prompt shows it; tolerant of the decorations small models add (###, **, `, //, a missing
 # colon or closing ===).
@@ -65,6 +68,8 @@ def edit_tree(parent: str, body: str) -> Result:
         if path not in files:
             return None, "parse_error", f"an edit names {path!r}, which is not a file of the program"
         if not has_markers(files[path]):
+            if _echoes(files[path], text):  # small models copy every file shown: an unchanged copy is no edit
+                continue
             return None, "outside_block", f"{path} has no EVOLVE blocks: it cannot change"
         edits = _EDIT.findall(text)
         new, status, detail = _apply_edits(files[path], edits) if edits else _full_rewrite(files[path], text)
@@ -75,6 +80,13 @@ def edit_tree(parent: str, body: str) -> Result:
         return join_files(list(files.items())), "ok", None
     except TreeError as exc:
         return None, "bad_blocks", str(exc)
+
+
+def _echoes(text: str, section: str) -> bool:
+    """True when a variant's part for a file is that file's own text again (in a fence or not), unchanged."""
+    fences = _ANY_FENCE.findall(section)
+    shown = fences[0] if len(fences) == 1 else section
+    return shown.strip() == text.strip()
 
 
 def tree_changes(parent: str, child: str) -> str | None:
