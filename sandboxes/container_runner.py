@@ -78,8 +78,18 @@ def prepare(job):
     """
     os.chown("/work", 0, 0)
     os.chmod("/work", 0o1777)
+    made = set()  # folders of a program of several files, made here (root's, read-only for the candidate)
     for name, text in job.pop("files").items():
-        fd = os.open(os.path.join("/work", name), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o444)
+        parts = name.split("/")
+        if name.startswith("/") or any(p in ("", ".", "..") for p in parts):
+            raise ValueError(f"job file {name!r} leaves /work")
+        folder = "/work"
+        for part in parts[:-1]:
+            folder = os.path.join(folder, part)
+            if folder not in made:
+                os.mkdir(folder, 0o755)  # fails on anything already there, a symlink included
+                made.add(folder)
+        fd = os.open(os.path.join(folder, parts[-1]), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o444)
         with open(fd, "w") as f:
             f.write(text)
 

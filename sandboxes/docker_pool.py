@@ -19,12 +19,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+from evolve.filetree import TreeError
 from evolve.problem import Problem
 from evolve.problem.outcome import ErrorKind, EvalOutcome
 from sandboxes.abort import RunningJobs
 from sandboxes.docker_images import ImageSpec, image_for, image_toolchain, runtime_env
 from sandboxes.jail import hidden_host_config
-from sandboxes.scoring import make_job, outcome_from, program_filename
+from sandboxes.scoring import make_job, outcome_from, program_filename, program_files
 
 SANDBOX_DIR = Path(__file__).resolve().parent
 GRACE_S = 5.0
@@ -267,6 +268,10 @@ class DockerSandbox:
     def _evaluate(self, problem: Problem, code: str, ticket: int) -> EvalOutcome:
         start = time.monotonic()
         try:
+            files = program_files(problem, code)
+        except TreeError as exc:
+            return EvalOutcome.failure(problem, ErrorKind.INVALID, str(exc), 0.0, self.kind)
+        try:
             box = self._take(problem)
         except Exception as exc:
             error = f"could not start a sandbox container: {exc}"
@@ -275,7 +280,7 @@ class DockerSandbox:
         assert self._spec is not None
         tools = image_toolchain(self._spec, problem)
         job = make_job(problem, f"/work/{name}", "/work/_evolve_evaluator.py", "/work", tools)
-        job["files"] = {name: code}
+        job["files"] = files
         if problem.form == "simple":
             job["files"]["_evolve_evaluator.py"] = problem.evaluator_path.read_text()
         limits = problem.config.sandbox_limits

@@ -38,6 +38,7 @@ import weakref
 from pathlib import Path
 from typing import Any
 
+from evolve.filetree import TreeError
 from evolve.problem import Problem
 from evolve.problem.outcome import ErrorKind, EvalOutcome
 from sandboxes.abort import RunningJobs
@@ -54,10 +55,11 @@ from sandboxes.process_child import (
     child_setup,
     errno_text,
 )
-from sandboxes.scoring import HARNESS_PATH, make_job, outcome_from, program_filename
+from sandboxes.scoring import HARNESS_PATH, make_job, outcome_from, program_filename, program_files
 from sandboxes.seccomp import SocketRule, installer
 from sandboxes.sweep import kill_all
 from sandboxes.toolchain import host_toolchain
+from sandboxes.tree_layout import lay_out
 
 PR_SET_CHILD_SUBREAPER = 36
 REPLY_CAP = 8 * 1024 * 1024  # a dense JSON reply costs the engine ~10x its size in objects
@@ -275,20 +277,21 @@ class ProcessSandbox:
         token = secrets.token_hex(12)
         start = time.monotonic()
         try:
+            try:
+                files = program_files(problem, code)
+            except TreeError as exc:
+                return EvalOutcome.failure(problem, ErrorKind.INVALID, str(exc), 0.0, self.kind)
             program = Path(workdir, program_filename(problem))
-            program.write_text(code)
-            shutil.copy(HARNESS_PATH, Path(workdir, "_evolve_harness.py"))
+            files["_evolve_harness.py"] = HARNESS_PATH.read_text()
             evaluator = None
             if problem.form == "simple":
-                evaluator = str(shutil.copy(problem.evaluator_path, Path(workdir, "_evolve_evaluator.py")))
-            if uid is not None:
-                for p in Path(workdir).iterdir():
-                    os.chown(p, uid, uid)
-                os.chown(workdir, uid, uid)
-            os.chmod(workdir, 0o700)
+                files["_evolve_evaluator.py"] = problem.evaluator_path.read_text()
+                evaluator = str(Path(workdir, "_evolve_evaluator.py"))
+            lay_out(workdir, files, uid)
             inside = WORK if self._jail is not None else workdir  # in the jail its work dir is bound at /work
             if self._jail is not None:
-                program, evaluator = Path(inside, program.name), evaluator and f"{inside}/_evolve_evaluator.py"
+                entry = program_filename(problem)
+                program, evaluator = Path(inside, entry), evaluator and f"{inside}/_evolve_evaluator.py"
             job = make_job(problem, str(program), evaluator, inside, host_toolchain(problem, inside=bool(self._jail)))
             reply, stdout, stderr, status = self._run(problem, job, workdir, slot, token, ticket)
         finally:

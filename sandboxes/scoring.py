@@ -10,6 +10,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from evolve.filetree import TreeError, split_files
 from evolve.problem import Problem
 from evolve.problem.outcome import ErrorKind, EvalOutcome
 from sandboxes.simple_form import check_simple, simple_job_extras
@@ -25,7 +26,24 @@ def _native_runner_source() -> str:
 
 
 def program_filename(problem: Problem) -> str:
+    """Where the program's entry file lies in the work folder (a relative path for a program of several files)."""
+    if problem.multi_file:
+        return problem.config.program.entry
     return Path(problem.config.program.file).name
+
+
+def program_files(problem: Problem, code: str) -> dict[str, str]:
+    """The files to lay out in the work folder for `code`: relative path -> text. A program of several files is
+    split and checked again here, whoever made it (evolve/filetree.py: relative paths inside the program, the
+    limits), and must have exactly the problem's files; TreeError, a one-line reason, otherwise."""
+    if not problem.multi_file:
+        return {program_filename(problem): code}
+    files = dict(split_files(code))
+    if tuple(files) != problem.files:
+        unknown = sorted(set(files) - set(problem.files))[:3]
+        lacking = sorted(set(problem.files) - set(files))[:3]
+        raise TreeError(f"the program's files differ from the problem's (unknown {unknown}, missing {lacking})")
+    return files
 
 
 def make_job(

@@ -22,6 +22,8 @@ from evolve.archive.codehash import code_hash
 from evolve.archive.inserts import insert_returning_ids
 from evolve.archive.models import Evaluation, Program, Variant
 from evolve.archive.records import EvaluationRecord, StoredProgram
+from evolve.archive.trees import store_trees
+from evolve.filetree import tree_files
 
 PROGRAMS: Table = Program.__table__  # type: ignore[assignment]
 EVALUATIONS: Table = Evaluation.__table__  # type: ignore[assignment]
@@ -102,20 +104,23 @@ def _insert_batch(
         if digest not in known and digest not in fresh:
             fresh[digest] = index
     new = [items[i] for i in fresh.values()]
+    trees = [tree_files(item.code) for item in new]  # a program of several files is stored as its files
     created = _insert_programs(
         conn,
         [
             dict(
                 run_id=run_id,
-                code=item.code,
+                code="" if files is not None else item.code,
+                tree_length=len(item.code) if files is not None else None,
                 code_hash=digest,
                 parent_id=item.parent_id,
                 island=item.island,
                 generation=item.generation,
             )
-            for item, digest in zip(new, fresh, strict=True)
+            for item, digest, files in zip(new, fresh, trees, strict=True)
         ],
     )
+    store_trees(conn, [(created[d], files) for d, files in zip(fresh, trees, strict=True) if files is not None])
     if new:
         conn.execute(insert(EVALUATIONS), _evaluation_rows(new, [created[digest] for digest in fresh]))
     results: list[StoredProgram] = []

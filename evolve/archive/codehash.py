@@ -13,6 +13,7 @@ import hashlib
 import threading
 
 from evolve.archive.local_names import canonicalize
+from evolve.filetree import HEADER_PREFIX, tree_files
 
 MEMO_SIZE = 1 << 15  # raw-text digests remembered (about 5 MB); the oldest is forgotten first
 
@@ -23,6 +24,14 @@ HASH_VERSION = "v2"  # 2: local names too
 
 
 def normalize(code: str) -> str:
+    """`normalize_one` of each file of a program of several files (headers kept), or of the one text."""
+    files = tree_files(code)
+    if files is None:
+        return normalize_one(code)
+    return "".join(f"{HEADER_PREFIX}{path} ===\n{normalize_one(text)}\n" for path, text in files)
+
+
+def normalize_one(code: str) -> str:
     """Python code as `ast.unparse` writes it with canonical local names; other text without blank lines and
     trailing blanks; Python too deep or too large to walk (which CPython may still run) exactly as written.
 

@@ -72,13 +72,33 @@ class Program(Base):
     __table_args__ = (Index("ix_programs_run_hash", "run_id", "code_hash", unique=True),)
     id: Mapped[int] = mapped_column(primary_key=True)
     run_id: Mapped[int] = mapped_column(ForeignKey("runs.id"), index=True)
-    code: Mapped[str] = mapped_column(Text)
+    code: Mapped[str] = mapped_column(Text)  # empty for a program of several files: see ProgramFile
     code_hash: Mapped[str] = mapped_column(String(64))
+    # A program of several files: the length of its joined text (evolve/filetree.py); None for one file.
+    tree_length: Mapped[int | None] = mapped_column(Integer)
     parent_id: Mapped[int | None] = mapped_column(ForeignKey("programs.id"), index=True)
     island: Mapped[int] = mapped_column(Integer, default=0)
     generation: Mapped[int] = mapped_column(Integer, default=0)
     created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
     evaluation: Mapped[Evaluation | None] = relationship(back_populates="program", uselist=False)
+
+
+class ProgramBlob(Base):
+    """The text of one file, stored once however many programs hold it (its sha256 is its key)."""
+
+    __tablename__ = "program_blobs"
+    digest: Mapped[str] = mapped_column(String(64), primary_key=True)
+    text: Mapped[str] = mapped_column(Text)
+
+
+class ProgramFile(Base):
+    """File `position` of a program of several files: its path and the blob holding its text."""
+
+    __tablename__ = "program_files"
+    program_id: Mapped[int] = mapped_column(ForeignKey("programs.id"), primary_key=True)
+    position: Mapped[int] = mapped_column(Integer, primary_key=True)
+    path: Mapped[str] = mapped_column(Text)
+    digest: Mapped[str] = mapped_column(ForeignKey("program_blobs.digest"))
 
 
 class Evaluation(Base):

@@ -12,6 +12,7 @@ from sqlalchemy import select
 
 from evolve.archive.database import Database
 from evolve.archive.models import Evaluation, Program
+from evolve.archive.trees import resolve_codes
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,12 @@ class ParentReads:
 
     def recent_children(self, parent_id: int, limit: int = 2) -> list[str]:
         """The code of a parent's newest children, oldest first: what was already tried from it."""
-        q = select(Program.code).where(Program.parent_id == parent_id).order_by(Program.id.desc()).limit(limit)
+        q = (
+            select(Program.id, Program.code, Program.tree_length)
+            .where(Program.parent_id == parent_id)
+            .order_by(Program.id.desc())
+            .limit(limit)
+        )
         with self.db.session() as s:
-            return list(reversed(s.scalars(q).all()))
+            codes = resolve_codes(s, s.execute(q).all())
+        return list(reversed(codes.values()))

@@ -13,6 +13,7 @@ from evolve.archive.database import Database
 from evolve.archive.lineage import LineageNode, ancestry, chain
 from evolve.archive.models import Evaluation, Program, Run
 from evolve.archive.records import StoredProgram
+from evolve.archive.trees import fill_code, resolve_codes
 
 
 @dataclass(frozen=True)
@@ -56,6 +57,7 @@ class ProgramStore:
             prog = s.get(Program, program_id)
             if prog is not None:
                 _ = prog.evaluation
+                fill_code(s, [prog])
             return prog
 
     def scored(self, run_id: int) -> list[ScoredProgram]:
@@ -68,7 +70,7 @@ class ProgramStore:
                 Evaluation.scores,
                 Evaluation.scalar,
                 Evaluation.error_kind,
-                func.length(Program.code),
+                func.coalesce(Program.tree_length, func.length(Program.code)),
             )
             .join(Evaluation, Evaluation.program_id == Program.id)
             .where(Program.run_id == run_id)
@@ -79,8 +81,10 @@ class ProgramStore:
 
     def codes(self, program_ids: Sequence[int]) -> dict[int, str]:
         with self.db.session() as s:
-            rows = s.execute(select(Program.id, Program.code).where(Program.id.in_(list(program_ids))))
-            return dict(rows.all())
+            rows = s.execute(
+                select(Program.id, Program.code, Program.tree_length).where(Program.id.in_(list(program_ids)))
+            )
+            return resolve_codes(s, rows.all())
 
     def count(self, run_id: int) -> int:
         with self.db.session() as s:
@@ -103,9 +107,12 @@ class ProgramStore:
         """
         current = Program.code_hash.startswith(HASH_VERSION, autoescape=True)
         with self.db.session() as s:
-            stale = s.execute(
-                select(Program.id, Program.code).where(Program.run_id == run_id, ~current).order_by(Program.id)
+            stale_rows = s.execute(
+                select(Program.id, Program.code, Program.tree_length)
+                .where(Program.run_id == run_id, ~current)
+                .order_by(Program.id)
             ).all()
+            stale = list(resolve_codes(s, stale_rows).items())
             if not stale:
                 return HashUpgrade(0, 0)
             taken = set(s.scalars(select(Program.code_hash).where(Program.run_id == run_id, current)))
@@ -124,7 +131,9 @@ class ProgramStore:
             rows = s.execute(
                 select(Program, Evaluation).join(Evaluation).where(Program.run_id == run.id).order_by(Program.id)
             )
-            return [tuple(r) for r in rows]  # type: ignore[misc]
+            pairs = [tuple(r) for r in rows]
+            fill_code(s, [program for program, _ in pairs])
+            return pairs  # type: ignore[return-value]
 
     def best_by_scalar(self, run: Run) -> Program | None:
         """The successful program with the highest scalar view (the oldest among equals)."""
@@ -136,7 +145,9 @@ class ProgramStore:
             .limit(1)
         )
         with self.db.session() as s:
-            return s.scalars(q).first()
+            best = s.scalars(q).first()
+            fill_code(s, [best])
+            return best
 
     def ancestry(self, program_ids: Iterable[int | None], steps: int = 200) -> list[LineageNode]:
         """The union of the programs' ancestor chains, each at most `steps` parents up (see `lineage.py`)."""

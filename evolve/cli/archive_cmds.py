@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 import json
 from dataclasses import asdict
 from pathlib import Path
@@ -14,6 +13,7 @@ from rich.table import Table
 from evolve.archive import Archive, ArchiveError
 from evolve.archive.models import Run
 from evolve.cli.common import DbArg, console, fail, plain, printable, vector_table
+from evolve.filetree import TreeError, is_tree, program_diff, write_tree
 from evolve.fitness import signs
 from evolve.report.aggregate import run_components
 from evolve.report.cli import serve, write_html
@@ -111,15 +111,22 @@ def inspect(db: DbArg, as_json: Annotated[bool, typer.Option("--json")] = False)
 
 
 def best(
-    db: DbArg, component: Annotated[str | None, typer.Option(help="best on this component")] = None, run: RunOpt = None
+    db: DbArg,
+    component: Annotated[str | None, typer.Option(help="best on this component")] = None,
+    run: RunOpt = None,
+    out: Annotated[Path | None, typer.Option(help="write the program's file(s) into this folder")] = None,
 ) -> None:
-    """Print the code of the best program (by scalar view, or by one component)."""
+    """Print the code of the best program (by scalar view, or by one component), or write it with --out."""
     archive = open_archive(db)
     chosen = pick_run(archive, run)
     program = archive.best_program(chosen, component, sign=run_signs(chosen).get(component or "", 1.0))
     if program is None:
         fail(f"{db}: no successful program{' with component ' + component if component else ''} yet")
-    print(program.code, end="" if program.code.endswith("\n") else "\n")
+    if out is None:
+        print(program.code, end="" if program.code.endswith("\n") else "\n")
+        return
+    written = _write_program(out, program.code, _program_name(chosen.config))
+    console.print(f"wrote program {program.id} to {out} ({len(written)} file{'s' if len(written) > 1 else ''})")
 
 
 def show(db: DbArg, program_id: int) -> None:
@@ -135,13 +142,7 @@ def show(db: DbArg, program_id: int) -> None:
     )
     print(printable(program.code))  # a human view (`evolve best` prints the exact code, for files)
     if program.parent_id and (parent := archive.program(program.parent_id)):
-        diff = difflib.unified_diff(
-            parent.code.splitlines(),
-            program.code.splitlines(),
-            f"program {parent.id}",
-            f"program {program.id}",
-            lineterm="",
-        )
+        diff = program_diff(parent.code, program.code, f"program {parent.id}", f"program {program.id}")
         print(printable("\n".join(diff)))
     if ev is not None:
         console.print(vector_table(ev.scores))
@@ -172,6 +173,24 @@ def _program_suffix(config: dict[str, Any]) -> str:
     return Path(str(program.get("file", "seed.py"))).suffix or ".txt"
 
 
+def _program_name(config: dict[str, Any]) -> str:
+    """The seed file's name (seed.py, roman.c) from the run's stored problem config; seed.py for older runs."""
+    program = (config.get("problem") or {}).get("program") or {}
+    return Path(str(program.get("file", "seed.py"))).name or "seed.py"
+
+
+def _write_program(folder: Path, code: str, single_name: str) -> list[Path]:
+    """A program of several files as its tree under `folder`; one of one file as `folder/single_name`."""
+    folder.mkdir(parents=True, exist_ok=True)
+    if not is_tree(code):
+        (folder / single_name).write_text(code)
+        return [folder / single_name]
+    try:
+        return write_tree(folder, code)
+    except (TreeError, OSError) as exc:
+        fail(f"{folder}: cannot write the program there ({exc}); pass an empty folder")
+
+
 def _program_language(config: dict[str, Any]) -> str:
     return str(((config.get("problem") or {}).get("program") or {}).get("language", "python"))
 
@@ -188,7 +207,10 @@ def export(
     ok = sorted((r for r in rows if r[1].error_kind is None), key=lambda r: -(r[1].scalar or 0))
     suffix = _program_suffix(chosen.config)
     for rank, (program, _ev) in enumerate(ok[:top], 1):
-        (out / f"best_{rank:02d}_program_{program.id}{suffix}").write_text(program.code)
+        if is_tree(program.code):  # a program of several files: its own folder holding its tree
+            _write_program(out / f"best_{rank:02d}_program_{program.id}", program.code, "")
+        else:
+            (out / f"best_{rank:02d}_program_{program.id}{suffix}").write_text(program.code)
     console.print(f"wrote {len(rows)} evaluations and {min(top, len(ok))} programs to {out}")
 
 

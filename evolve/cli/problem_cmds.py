@@ -10,6 +10,7 @@ from typing import Annotated
 import typer
 
 from evolve.cli.common import console, err_console, fail, plain, printable, vector_table
+from evolve.filetree import TreeError, join_files
 from evolve.fitness import scalar_view
 from evolve.problem import Problem, ProblemError, load_problem
 from evolve.problem.openevolve import is_openevolve_folder, load_openevolve, problem_toml
@@ -64,6 +65,9 @@ def init(
     ] = None,
     sandbox: SandboxOpt = "auto",
     language: Annotated[str, typer.Option("--language", help="the seed's language: python, c or rust")] = "python",
+    files: Annotated[bool, typer.Option("--files", help="python: a program of two files (seed.py and helpers.py)")] = (
+        False
+    ),
 ) -> None:
     """Scaffold a working split-form problem folder, or write problem.toml for an OpenEvolve folder."""
     if from_dir is not None:
@@ -73,10 +77,10 @@ def init(
     if folder is None:
         fail("evolve init: give a new folder (evolve init DIR) or an OpenEvolve folder (evolve init --from DIR)")
     try:
-        files = scaffold(folder, language)
+        written = scaffold(folder, language, files)
     except (FileExistsError, ValueError) as exc:
         fail(str(exc))
-    console.print(f"created {', '.join(str(f) for f in files)}; next: evolve check {folder}")
+    console.print(f"created {', '.join(str(f) for f in written)}; next: evolve check {folder}")
 
 
 def init_from_openevolve(source: Path, folder: Path | None, sandbox_kind: str) -> Path:
@@ -101,7 +105,7 @@ def check(folder: Path, sandbox: SandboxOpt = "auto", allow_weak_sandbox: AllowW
     outcome, isolation = score_once(problem, problem.seed_code, sandbox, allow_weak_sandbox)
     if outcome.error_kind is not None:
         fail(
-            f"{problem.root / problem.config.program.file}: the seed scored {outcome.error_kind}: "
+            f"{problem.root / problem.config.program.entry}: the seed scored {outcome.error_kind}: "
             f"{outcome.error}; fix the seed or {problem.evaluator_path.name}"
         )
     console.print(
@@ -129,9 +133,13 @@ def eval_program(
 ) -> None:
     """Score one program file for a problem."""
     problem = load_or_fail(folder, sandbox)
-    if not program.is_file():
+    if problem.multi_file:
+        code = _program_tree(problem, program)
+    elif not program.is_file():
         fail(f"{program}: no such program file; pass a path to a {problem.config.program.language} file")
-    outcome, isolation = score_once(problem, program.read_text(), sandbox, allow_weak_sandbox)
+    else:
+        code = program.read_text()
+    outcome, isolation = score_once(problem, code, sandbox, allow_weak_sandbox)
     scalar = scalar_view(problem.components, outcome.scores)
     if as_json:
         print(
@@ -157,6 +165,16 @@ def eval_program(
     if outcome.feedback:
         console.print(f"feedback: {printable(outcome.feedback)}", highlight=False, markup=False)
     console.print(f"isolation: {isolation}", highlight=False)
+
+
+def _program_tree(problem: Problem, folder: Path) -> str:
+    """A program of several files read from `folder` (as `evolve best --out` writes it): the problem's files."""
+    if not folder.is_dir():
+        fail(f"{folder}: not a folder; a program of {len(problem.files)} files is scored from a folder holding them")
+    try:
+        return join_files([(path, (folder / path).read_text()) for path in problem.files])
+    except (OSError, UnicodeDecodeError, TreeError) as exc:
+        fail(f"{folder}: cannot read the program's files ({exc}); it must hold {', '.join(problem.files)}")
 
 
 def register(app: typer.Typer) -> None:

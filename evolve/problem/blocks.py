@@ -82,3 +82,8 @@ def _frame(code: str, blocks: list[EditableBlock]) -> list[str]:
         cursor = b.end
     out.append(code[cursor:])
     return out
+
+
+def has_markers(code: str) -> bool:
+    """True when `code` holds an EVOLVE marker: in a program of several files, a file without any is fixed."""
+    return bool(_MARKER.search(code))

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from evolve.filetree import TreeError, check_path
 
 
 class _Strict(BaseModel):
@@ -12,10 +14,37 @@ class _Strict(BaseModel):
 
 
 class ProgramSection(_Strict):
-    file: str = "seed.py"  # the seed program, relative to the problem folder
+    file: str = "seed.py"  # the seed program, relative to the problem folder; with `files`: the entry file
+    # A program of several files: its files and folders ("lib/" takes every file under lib), relative to the
+    # problem folder. None: the program is `file` alone, one text as it always was.
+    files: list[str] | None = Field(default=None, min_length=1)
     # Any language: "python" is imported by the harness; any other needs [run] (and usually [build]).
     language: str = Field(default="python", pattern=r"^[a-z][a-z0-9+#_-]{0,19}$")
     entry_point: str = "solve"  # split form (Python): the function each case's input is passed to
+
+    @field_validator("files")
+    @classmethod
+    def _relative_paths(cls, files: list[str] | None) -> list[str] | None:
+        for entry in files or ():
+            try:
+                check_path(entry.removesuffix("/"))
+            except TreeError as exc:
+                raise ValueError(str(exc)) from None
+        return files
+
+    @model_validator(mode="before")
+    @classmethod
+    def _entry_defaults_to_first_file(cls, data: Any) -> Any:
+        """With `files` and no `file`, the entry is the first of `files` (set here, so a stored config that is
+        read back names the same entry)."""
+        if isinstance(data, dict) and data.get("files") and "file" not in data and isinstance(data["files"][0], str):
+            return {**data, "file": data["files"][0].removesuffix("/")}
+        return data
+
+    @property
+    def entry(self) -> str:
+        """The file the harness imports (or the simple form's evaluator is given)."""
+        return self.file
 
 
 class BuildSection(_Strict):

@@ -19,10 +19,8 @@ from pydantic import ValidationError
 
 from evolve.problem.blocks import BlockError, find_blocks
 from evolve.problem.config import ComponentSpec, ProblemConfig
-
-
-class ProblemError(Exception):
-    """A malformed problem folder; `str()` is a single line fit for the terminal."""
+from evolve.problem.errors import ProblemError
+from evolve.problem.seed_files import read_seed_files
 
 
 @dataclass(frozen=True)
@@ -44,6 +42,13 @@ class Problem:
     evaluator_path: Path
     cases: tuple[Case, ...] = ()
     _scorer: ModuleType | None = None
+    # A program of several files ([program] files): their paths, in the order of its joined text
+    # (evolve/filetree.py); empty for a program of one file, whose text is the file's.
+    files: tuple[str, ...] = ()
+
+    @property
+    def multi_file(self) -> bool:
+        return bool(self.files)
 
     @property
     def name(self) -> str:
@@ -185,14 +190,18 @@ def load_problem(folder: str | Path) -> Problem:
 
     if config.native and not (root / "Dockerfile").is_file():
         _check_tools(toml_path, config)
-    seed_path = root / config.program.file
-    if not seed_path.is_file():
-        raise _fail(seed_path, "seed program missing", "create it or set [program].file")
-    seed_code = seed_path.read_text()
-    try:
-        find_blocks(seed_code)
-    except BlockError as exc:
-        raise _fail(seed_path, str(exc), "balance the EVOLVE-BLOCK markers") from None
+    files: tuple[str, ...] = ()
+    if config.program.files is not None:
+        files, seed_code = read_seed_files(root, config.program.files, config.program.entry)
+    else:
+        seed_path = root / config.program.file
+        if not seed_path.is_file():
+            raise _fail(seed_path, "seed program missing", "create it or set [program].file")
+        seed_code = seed_path.read_text()
+        try:
+            find_blocks(seed_code)
+        except BlockError as exc:
+            raise _fail(seed_path, str(exc), "balance the EVOLVE-BLOCK markers") from None
 
     ev_path = root / config.evaluator.file
     if not ev_path.is_file():
@@ -202,7 +211,7 @@ def load_problem(folder: str | Path) -> Problem:
     if form == "auto":
         form = "split" if {"cases", "score"} <= functions else "simple"
     components = config.fitness.resolved()
-    problem = Problem(root, config, seed_code, form, components, ev_path)
+    problem = Problem(root, config, seed_code, form, components, ev_path, files=files)
     if form == "simple":
         if "evaluate" not in functions:
             raise _fail(ev_path, "no evaluate(program_path) function", "define it, or cases() and score()")

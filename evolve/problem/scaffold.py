@@ -11,6 +11,31 @@ PYTHON_PROGRAM = """[program]
 file = "seed.py"
 entry_point = "solve"
 """
+# `--files`: the same problem as a program of two files, each with a block (a start for [program] files).
+PYTHON_FILES_PROGRAM = """[program]
+files = ["seed.py", "helpers.py"]
+entry_point = "solve"
+"""
+FILES_SEED = '''import math
+
+from helpers import scale
+
+
+# EVOLVE-BLOCK-START
+def solve(x):
+    """Return an estimate of f(x)."""
+    return scale() * x
+# EVOLVE-BLOCK-END
+'''
+FILES_HELPER = '''"""What the solver in seed.py builds on; its block may change too."""
+
+
+# EVOLVE-BLOCK-START
+def scale():
+    """A factor the solver applies."""
+    return 1.0
+# EVOLVE-BLOCK-END
+'''
 SOLVE = {
     "python": "solve(x) receives one float x and returns a float.",
     "c": "The program is C: its solve(x) receives one double x and returns a double.",
@@ -67,19 +92,26 @@ def score(case, output):
 '''
 
 
-def scaffold(target: Path, language: str = "python") -> list[Path]:
-    """Write the template in `language` into `target` (which must be empty or absent); returns the files written."""
+def scaffold(target: Path, language: str = "python", several_files: bool = False) -> list[Path]:
+    """Write the template in `language` into `target` (which must be empty or absent); returns the files written.
+    `several_files`: the Python template as a program of two files (seed.py imports helpers.py)."""
     if language not in LANGUAGES:
         raise ValueError(f"--language {language!r}: not one of {', '.join(LANGUAGES)}")
+    if several_files and language != "python":
+        raise ValueError(f"--files: only with --language python (a {language} build lists its files itself)")
     if target.exists() and any(target.iterdir()):
         raise FileExistsError(f"{target}: not empty; pick a new folder")
     program, seed_name, seed = (PYTHON_PROGRAM, "seed.py", SEED) if language == "python" else native_sections(language)
+    if several_files:
+        program, seed = PYTHON_FILES_PROGRAM, FILES_SEED
     target.mkdir(parents=True, exist_ok=True)
     files = {
         "problem.toml": PROBLEM_TOML.format(name=target.name, solve=SOLVE[language], program=program),
         seed_name: seed,
         "evaluate.py": EVALUATE.format(),
     }
+    if several_files:
+        files["helpers.py"] = FILES_HELPER
     written = []
     for name, body in files.items():
         path = target / name

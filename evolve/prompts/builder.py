@@ -21,8 +21,10 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from evolve.filetree import is_tree
 from evolve.problem.blocks import BlockError, EditableBlock, find_blocks
 from evolve.prompts.parser import is_python
+from evolve.prompts.tree_view import current_program, program_blocks, tree_rules
 
 FEEDBACK_CAP = 1500
 STDERR_TAIL = 600  # characters of the parent's stderr / traceback tail
@@ -141,6 +143,8 @@ def _safe_blocks(code: str) -> list[EditableBlock]:
 
 
 def _blocks(code: str, tag: str, cap: int | None = None) -> str:
+    if is_tree(code):  # a program of several files: its blocks under their files' headers
+        return program_blocks(code, tag, cap)
     blocks = _safe_blocks(code)
 
     def body(text: str) -> str:
@@ -152,7 +156,7 @@ def _blocks(code: str, tag: str, cap: int | None = None) -> str:
     return "\n".join(f"Block {b.index + 1}:\n```{tag}\n{body(b.text)}\n```" for b in blocks)
 
 
-def _instructions(m: int, edit_format: str, n_blocks: int, template: str, tag: str) -> str:
+def _instructions(m: int, edit_format: str, n_blocks: int, template: str, tag: str, tree: bool = False) -> str:
     """The ask's rules, fixed for a run (the variants, their format and directions); the part that depends on the
     group (its recent children) is in the closing line."""
     tags = " ".join(f"<variant {k}>…</variant {k}>" for k in range(1, m + 1))
@@ -170,6 +174,8 @@ def _instructions(m: int, edit_format: str, n_blocks: int, template: str, tag: s
         rules.append("Each variant must try a clearly different idea.")
     rules.append(f"Wrap each one in its tag: {tags}.")
     head = "\n".join(f"- {r}" for r in rules) + "\n"
+    if tree:
+        head += tree_rules(edit_format, tag)
     if edit_format == "diff":
         return head + (
             "Inside a variant, give one or more edits in exactly this form, where SEARCH copies lines of the "
@@ -183,10 +189,14 @@ def _fences(n_blocks: int, tag: str) -> str:
     return f"one ```{tag} fenced block" if n_blocks == 1 else f"{n_blocks} ```{tag} fenced blocks, in order"
 
 
-def _closing(m: int, edit_format: str, n_blocks: int, has_recent: bool, tag: str) -> str:
+def _closing(m: int, edit_format: str, n_blocks: int, has_recent: bool, tag: str, tree: bool = False) -> str:
     """The ask again in a sentence or two, after the parent: what to write now, in which tags and form."""
     many = "s" if m > 1 else ""
     form = "SEARCH/REPLACE edits" if edit_format == "diff" else _fences(n_blocks, tag)
+    if tree:
+        form = "for each file it changes, the file's header line and then its " + (
+            "SEARCH/REPLACE edits" if edit_format == "diff" else f"```{tag} fenced blocks"
+        )
     lines = [
         f"Now write the {m} variant{many} of the current program, as the task above says: each in its tag "
         f"<variant k>…</variant k>, holding {form}."
@@ -204,17 +214,18 @@ def build_prompt(p: PromptInputs) -> str:
     fmt = resolve_edit_format(p.edit_format, p.parent_code)
     n_blocks = len(_safe_blocks(p.parent_code))
     tag = p.fence_tag
+    tree = is_tree(p.parent_code)
     parts = [  # fixed for a run: a prompt cache reuses all of it
         "# Problem",
         p.description.strip(),
         "# Task",
-        _instructions(p.variants, fmt, n_blocks, p.template, tag),
+        _instructions(p.variants, fmt, n_blocks, p.template, tag, tree),
     ]
     parts += [  # this group's own: from here on every prompt differs
         "# Current program",
         f"Scores (higher is better unless the problem says otherwise): {_vector(p.parent_scores)}",
-        "Editable code:",
-        _blocks(p.parent_code, tag),
+        "Its files (change only what lies between the EVOLVE-BLOCK markers):" if tree else "Editable code:",
+        current_program(p.parent_code, tag) if tree else _blocks(p.parent_code, tag),
     ]
     if p.parent_feedback:
         parts += ["Evaluator feedback:", p.parent_feedback.strip()[:FEEDBACK_CAP]]
@@ -224,7 +235,7 @@ def build_prompt(p: PromptInputs) -> str:
     if p.recent:
         parts.append("# Recent children of the current program (already tried: do not repeat them)")
         parts += [_blocks(code, tag, RECENT_CAP) for code in p.recent]
-    parts += ["# Your answer", _closing(p.variants, fmt, n_blocks, bool(p.recent), tag)]
+    parts += ["# Your answer", _closing(p.variants, fmt, n_blocks, bool(p.recent), tag, tree)]
     return "\n\n".join(parts)
 
 

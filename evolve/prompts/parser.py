@@ -14,6 +14,7 @@ import re
 import textwrap
 from dataclasses import dataclass
 
+from evolve.filetree import is_tree
 from evolve.problem.blocks import START, BlockError, find_blocks, frame_changes, replace_blocks
 
 _TAG = re.compile(r"<\s*variant\s*(\d+)\s*>(.*?)(?=<\s*/\s*variant\s*\d*\s*>|<\s*variant\s*\d+\s*>|\Z)", re.S | re.I)
@@ -174,6 +175,8 @@ def parse_variant(parent: str, body: str, slot: int) -> ParsedVariant:
 
 
 def _parse_variant(parent: str, body: str, slot: int) -> ParsedVariant:
+    if is_tree(parent):  # a program of several files: edits name their file (evolve/prompts/tree_edits.py)
+        return _parse_tree_variant(parent, body, slot)
     edits = _EDIT.findall(body)
     code, status, detail = _apply_edits(parent, edits) if edits else _full_rewrite(parent, body)
     if code is None:
@@ -190,6 +193,23 @@ def _parse_variant(parent: str, body: str, slot: int) -> ParsedVariant:
         except SyntaxError as exc:
             return ParsedVariant(slot, "syntax_error", None, f"line {exc.lineno}: {exc.msg}")
     return ParsedVariant(slot, "ok", code, renamed)
+
+
+def _parse_tree_variant(parent: str, body: str, slot: int) -> ParsedVariant:
+    from evolve.prompts.tree_edits import edit_tree, tree_changes, tree_syntax_error
+
+    code, status, detail = edit_tree(parent, body)
+    if code is None:
+        return ParsedVariant(slot, status, None, detail)
+    if code == parent:
+        return ParsedVariant(slot, "unchanged", None, "the variant changes nothing")
+    broken = frame_changes(parent, code) or tree_changes(parent, code)
+    if broken is not None:
+        return ParsedVariant(slot, "bad_blocks", None, broken)
+    error = tree_syntax_error(code)  # .py files only: others are judged by their build
+    if error is not None:
+        return ParsedVariant(slot, "syntax_error", None, error)
+    return ParsedVariant(slot, "ok", code)
 
 
 def is_python(code: str) -> bool:

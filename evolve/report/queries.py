@@ -7,7 +7,6 @@ archives; every reader here tolerates that.
 
 from __future__ import annotations
 
-import difflib
 import json
 from dataclasses import dataclass
 from datetime import datetime
@@ -18,6 +17,8 @@ from sqlalchemy import String, Text, cast, func, select
 
 from evolve.archive import Archive
 from evolve.archive.models import Completion, Evaluation, PolicyVersion, Program, Prompt, Run, Variant
+from evolve.archive.trees import fill_code
+from evolve.filetree import program_diff
 
 TEXT_LIMIT = 20_000  # per text field of a program's detail: enough to read, bounded for the report's size
 
@@ -63,7 +64,7 @@ def evaluation_columns(archive: Archive, run_id: int, names: list[str]) -> Evalu
             Evaluation.scalar,
             Evaluation.error_kind,
             as_text(Evaluation.created_at),
-            func.length(Program.code),
+            func.coalesce(Program.tree_length, func.length(Program.code)),
             cast(Evaluation.scores, Text),
         )
         .join(Evaluation, Evaluation.program_id == Program.id)
@@ -170,9 +171,9 @@ def program_detail(archive: Archive, program_id: int) -> dict[str, Any] | None:
         if program is None:
             return None
         ev = s.scalar(select(Evaluation).where(Evaluation.program_id == program_id))
-        parent_code = None
-        if program.parent_id is not None:
-            parent_code = s.scalar(select(Program.code).where(Program.id == program.parent_id))
+        parent = s.get(Program, program.parent_id) if program.parent_id is not None else None
+        fill_code(s, [program, parent])
+        parent_code = parent.code if parent is not None else None
         origin = s.execute(
             select(Variant.slot, Variant.status, Completion.text, Prompt.text, PolicyVersion.number)
             .join(Completion, Completion.id == Variant.completion_id)
@@ -184,13 +185,7 @@ def program_detail(archive: Archive, program_id: int) -> dict[str, Any] | None:
         ).first()
         diff = None
         if parent_code is not None:
-            lines = difflib.unified_diff(
-                parent_code.splitlines(),
-                program.code.splitlines(),
-                f"program {program.parent_id}",
-                f"program {program.id}",
-                lineterm="",
-            )
+            lines = program_diff(parent_code, program.code, f"program {program.parent_id}", f"program {program.id}")
             diff = "\n".join(lines)
         return {
             "id": program.id,

@@ -1,0 +1,111 @@
+"""A variant's edits to a program of several files (evolve/filetree.py).
+
+A variant names the file each part of it changes with the same header line the prompt shows, then gives that
+file's SEARCH/REPLACE edits or its blocks' new code:
+
+    === FILE: lib/params.py ===
+    <<<<<<< SEARCH
+    ...
+
+A variant that names no file is applied to the program's joined text as a whole, as a variant of a one-file
+program is (an edit's SEARCH text is then found in whichever file holds it; fenced blocks replace the blocks of
+all files in order). A file named that is not in the program, or a path that leaves it, makes the variant
+`parse_error`; a file named that has no EVOLVE blocks makes it `outside_block` (unless the variant only copies
+it unchanged, as small models do with every file shown: that part is skipped): nothing is ever written
+anywhere but into the blocks of the program's own files.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+
+from evolve.filetree import TreeError, check_path, join_files, split_files, tree_files
+from evolve.problem.blocks import has_markers
+
+_ANY_FENCE = re.compile(r"```[ \t]*[\w+#.-]*[ \t]*\n(.*?)(?:```|\Z)", re.S)
+
+# The header, as the prompt shows it; tolerant of the decorations small models add (###, **, `, //, a missing
+# colon or closing ===).
+_NAMED = re.compile(r"^[ \t>*#/`]*={2,4}[ \t]*FILE:?[ \t]*([^\s=`*]+)[ \t]*(?:={2,4})?[ \t*`]*$", re.M | re.I)
+
+Result = tuple[str | None, str, str | None]  # (child code or None, status, detail)
+
+
+def named_sections(body: str) -> list[tuple[str | None, str]]:
+    """(file path or None for text before the first header, that part of the variant), in order."""
+    heads = list(_NAMED.finditer(body))
+    if not heads:
+        return [(None, body)]
+    out: list[tuple[str | None, str]] = [(None, body[: heads[0].start()])]
+    for head, nxt in zip(heads, [*heads[1:], None], strict=True):
+        out.append((head.group(1), body[head.end() : len(body) if nxt is None else nxt.start()]))
+    return out
+
+
+def edit_tree(parent: str, body: str) -> Result:
+    """The child of a program of several files that one variant's text makes (see the module docstring)."""
+    from evolve.prompts.parser import _EDIT, _apply_edits, _full_rewrite  # the one-text rules, per file
+
+    sections = named_sections(body)
+    if len(sections) == 1:  # no file named: the joined text is edited as one program
+        edits = _EDIT.findall(body)
+        return _apply_edits(parent, edits) if edits else _full_rewrite(parent, body)
+    files = dict(split_files(parent))
+    preamble = sections[0][1]
+    code = parent
+    if _EDIT.findall(preamble):  # edits before the first header: found wherever they apply
+        code, status, detail = _apply_edits(parent, _EDIT.findall(preamble))
+        if code is None:
+            return code, status, detail
+        files = dict(split_files(code))
+    for path, text in sections[1:]:
+        assert path is not None
+        try:
+            check_path(path)
+        except TreeError as exc:
+            return None, "parse_error", f"an edit names a path outside the program: {exc}"
+        if path not in files:
+            return None, "parse_error", f"an edit names {path!r}, which is not a file of the program"
+        if not has_markers(files[path]):
+            if _echoes(files[path], text):  # small models copy every file shown: an unchanged copy is no edit
+                continue
+            return None, "outside_block", f"{path} has no EVOLVE blocks: it cannot change"
+        edits = _EDIT.findall(text)
+        new, status, detail = _apply_edits(files[path], edits) if edits else _full_rewrite(files[path], text)
+        if new is None:
+            return None, status, f"{path}: {detail}"
+        files[path] = new
+    try:
+        return join_files(list(files.items())), "ok", None
+    except TreeError as exc:
+        return None, "bad_blocks", str(exc)
+
+
+def _echoes(text: str, section: str) -> bool:
+    """True when a variant's part for a file is that file's own text again (in a fence or not), unchanged."""
+    fences = _ANY_FENCE.findall(section)
+    shown = fences[0] if len(fences) == 1 else section
+    return shown.strip() == text.strip()
+
+
+def tree_changes(parent: str, child: str) -> str | None:
+    """Why `child` does not keep `parent`'s files (a file added, dropped, renamed, or a path that leaves the
+    program), or None. A block body holding a header line would otherwise split into a new file."""
+    mine, theirs = tree_files(child), tree_files(parent)
+    if mine is None or theirs is None:
+        return "the program's file headers are broken (a header line inside a block, or a bad path)"
+    if [p for p, _ in mine] != [p for p, _ in theirs]:
+        return "the variant adds, drops or renames a file; only the blocks of the program's files may change"
+    return None
+
+
+def tree_syntax_error(code: str) -> str | None:
+    """The first Python syntax error among the program's .py files, naming the file; None when they parse."""
+    for path, text in tree_files(code) or ():
+        if path.endswith(".py"):
+            try:
+                ast.parse(text)
+            except SyntaxError as exc:
+                return f"{path} line {exc.lineno}: {exc.msg}"
+    return None

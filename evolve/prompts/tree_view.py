@@ -1,0 +1,80 @@
+"""How a prompt shows a program of several files, and how it tells the model to name the file it edits.
+
+The current program's files that hold EVOLVE blocks are shown whole (the model needs the code around a block
+to change it well), each under the header line it must repeat to edit it; files without blocks are context
+only and go first when the text would pass the budget, then the block files shrink to their blocks. Other
+programs (inspirations, recent children) show only their blocks, each labelled with its file.
+"""
+
+from __future__ import annotations
+
+from evolve.filetree import file_spans, tree_files
+from evolve.problem.blocks import BlockError, find_blocks, has_markers
+
+PROGRAM_CHARS = 9000  # the current program's files shown whole, at most (about 3k tokens)
+
+
+def _fenced(path: str, text: str, tag: str) -> str:
+    return f"=== FILE: {path} ===\n```{tag}\n{text.rstrip()}\n```"
+
+
+def current_program(code: str, tag: str, budget: int = PROGRAM_CHARS) -> str:
+    """The current program's files within `budget` characters: those with blocks first and whole, then the
+    others while they fit; a file left out is named in one line, so the model knows it exists."""
+    files = tree_files(code) or []
+    editable = [(p, t) for p, t in files if has_markers(t)]
+    context = [(p, t) for p, t in files if not has_markers(t)]
+    shown = [_fenced(p, t, tag) for p, t in editable]
+    if sum(map(len, shown)) > budget:  # even the block files whole are too long: their blocks only
+        shown = [f"=== FILE: {p} ===\n{_file_blocks(t, tag)}" for p, t in editable]
+    used = sum(map(len, shown))
+    left_out = []
+    for path, text in context:
+        part = _fenced(path, text, tag) + "\n(no EVOLVE blocks: shown for reference, it cannot change)"
+        if used + len(part) <= budget:
+            shown.append(part)
+            used += len(part)
+        else:
+            left_out.append(f"{path} ({text.count(chr(10))} lines)")
+    if left_out:
+        shown.append("Other files of the program (no EVOLVE blocks, not shown): " + ", ".join(left_out))
+    return "\n\n".join(shown)
+
+
+def _file_blocks(text: str, tag: str, cap: int | None = None) -> str:
+    try:
+        blocks = find_blocks(text)
+    except BlockError:
+        blocks = []
+    bodies = [b.text.rstrip() for b in blocks]
+    if cap is not None:
+        bodies = [b if len(b) <= cap else b[:cap] + "\n# … (cut)" for b in bodies]
+    if len(bodies) == 1:
+        return f"```{tag}\n{bodies[0]}\n```"
+    return "\n".join(f"Block {i}:\n```{tag}\n{b}\n```" for i, b in enumerate(bodies, 1))
+
+
+def program_blocks(code: str, tag: str, cap: int | None = None) -> str:
+    """Another program's blocks, grouped under the header of the file each lies in."""
+    parts = []
+    for path, start, end in file_spans(code):
+        text = code[start:end]
+        if has_markers(text):
+            parts.append(f"=== FILE: {path} ===\n{_file_blocks(text, tag, cap)}")
+    return "\n".join(parts)
+
+
+def tree_rules(edit_format: str, tag: str) -> str:
+    """How to name the file of each change: part of the ask's fixed instructions for such a program."""
+    if edit_format == "diff":
+        return (
+            "The program has several files. Before the edits of each file, write that file's header line exactly "
+            "as shown (for example `=== FILE: lib/params.py ===`), then its SEARCH/REPLACE edits; one variant may "
+            "change several files. Only the EVOLVE blocks of the files shown may change.\n"
+        )
+    return (
+        "The program has several files. For each file you change, write its header line exactly as shown (for "
+        f"example `=== FILE: lib/params.py ===`), then one ```{tag} fenced block per EVOLVE block of that file, in "
+        "order, holding that block's complete new code; one variant may change several files, and the files it "
+        "does not name stay as they are.\n"
+    )
