@@ -16,7 +16,7 @@ from evolve.archive import Archive, ArchiveError
 from evolve.archive.models import Run
 from evolve.members import MemberSpec, members_from
 from evolve.problem import Problem
-from evolve.problem.config import SearchSection
+from evolve.problem.config import SearchSection, TrainingSection
 from policies.advantages import METHODS as TRAIN_METHODS
 
 
@@ -25,6 +25,7 @@ class RunMismatch(Exception):
 
 
 _SEARCH = SearchSection()  # the defaults' one home
+_TRAINING = TrainingSection()
 DEFAULT_POLICY = "embedded"  # the embedded model on llama.cpp where it is installed, else transformers
 
 
@@ -63,14 +64,19 @@ class RunOptions:
     allocation: str = "bandit"  # bandit | uniform | weights: how groups are shared among members
     asks: str = "base,hotter,template,full"  # the ask arms tried beside the members (evolve.adapt); base: fixed
     bandit_cost: str = "tokens"  # tokens | seconds: what a group costs its member and ask
+    # How an update shapes rewards (policies/shaping.py); defaults from the problem's `[training]`.
+    skip_zero_advantage: bool = _TRAINING.skip_zero_advantage
+    lazy_penalty: float = _TRAINING.lazy_penalty
+    reward_normalisation: str = _TRAINING.reward_normalisation
 
     def members(self) -> list[MemberSpec]:
         """The members sampling this run's groups (one, `policy`, unless `policies` lists several)."""
         return members_from(self.policy, self.policies)
 
     @classmethod
-    def for_problem(cls, search: SearchSection, **given: Any) -> RunOptions:
-        """Options for a problem: what was given (None = not given), else the problem's `[search]` values."""
+    def for_problem(cls, search: SearchSection, training: TrainingSection | None = None, **given: Any) -> RunOptions:
+        """Options for a problem: what was given (None = not given), else the problem's `[search]` and
+        `[training]` values."""
         from_search = {
             name: getattr(search, name)
             for name in (
@@ -84,6 +90,7 @@ class RunOptions:
                 "top_p",
             )
         }
+        from_search.update((training or _TRAINING).model_dump())
         listed = [m.model_dump(exclude_none=True) for m in search.policies]
         if listed:
             from_search["policies"] = listed
@@ -133,6 +140,9 @@ class RunOverrides:
     allocation: str | None = None
     asks: str | None = None
     bandit_cost: str | None = None
+    skip_zero_advantage: bool | None = None
+    lazy_penalty: float | None = None
+    reward_normalisation: str | None = None
 
     @classmethod
     def of(cls, options: RunOptions) -> RunOverrides:
@@ -182,7 +192,7 @@ def resolve_options(
     value that differs as an override. Returns (options, overrides as name → [stored, given])."""
     chosen = overrides.given()
     if run is None:
-        return RunOptions.for_problem(problem.config.search, **chosen), {}
+        return RunOptions.for_problem(problem.config.search, problem.config.training, **chosen), {}
     stored = stored_options(run)
     changes = {k: [getattr(stored, k), v] for k, v in chosen.items() if getattr(stored, k) != v}
     return replace(stored, **{k: new for k, (_old, new) in changes.items()}), changes

@@ -179,7 +179,7 @@ def _trainers(
                 list(problem.components),
                 options.variants,
                 members.policies[name],
-                TrainConfig(method=options.train_method, learning_rate=options.learning_rate),
+                train_config(options),
                 folder,
                 trainer_model=options.trainer_model,
                 member=name,
@@ -194,6 +194,18 @@ def _trainers(
     if not members.train_steps:
         reasons = "; ".join(f"{n}: {why}" for n, why in members.untrainable.items())
         raise TrainingUnsupported(f"no member of the ensemble can be trained ({reasons}); drop --train-every")
+
+
+def train_config(options: RunOptions, **changes: Any) -> TrainConfig:
+    """The update settings a run's options ask for (`changes`: what `evolve train` sets itself)."""
+    config = TrainConfig(
+        method=options.train_method,
+        learning_rate=options.learning_rate,
+        skip_zero_advantage=options.skip_zero_advantage,
+        lazy_penalty=options.lazy_penalty,
+        reward_normalisation=options.reward_normalisation,
+    )
+    return replace(config, **changes)
 
 
 def member_folder(where: Path, names: Sequence[str], name: str) -> Path:

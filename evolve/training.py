@@ -23,6 +23,7 @@ from evolve.archive import Archive
 from evolve.archive.models import Completion, PolicyVersion, unpack
 from evolve.fitness import oriented_array, oriented_bounds
 from evolve.problem.config import ComponentSpec
+from evolve.yields import COPIES
 from policies.base import InProcessPolicy, Policy, PublishingPolicy, TrainsAsTransformers
 from policies.groups import Batch, TrainingCompletion, TrainingGroup, normalise
 from policies.trainer import PolicyTrainer, TrainConfig, UpdateStats
@@ -61,14 +62,18 @@ def load_batch(
     """Groups of the given policy versions, newest first, normalised; skipped groups counted by reason.
 
     Completions without token ids or logprobs (from some OpenAI-compatible servers) cannot be trained on
-    and are refused, counted under that reason.
+    and are refused, counted under that reason. Answers that echoed the parent or repeated a known program are
+    marked lazy (a zero row unless the training config penalises them).
     """
     batch = Batch()
     rows = archive.group_rows(run_id, version_ids, max_groups)
     by_completion: dict[int, np.ndarray] = {c.id: np.full((m, len(components)), np.nan) for c in rows.completions}
+    lazy: dict[int, np.ndarray] = {c.id: np.zeros(m, bool) for c in rows.completions}
     for cid, slot, status, scores, error_kind in rows.answers:
         if status == "ok" and scores is not None and error_kind is None and slot < m:
             by_completion[cid][slot] = oriented_array(components, scores)
+        elif status in COPIES and slot < m:
+            lazy[cid][slot] = True
     grouped: dict[int, list[Completion]] = defaultdict(list)
     for c in rows.completions:
         grouped[c.prompt_id].append(c)
@@ -80,7 +85,9 @@ def load_batch(
                 batch.skipped["completion without token ids or logprobs"] += 1
                 continue
             trainable.append(
-                TrainingCompletion(c.id, ids, lps, float(c.sampling.get("temperature", 1.0)), by_completion[c.id])
+                TrainingCompletion(
+                    c.id, ids, lps, float(c.sampling.get("temperature", 1.0)), by_completion[c.id], lazy[c.id]
+                )
             )
         if len(trainable) < 2:
             batch.skipped["fewer than 2 scored completions"] += 1

@@ -24,6 +24,7 @@ import numpy as np
 
 from policies.advantages import make_estimator
 from policies.groups import TrainingGroup
+from policies.shaping import select
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,12 @@ class TrainConfig:
     # `evolve train` passes a huge number to use every group in the archive.
     versions_back: int = 1
     seed: int = 0  # shuffling of samples into minibatches
+    # Reward shaping and batch selection for a model that mostly copies (policies/shaping.py explains each):
+    # leave zero-advantage groups and completions out; the reward of an echo or duplicate (0: off, scored as a
+    # failure); "bounds" or "group" (each component stretched to [0, 1] over its group) before scalarising.
+    skip_zero_advantage: bool = True
+    lazy_penalty: float = 0.0
+    reward_normalisation: str = "bounds"
 
     def as_dict(self) -> dict[str, Any]:
         return {**asdict(self), "target_modules": list(self.target_modules)}
@@ -149,22 +156,27 @@ class PolicyTrainer:
 
     # ---- data -------------------------------------------------------------------------------------------
     def samples(self, groups: Sequence[TrainingGroup], stats: UpdateStats) -> list[Sample]:
+        cfg = self.config
+        chosen, skipped, shaped = select(
+            groups,
+            self.estimator,
+            lambda: int(self._rng.integers(2**31)),
+            skip_zero_advantage=cfg.skip_zero_advantage,
+            normalisation=cfg.reward_normalisation,
+            lazy_penalty=cfg.lazy_penalty,
+        )
+        for reason, n in skipped.items():
+            stats.skipped[reason] = stats.skipped.get(reason, 0) + n
+        stats.groups = len({s.group for s in chosen})
+        prompts: dict[int, list[int]] = {}
         out: list[Sample] = []
-        set_rewards: list[float] = []
-        for g in groups:
-            rewards = g.rewards()
-            adv = np.asarray(self.estimator(rewards, seed=int(self._rng.integers(2**31))))
-            set_rewards += list(rewards.max(axis=1).mean(axis=1))
-            if np.all(adv == 0):
-                stats.skipped["all advantages zero"] = stats.skipped.get("all advantages zero", 0) + 1
-                continue
-            stats.groups += 1
-            prompt_ids = self.tokenizer(self.render(g.prompt), add_special_tokens=False).input_ids
-            for c, a in zip(g.completions, adv, strict=True):
-                if a == 0:
-                    continue
-                n = len(c.token_ids) if self.config.max_completion_tokens is None else self.config.max_completion_tokens
-                out.append(Sample(prompt_ids, c.token_ids[:n], c.logprobs[:n], c.temperature, float(a)))
+        for s in chosen:
+            g, c = groups[s.group], groups[s.group].completions[s.completion]
+            if s.group not in prompts:
+                prompts[s.group] = self.tokenizer(self.render(g.prompt), add_special_tokens=False).input_ids
+            n = len(c.token_ids) if cfg.max_completion_tokens is None else cfg.max_completion_tokens
+            out.append(Sample(prompts[s.group], c.token_ids[:n], c.logprobs[:n], c.temperature, s.advantage))
+        set_rewards = [float(v) for r in shaped for v in r.max(axis=1).mean(axis=1)]
         if set_rewards:
             stats.set_reward_mean, stats.set_reward_std = float(np.mean(set_rewards)), float(np.std(set_rewards))
         stats.reward_diversity = reward_diversity(groups)

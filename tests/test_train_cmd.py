@@ -29,7 +29,8 @@ def test_evolve_train_writes_versions_and_continues_from_the_newest(tmp_path, ti
     first = _train(db, "--steps", "2")
     assert first.exit_code == 0, first.output[-2000:]
     assert "update 1: policy v1" in first.output and "update 2: policy v2" in first.output
-    again = _train(db, "--method", "grpo")  # a later invocation serves v2 first, then writes v3 on top
+    # A later invocation serves v2 first, then writes v3 on top, with reward shaping of its own
+    again = _train(db, "--method", "grpo", "--lazy-penalty", "-0.5", "--reward-normalisation", "group")
     assert again.exit_code == 0 and "update 1: policy v3" in again.output, again.output[-2000:]
 
     con = sqlite3.connect(db)
@@ -41,7 +42,28 @@ def test_evolve_train_writes_versions_and_continues_from_the_newest(tmp_path, ti
     assert [r[0] for r in rows] == [0, 1, 2, 3]
     assert [r[2] for r in rows] == [None, 0, 1, 2]  # each version names the one it was trained from
     assert [r[3] for r in rows[1:]] == ["vpo", "vpo", "grpo"]
+    shaping = con.execute(
+        "SELECT json_extract(train_config, '$.lazy_penalty'), json_extract(train_config, '$.reward_normalisation'), "
+        "json_extract(train_config, '$.skip_zero_advantage') FROM policy_versions WHERE number > 0 ORDER BY number"
+    ).fetchall()
+    assert shaping == [(0.0, "bounds", 1), (0.0, "bounds", 1), (-0.5, "group", 1)]  # the run's own, then the flags
     for number, path, _, _ in rows[1:]:
         assert path == str(adapters / f"v{number}")
         assert (adapters / f"v{number}" / "adapter_model.safetensors").is_file()
     assert sorted(p.name for p in adapters.iterdir()) == ["v1", "v2", "v3"]  # nothing half-written left behind
+
+
+def test_load_batch_marks_exactly_the_echoes_and_duplicates_as_lazy(tiny_search):
+    from evolve.archive import Archive
+    from evolve.training import load_batch, recent_version_ids
+
+    archive = Archive(tiny_search.db)
+    versions = recent_version_ids(archive, tiny_search.run_id, 10**6)
+    batch = load_batch(archive, tiny_search.run_id, tiny_search.components, 2, versions)
+    archive.close()
+    con = sqlite3.connect(tiny_search.db)
+    statuses = dict(((c, s), st) for c, s, st in con.execute("SELECT completion_id, slot, status FROM variants"))
+    marked = {(c.completion_id, k): bool(c.lazy[k]) for g in batch.groups for c in g.completions for k in range(2)}
+    expected = {key: statuses.get(key) in ("unchanged", "duplicate") for key in marked}
+    assert marked == expected
+    assert any(expected.values()), "the taught model repeats itself: its search has copies to mark"

@@ -17,6 +17,7 @@ from evolve.bandit import ALLOCATIONS
 from evolve.cli.archive_cmds import open_archive, pick_run
 from evolve.cli.common import console, default_note, fail, one_of, vector_table
 from evolve.cli.problem_cmds import load_or_fail
+from evolve.cli.shaping_opts import LazyPenaltyOpt, NormalisationOpt, SkipZeroOpt, check_shaping
 from evolve.ensemble import COST_UNIT
 from evolve.fitness import raw_scores
 from evolve.loop import SearchLoop
@@ -125,8 +126,12 @@ def _announce(search: Search, problem: Problem) -> None:
         console.print(f"serving policy version {search.restored_version} (the run's newest adapter)")
     if search.adapters_dir is not None:
         options = search.loop.options
+        zero = "skipped" if options.skip_zero_advantage else "kept"
         console.print(
-            f"training: {options.train_method} every {options.train_every} groups; adapters in {search.adapters_dir}"
+            f"training: {options.train_method} every {options.train_every} groups (zero-advantage groups {zero}, "
+            f"lazy penalty {options.lazy_penalty:g}, rewards by {options.reward_normalisation}); adapters in "
+            f"{search.adapters_dir}",
+            highlight=False,
         )
 
 
@@ -226,6 +231,9 @@ def run(
     train_every: Annotated[int | None, typer.Option(min=0, help="update the policy every N groups (0: never)")] = None,
     train_method: Annotated[str | None, typer.Option(help=f"{METHODS_HELP} {_default('train_method')}")] = None,
     learning_rate: Annotated[float | None, typer.Option(help=f"LoRA learning rate {_default('learning_rate')}")] = None,
+    skip_zero_advantage: SkipZeroOpt = None,
+    lazy_penalty: LazyPenaltyOpt = None,
+    reward_normalisation: NormalisationOpt = None,
     adapters_dir: Annotated[Path | None, typer.Option(help=default_note("next to the archive"))] = None,
     trainer_model: Annotated[
         str | None, typer.Option(help="local dir or hub id of the served base model (for vllm:/openai: policies)")
@@ -268,6 +276,9 @@ def run(
         train_every=train_every,
         train_method=train_method,
         learning_rate=learning_rate,
+        skip_zero_advantage=skip_zero_advantage,
+        lazy_penalty=lazy_penalty,
+        reward_normalisation=reward_normalisation,
         adapters_dir=str(adapters_dir) if adapters_dir is not None else None,
         trainer_model=trainer_model,
         max_failures=max_failures,
@@ -295,6 +306,7 @@ def check_given(given: RunOverrides) -> None:
         fail(f"--allocation {given.allocation}: use {one_of(ALLOCATIONS)}")
     if given.bandit_cost not in (None, *COST_UNIT):
         fail(f"--bandit-cost {given.bandit_cost}: use {one_of(tuple(COST_UNIT))}")
+    check_shaping(given.lazy_penalty, given.reward_normalisation)
 
 
 def start_search(problem: Problem, given: RunOverrides, db: str | None, run_id: int | None) -> None:

@@ -9,14 +9,14 @@ import typer
 
 from evolve.cli.archive_cmds import RunOpt, open_archive, pick_run
 from evolve.cli.common import DbArg, console, default_note, fail, one_of
+from evolve.cli.shaping_opts import LazyPenaltyOpt, NormalisationOpt, SkipZeroOpt, check_shaping
 from evolve.members import MemberError
 from evolve.problem.config import FitnessSection
 from evolve.runs import TRAIN_METHODS, option_default, stored_options
-from evolve.search import adapters_next_to, member_folder
+from evolve.search import adapters_next_to, member_folder, train_config
 from evolve.training import ArchiveTrainer, TrainingUnsupported, restore_latest_adapter
 from policies.base import PolicyError
 from policies.factory import make_policy
-from policies.trainer import TrainConfig
 
 
 def train(
@@ -29,11 +29,15 @@ def train(
     trainer_model: Annotated[str | None, typer.Option(help="local copy of a served base model")] = None,
     run: RunOpt = None,
     member: Annotated[str | None, typer.Option(help=default_note("the run's first policy member"))] = None,
+    skip_zero_advantage: SkipZeroOpt = None,
+    lazy_penalty: LazyPenaltyOpt = None,
+    reward_normalisation: NormalisationOpt = None,
 ) -> None:
     """Train the policy with VPO (or GRPO / Multi-RLVR) on the archive's own groups (with an ensemble: one
-    member's, from its own version lineage)."""
+    member's, from its own version lineage). Reward shaping not given here is the run's own."""
     if method not in TRAIN_METHODS:
         fail(f"--method {method}: use {one_of(TRAIN_METHODS)}")
+    check_shaping(lazy_penalty, reward_normalisation)
     archive = open_archive(db)
     chosen = pick_run(archive, run)
     options = chosen.config.get("options", {})
@@ -52,7 +56,18 @@ def train(
     except PolicyError as exc:
         fail(str(exc))
     restore_latest_adapter(archive, chosen.id, policy_impl, names[index], index == 0)
-    config = TrainConfig(method=method, learning_rate=learning_rate, versions_back=10**6)
+    shaping = {
+        "skip_zero_advantage": skip_zero_advantage,
+        "lazy_penalty": lazy_penalty,
+        "reward_normalisation": reward_normalisation,
+    }
+    config = train_config(
+        stored_options(chosen),
+        method=method,
+        learning_rate=learning_rate,
+        versions_back=10**6,
+        **{k: v for k, v in shaping.items() if v is not None},
+    )
     try:
         trainer = ArchiveTrainer(
             archive,

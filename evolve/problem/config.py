@@ -197,6 +197,26 @@ class SearchSection(_Strict):
     )
 
 
+class TrainingSection(_Strict):
+    """`[training]`: how updates shape a group's rewards (policies/shaping.py); the CLI flags override these."""
+
+    skip_zero_advantage: bool = Field(
+        default=True, description="leave groups and completions whose advantage is zero out of the batch"
+    )
+    lazy_penalty: float = Field(
+        default=0.0,
+        le=0.0,
+        description="reward of an answer that echoes its parent or repeats a known program, on every component "
+        "(rewards are in [0, 1]; below 0 a copy ranks under every valid and every failed answer); 0: off, a copy "
+        "scores as a failure",
+    )
+    reward_normalisation: Literal["bounds", "group"] = Field(
+        default="bounds",
+        description="bounds: rewards in [0, 1] by the declared bounds; group: then each component stretched to "
+        "[0, 1] over its group's answers before the scalarisation",
+    )
+
+
 class ProblemConfig(_Strict):
     name: str = Field(min_length=1)
     description: str = Field(min_length=1)
@@ -205,6 +225,7 @@ class ProblemConfig(_Strict):
     fitness: FitnessSection
     limits: LimitsSection = LimitsSection()
     search: SearchSection = SearchSection()
+    training: TrainingSection = TrainingSection()
     build: BuildSection | None = None
     run: RunSection | None = None
 

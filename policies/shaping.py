@@ -1,0 +1,99 @@
+"""What makes an update bite on a small model: how a group's rewards are shaped before its advantages, and which
+completions enter the batch.
+
+A 0.5B model mostly copies: most of its groups are echoes of the parent and duplicates of known programs, which
+are zero rows like failures, so copying costs nothing relative to trying and failing, and a group of copies has
+zero spread and so zero advantage. Three options (each stored with the run and with every policy version):
+
+- `skip_zero_advantage` (on by default, as before): a group whose advantages are all zero, and each completion
+  whose advantage is zero, stay out of the batch. Off, they enter with advantage 0: no policy gradient of their
+  own, but their tokens count in their minibatch's token total (the loss is a mean over tokens), so they scale
+  down that minibatch's gradient against the others of the update, they take part in the KL term when one is
+  on, and they cost forward and backward passes. (Within one Adam step a uniform scale cancels out; the
+  dilution shows across minibatches.)
+- `lazy_penalty` (0, off, by default): answers that echo the parent or repeat a known program get this reward on
+  every component instead of 0. Rewards are in [0, 1], so a negative value ranks a copy below every valid answer
+  and below a failed one: copying is no longer the safe answer (ThetaEvolve's "lazy penalty"). 0 is exactly the
+  old behaviour in either normalisation: a copy is a zero row, and a group holding a zero row has 0 as each
+  component's minimum, which group normalisation keeps at 0.
+- `reward_normalisation`: "bounds" (default, as before) leaves the rewards as the problem's bounds (or the batch's
+  observed range) put them; "group" then stretches each component to [0, 1] over the G x m answers of its own
+  group (min-max, zero rows included, a constant component becomes 0), so a component whose answers differ by
+  0.003 counts as much in the scalarisation as one whose answers differ by 0.5. Over the group rather than over
+  the run so far because advantages are group-relative anyway (one parent, one scale), because a run's early
+  spreads (the seed against its first children) are far wider than its late ones and would flatten exactly the
+  small late improvements a stalled search lives on, and because it needs no state: an online update, an offline
+  `evolve train` and a resumed run shape the same group alike.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from policies.groups import TrainingGroup
+
+NORMALISATIONS = ("bounds", "group")
+EPS = 1e-9
+
+
+@dataclass(frozen=True)
+class Selected:
+    """One completion that enters the batch, with the advantage its tokens carry."""
+
+    group: int  # index into the groups given
+    completion: int  # index into that group's completions
+    advantage: float
+
+
+def group_normalise(rewards: np.ndarray) -> np.ndarray:
+    """(G, m, D) → (G, m, D): each component min-max scaled to [0, 1] over the group's G x m answers."""
+    flat = rewards.reshape(-1, rewards.shape[-1])
+    lo, hi = flat.min(axis=0), flat.max(axis=0)
+    span = hi - lo
+    wide = span > EPS
+    return np.where(wide, (rewards - lo) / np.where(wide, span, 1.0), 0.0)
+
+
+def shape_rewards(
+    rewards: np.ndarray, lazy: np.ndarray, *, normalisation: str = "bounds", lazy_penalty: float = 0.0
+) -> np.ndarray:
+    """(G, m, D) rewards in [0, 1] and the (G, m) mask of echoes and duplicates → the rewards advantages see."""
+    if normalisation not in NORMALISATIONS:
+        raise ValueError(f"unknown reward normalisation {normalisation!r}; use {' or '.join(NORMALISATIONS)}")
+    shaped = group_normalise(rewards) if normalisation == "group" else rewards.copy()
+    if lazy_penalty:
+        shaped[lazy.astype(bool)] = lazy_penalty
+    return shaped
+
+
+def select(
+    groups: Sequence[TrainingGroup],
+    estimator: Callable[..., np.ndarray],
+    seeds: Callable[[], int],
+    *,
+    skip_zero_advantage: bool = True,
+    normalisation: str = "bounds",
+    lazy_penalty: float = 0.0,
+) -> tuple[list[Selected], Counter[str], list[np.ndarray]]:
+    """The completions that enter the batch with their advantages, the groups left out by reason, and each
+    group's shaped rewards (for the update's statistics). `seeds()` gives one estimator seed per group."""
+    chosen: list[Selected] = []
+    skipped: Counter[str] = Counter()
+    shaped_all = []
+    for gi, g in enumerate(groups):
+        shaped = shape_rewards(g.rewards(), g.lazy(), normalisation=normalisation, lazy_penalty=lazy_penalty)
+        shaped_all.append(shaped)
+        adv = np.asarray(estimator(shaped, seed=seeds()), dtype=np.float64)
+        if np.all(adv == 0):
+            if skip_zero_advantage:
+                skipped["all advantages zero"] += 1
+                continue
+            skipped["all advantages zero (kept)"] += 1
+        for ci, a in enumerate(adv):
+            if a != 0 or not skip_zero_advantage:
+                chosen.append(Selected(gi, ci, float(a)))
+    return chosen, skipped, shaped_all

@@ -1,0 +1,153 @@
+"""Reward shaping for a model that mostly copies (policies/shaping.py): each option changes the advantages or the
+batch in a way pinned here with numbers worked out by hand, and each is an option of the run, stored with it."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from evolve.archive import Archive
+from evolve.cli import app
+from evolve.problem import load_problem
+from evolve.runs import RunOverrides, open_run, resolve_options
+from evolve.search import train_config
+from policies.advantages import GRPO, VPO, vpo_advantages
+from policies.groups import TrainingCompletion, TrainingGroup
+from policies.shaping import Selected, group_normalise, select, shape_rewards
+from tests.helpers import SQUARE_SEED, SQUARE_TOML, write_problem
+
+EPS = 1e-6
+
+
+def z(values: list[float]) -> np.ndarray:
+    """The estimators' group normalisation: (R - mean) / (population std + 1e-6)."""
+    r = np.array(values)
+    return (r - r.mean()) / (r.std() + EPS)
+
+
+def group(answers: list[list[list[float]]], lazy: list[list[bool]] | None = None, prompt_id: int = 1) -> TrainingGroup:
+    """A training group whose completion i has answers[i] (m rows of D rewards) and copy mask lazy[i]."""
+    completions = [
+        TrainingCompletion(
+            completion_id=10 * prompt_id + i,
+            token_ids=[1, 2, 3],
+            logprobs=[-0.1, -0.2, -0.3],
+            temperature=0.7,
+            answers=np.array(rows, dtype=np.float64),
+            lazy=None if lazy is None else np.array(lazy[i]),
+        )
+        for i, rows in enumerate(answers)
+    ]
+    return TrainingGroup(prompt_id, "prompt", completions)
+
+
+def seeds():
+    return 0
+
+
+def test_group_normalisation_gives_a_component_with_a_narrow_spread_its_say_in_the_scalarisation():
+    # Three completions, one answer each, two components. Component 0 spreads over 0.2, component 1 over 0.06.
+    rewards = np.array([[[0.8, 0.50]], [[0.6, 0.56]], [[0.65, 0.55]]])
+    # By the bounds the mean is 0.65, 0.58, 0.60: A wins on the wide component alone.
+    np.testing.assert_allclose(GRPO()(rewards), z([0.65, 0.58, 0.60]), rtol=1e-12)
+    # Stretched per component over the group: c0 -> 1, 0, 0.25; c1 -> 0, 1, 5/6; means 0.5, 0.5, 13/24: C wins.
+    stretched = group_normalise(rewards)
+    np.testing.assert_allclose(stretched[:, 0], [[1.0, 0.0], [0.0, 1.0], [0.25, 5 / 6]], rtol=1e-12)
+    shaped = shape_rewards(rewards, np.zeros((3, 1), bool), normalisation="group")
+    np.testing.assert_allclose(GRPO()(shaped), z([0.5, 0.5, 13 / 24]), rtol=1e-9)
+    # A component the whole group shares carries nothing inside it, and zero rows (failures) stay at the bottom.
+    flat = group_normalise(np.array([[[0.7, 0.0], [0.0, 0.0]], [[0.7, 0.35], [0.7, 0.7]]]))
+    np.testing.assert_allclose(flat[..., 0], [[1.0, 0.0], [1.0, 1.0]])
+    np.testing.assert_allclose(flat[..., 1], [[0.0, 0.0], [0.5, 1.0]])
+    with pytest.raises(ValueError, match="use bounds or group"):
+        shape_rewards(rewards, np.zeros((3, 1), bool), normalisation="zscore")
+
+
+def test_the_lazy_penalty_makes_copying_worse_than_failing_where_it_was_free():
+    # m = 2 answers, one component: VPO's set reward is then the best answer (every weight is 1).
+    weights = np.array([[1.0]])
+    copies = [[True, True], [True, True], [False, False]]  # two completions copied, the third failed twice
+    rewards = np.zeros((3, 2, 1))  # copies and failures are both zero rows
+    off = shape_rewards(rewards, np.array(copies))
+    assert np.array_equal(VPO()(off), np.zeros(3))  # no spread: the group teaches nothing, copying is safe
+    on = shape_rewards(rewards, np.array(copies), lazy_penalty=-0.5)
+    np.testing.assert_allclose(vpo_advantages(on, weights), z([-0.5, -0.5, 0.0]), rtol=1e-12)
+    np.testing.assert_allclose(vpo_advantages(on, weights), [-0.70710378, -0.70710378, 1.41420756], rtol=1e-6)
+    # With a valid answer beside a copy: set rewards 0.4 (valid + copy), -0.5 (two copies), 0 (two failures).
+    mixed = np.array([[[0.4], [0.0]], [[0.0], [0.0]], [[0.0], [0.0]]])
+    mask = np.array([[False, True], [True, True], [False, False]])
+    np.testing.assert_allclose(vpo_advantages(shape_rewards(mixed, mask), weights), z([0.4, 0.0, 0.0]), rtol=1e-12)
+    np.testing.assert_allclose(
+        vpo_advantages(shape_rewards(mixed, mask, lazy_penalty=-0.5), weights),
+        [1.1769615, -1.267497, 0.0905355],
+        atol=1e-6,
+    )
+    # 0 is off in both normalisations: a copy stays a zero row, the bottom of its group, as a failure is.
+    stretched = shape_rewards(mixed, mask, normalisation="group", lazy_penalty=0.0)
+    assert np.array_equal(stretched[..., 0], [[1.0, 0.0], [0.0, 0.0], [0.0, 0.0]])
+
+
+def test_zero_advantage_groups_stay_out_of_the_batch_unless_asked_to_dilute_it():
+    useful = group([[[1.0]], [[0.0]]], prompt_id=1)  # GRPO advantages +1, -1 (up to the 1e-6)
+    barren = group([[[0.3]], [[0.3]]], prompt_id=2)  # no spread: both advantages 0
+    mixed = group([[[0.2]], [[0.2]], [[0.8]], [[0.2]]], prompt_id=3)  # three equal, one better
+    groups = [useful, barren, mixed]
+    a = float(z([1.0, 0.0])[0])  # 0.5 / (0.5 + 1e-6)
+    m = z([0.2, 0.2, 0.8, 0.2])
+
+    chosen, skipped, _ = select(groups, GRPO(), seeds)
+    assert chosen == [
+        Selected(0, 0, pytest.approx(a)),
+        Selected(0, 1, pytest.approx(-a)),
+        *(Selected(2, i, pytest.approx(float(m[i]))) for i in range(4)),
+    ]
+    assert dict(skipped) == {"all advantages zero": 1}
+
+    kept, noted, _ = select(groups, GRPO(), seeds, skip_zero_advantage=False)
+    assert [(s.group, s.completion, round(s.advantage, 6)) for s in kept] == [
+        (0, 0, round(a, 6)),
+        (0, 1, round(-a, 6)),
+        (1, 0, 0.0),
+        (1, 1, 0.0),
+        *((2, i, round(float(m[i]), 6)) for i in range(4)),
+    ]
+    assert dict(noted) == {"all advantages zero (kept)": 1}
+
+
+def test_the_options_come_from_the_problems_training_section_and_flags_and_are_stored_with_the_run(tmp_path):
+    toml = SQUARE_TOML + '\n[training]\nlazy_penalty = -0.25\nreward_normalisation = "group"\n'
+    problem = load_problem(write_problem(tmp_path / "sq", seed=SQUARE_SEED, toml=toml))
+    options, _ = resolve_options(problem, None, RunOverrides(skip_zero_advantage=False))
+    assert (options.skip_zero_advantage, options.lazy_penalty, options.reward_normalisation) == (False, -0.25, "group")
+    flag_wins, _ = resolve_options(problem, None, RunOverrides(lazy_penalty=0.0, reward_normalisation="bounds"))
+    assert (flag_wins.lazy_penalty, flag_wins.reward_normalisation) == (0.0, "bounds")
+    config = train_config(options, versions_back=7)  # what each update runs with, stored with its version
+    assert (config.skip_zero_advantage, config.lazy_penalty, config.reward_normalisation) == (False, -0.25, "group")
+    assert config.versions_back == 7
+    archive = Archive(tmp_path / "a.db")
+    run, _ = open_run(archive, problem, options)
+    stored = archive.summarize(run, {}).options  # what `evolve inspect --json` prints
+    assert (stored["skip_zero_advantage"], stored["lazy_penalty"], stored["reward_normalisation"]) == (
+        False,
+        -0.25,
+        "group",
+    )
+    archive.close()
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--lazy-penalty", "0.5"], "--lazy-penalty 0.5: give a value <= 0"),
+        (["--reward-normalisation", "zscore"], "--reward-normalisation zscore: use bounds or group"),
+    ],
+)
+def test_a_shaping_flag_that_cannot_work_is_one_line_and_exit_2(tmp_path, flags, message):
+    folder = write_problem(tmp_path / "sq", seed=SQUARE_SEED, toml=SQUARE_TOML)
+    for command in (["run", str(folder), "--db", str(tmp_path / "a.db")], ["train", str(tmp_path / "a.db")]):
+        result = CliRunner().invoke(app, [*command, *flags])
+        assert result.exit_code == 2, result.output
+        lines = [line for line in result.output.splitlines() if line.strip()]
+        assert len(lines) == 1 and message in lines[0], result.output
+    assert not (tmp_path / "a.db").exists()  # refused before anything was opened
