@@ -94,3 +94,23 @@ def test_a_docstring_spelling_a_header_does_not_hash_as_a_second_file():
 
 def test_the_example_problem_still_loads(problem):  # noqa: F811
     assert Path(EXAMPLE).is_dir() and problem.files == ("solver.py", "lib/params.py", "lib/ranking.py")
+
+
+def test_a_lone_surrogate_from_the_model_becomes_a_replacement_character():
+    """JSON-decoded model text may hold a lone surrogate: the archive (completion and program rows) and the
+    sandbox's UTF-8 file writes raised on it, failing the commit or the evaluation as a sandbox bug."""
+    from policies.base import Generated
+
+    gen = Generated("x = '\ud800'\n", None, None, "stop", 0)
+    assert gen.text == "x = '\ufffd'\n" and gen.text.encode("utf-8")
+
+
+def test_a_program_holding_a_lone_surrogate_is_invalid_and_known_programs_still_score_exactly(
+    problem,  # noqa: F811
+    children,  # noqa: F811
+    process_box,  # noqa: F811
+):
+    code = problem.seed_code.replace("def ", "# \ud800\ndef ", 1)
+    outcome = process_box.evaluate(problem, code)  # raised UnicodeEncodeError from the work folder's write
+    assert outcome.error_kind == ErrorKind.INVALID and "UTF-8" in (outcome.error or "")
+    assert_known_vectors(process_box, problem, children)
