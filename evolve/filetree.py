@@ -50,7 +50,7 @@ def check_path(path: str) -> str:
     for part in parts:
         if part in ("", ".", ".."):
             raise TreeError(f"file path {path!r} must stay inside the program: no '..', '.' or empty parts")
-        if not _PART.match(part):
+        if not _PART.fullmatch(part):  # not match: its $ also passes a part ending in a newline
             raise TreeError(f"file path {path!r}: use letters, digits and . _ + - only in each part")
     if parts[0].startswith("_evolve"):
         raise TreeError(f"file path {path!r}: names starting with _evolve are the sandbox's own")
@@ -97,6 +97,8 @@ def split_files(text: str) -> list[tuple[str, str]]:
     heads = list(_HEADER.finditer(text))
     if not heads or heads[0].start() != 0:
         raise TreeError(f"a program of several files starts with a {HEADER_PREFIX!r}<path> === line")
+    if heads[-1].end() == len(text):  # split, it would store (and read back) a newline it never had
+        raise TreeError(f"the last header line {heads[-1].group(0)!r} must end with a newline")
     files = []
     for head, nxt in zip(heads, [*heads[1:], None], strict=True):
         end = len(text) if nxt is None else nxt.start()

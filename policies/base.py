@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol, runtime_checkable
@@ -29,6 +30,9 @@ class SamplingParams:
         return asdict(self)
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
 @dataclass(frozen=True)
 class Generated:
     """One completion as sampled. `logprobs` are those of the distribution each token was drawn from (after
@@ -39,6 +43,12 @@ class Generated:
     logprobs: list[float] | None
     finish_reason: str | None
     version: int
+
+    def __post_init__(self) -> None:
+        # A backend that decodes JSON can hand back a lone surrogate ("\\ud800"): no UTF-8 writer (the archive,
+        # the sandbox's files) takes one, so it becomes U+FFFD here, where every completion enters the engine.
+        if not self.text.isascii():
+            object.__setattr__(self, "text", _SURROGATE.sub("\ufffd", self.text))
 
 
 def render_chat(tokenizer: Any, prompt: str) -> str:

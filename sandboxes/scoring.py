@@ -36,6 +36,10 @@ def program_files(problem: Problem, code: str) -> dict[str, str]:
     """The files to lay out in the work folder for `code`: relative path -> text. A program of several files is
     split and checked again here, whoever made it (evolve/filetree.py: relative paths inside the program, the
     limits), and must have exactly the problem's files; TreeError, a one-line reason, otherwise."""
+    try:
+        code.encode("utf-8")
+    except UnicodeEncodeError as exc:  # a lone surrogate: no file can hold it, and writing one raised
+        raise TreeError(f"the program is not valid UTF-8 text (position {exc.start}); remove that character") from None
     if not problem.multi_file:
         return {program_filename(problem): code}
     files = dict(split_files(code))

@@ -20,15 +20,22 @@ MEMO_SIZE = 1 << 15  # raw-text digests remembered (about 5 MB); the oldest is f
 # Every hash names the normalisation that made it, so that a run stored under an earlier one is recognised and
 # brought up to date on resume (`upgrade_code_hashes`) instead of missing its duplicates. Version 1 (layout and
 # comments) wrote bare sha256 hex; "v" is no hex digit, so no version-1 hash starts with a later prefix.
-HASH_VERSION = "v2"  # 2: local names too
+HASH_VERSION = "v3"  # 2: local names too; 3: a program of several files hashed file by file, .py only parsed
 
 
 def normalize(code: str) -> str:
-    """`normalize_one` of each file of a program of several files (headers kept), or of the one text."""
+    """`normalize_one` of the one text, or of each .py file of a program of several files (any other file is
+    data or another language: kept as written, since Python's rules would merge `{"a": 1}` and `{'a': 1}`).
+    Each file is headed by its path and its normalised length: a docstring's escaped newlines come out of
+    `ast.unparse` as real ones, and could otherwise spell the next file's header."""
     files = tree_files(code)
     if files is None:
         return normalize_one(code)
-    return "".join(f"{HEADER_PREFIX}{path} ===\n{normalize_one(text)}\n" for path, text in files)
+    out = []
+    for path, text in files:
+        body = normalize_one(text) if path.endswith(".py") else text
+        out.append(f"{HEADER_PREFIX}{path} === {len(body)}\n{body}\n")
+    return "".join(out)
 
 
 def normalize_one(code: str) -> str:

@@ -61,7 +61,7 @@ def read_seed_files(root: Path, entries: list[str], entry_file: str) -> tuple[tu
             check_path(rel)
             text = (root / rel).read_bytes().decode("utf-8")
         except TreeError as exc:
-            raise ProblemError(f"{root / rel}: {exc}; rename it or leave it out of [program] files") from None
+            raise ProblemError(f"{root}: {exc}; rename it or leave it out of [program] files") from None  # exc: repr
         except UnicodeDecodeError:
             raise ProblemError(f"{root / rel}: not UTF-8 text; leave it out of [program] files") from None
         try:
