@@ -42,6 +42,7 @@ def stored_program(components: Sequence[ComponentSpec], result: EvaluationResult
         error_kind=outcome.error_kind,
         error=outcome.error,
         duration_s=outcome.duration_s,
+        build_s=outcome.build_s,
         sandbox=outcome.sandbox,
         feedback=outcome.feedback,
         stages=outcome.stages,

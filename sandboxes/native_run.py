@@ -136,7 +136,8 @@ def build(native):
         return None
     text = log.decode(errors="replace").strip()
     cut = "\n… (log cut)" if len(text) > LOG_KEPT else ""
-    return {"kind": "build", "error": f"{_ended(code, 'the build')}:\n{text[:LOG_KEPT]}{cut}"}
+    error = f"{_ended(code, 'the build')}:\n{text[:LOG_KEPT]}{cut}"
+    return {"kind": "build", "error": error, "build_s": native["build_s"]}
 
 
 def _case_failure(code, err):

@@ -103,14 +103,21 @@ def interpret(problem: Problem, reply: Any, duration_s: float, sandbox: str) -> 
         )
     if "kind" in reply:
         kind = reply["kind"] if reply["kind"] in ErrorKind.__members__.values() else ErrorKind.CRASH
-        return EvalOutcome.failure(problem, ErrorKind(kind), str(reply.get("error", "")), duration_s, sandbox)
-    if problem.form == "split":
+        outcome = EvalOutcome.failure(problem, ErrorKind(kind), str(reply.get("error", "")), duration_s, sandbox)
+    elif problem.form == "split":
         outcome = _score_split(problem, reply.get("outputs"), duration_s, sandbox)
-        build_s = reply.get("build_s")
-        if isinstance(build_s, float) and not outcome.metrics:  # a native program: how long its build took
-            outcome.metrics = {"build_s": build_s}
-        return outcome
-    return check_simple(problem, reply, duration_s, sandbox)
+    else:
+        outcome = check_simple(problem, reply, duration_s, sandbox)
+    outcome.build_s = build_seconds(reply.get("build_s"), duration_s)
+    return outcome
+
+
+def build_seconds(value: Any, duration_s: float) -> float | None:
+    """How long a native program's build took, as the harness measured it inside the sandbox: a number within
+    the evaluation's own duration, else None (a Python program has none, and nothing else is believed)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if 0.0 <= value <= duration_s else None
 
 
 def _score_split(problem: Problem, outputs: Any, duration_s: float, sandbox: str) -> EvalOutcome:

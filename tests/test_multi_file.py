@@ -260,6 +260,7 @@ def test_an_archive_from_before_program_files_opens_and_its_run_resumes(tmp_path
     engine.dispose()
     db = sqlite3.connect(tmp_path / "a.db")
     assert "tree_length" not in {row[1] for row in db.execute("PRAGMA table_info(programs)")}
+    assert "build_s" not in {row[1] for row in db.execute("PRAGMA table_info(evaluations)")}  # nor 0007's column
     db.close()
 
     archive = Archive(tmp_path / "a.db")
@@ -273,6 +274,7 @@ def test_an_archive_from_before_program_files_opens_and_its_run_resumes(tmp_path
         rows = {p.id: p for p, _ in archive.evaluation_rows(run)}
         assert len(rows) == 2 and [p.code for p in rows.values()] == [SQUARE_SEED, block(square)]
         assert [e.scores for _, e in archive.evaluation_rows(run)][1] == {"c0": 1.0, "c1": 1.0}
+        assert [e.build_s for _, e in archive.evaluation_rows(run)] == [None, None]  # Python builds nothing
     finally:
         loop.sandbox.close()
         archive.close()

@@ -4,11 +4,15 @@ Python one, the simple form runs the built program itself, and malformed folders
 
 from __future__ import annotations
 
+import json
 import shutil
+import sqlite3
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
+from evolve.cli import app
 from evolve.problem import ProblemError, load_problem
 from evolve.problem.outcome import ErrorKind
 from evolve.problem.scaffold import scaffold
@@ -86,6 +90,36 @@ def test_the_c_example_builds_and_a_child_that_does_not_shows_its_log_in_the_nex
     assert solved.ok and set(solved.scores.values()) == {1.0}, solved.error
 
 
+def test_a_build_time_is_stored_apart_shown_by_show_and_averaged_by_inspect(tmp_path):
+    """Each evaluation of a C program keeps the seconds of its build (a failed build too) in evaluations.build_s,
+    within its duration; `evolve show` prints it beside the duration and `inspect --json` gives the run's mean."""
+    broken = ROMAN_C.replace("out[0] = '\\0';", "out[0] = '\\0'")
+    replay = tmp_path / "replay.json"
+    replay.write_text(json.dumps([f"<variant 1>\n{ROMAN_C}</variant 1>\n<variant 2>\n{broken}</variant 2>"]))
+    db, runner = str(tmp_path / "c.db"), CliRunner()
+
+    def invoke(*args: str) -> str:
+        result = runner.invoke(app, list(args), catch_exceptions=False)
+        assert result.exit_code == 0, (args, result.output)
+        return result.output
+
+    invoke(
+        "run", str(PROBLEMS / "roman_numerals_c"), "--db", db, "--policy", f"replay:{replay}", "--sandbox", "process",
+        "--workers", "1", "--group-size", "1", "--variants", "2", "--max-evaluations", "3",
+    )  # fmt: skip
+    with sqlite3.connect(db) as con:
+        rows = con.execute("SELECT program_id, error_kind, build_s, duration_s FROM evaluations ORDER BY id").fetchall()
+    assert sorted(kind or "ok" for _, kind, _, _ in rows) == ["build", "ok", "ok"], rows
+    assert all(0 < build_s < duration_s for _, _, build_s, duration_s in rows), rows
+    program_id, _, build_s, duration_s = rows[0]
+    shown = invoke("show", db, str(program_id))
+    assert f"{duration_s * 1000:.0f} ms (build {build_s * 1000:.0f} ms of it) in process" in shown, shown
+    (summary,) = json.loads(invoke("inspect", db, "--json"))
+    assert summary["telemetry"]["builds"] == 3
+    assert summary["telemetry"]["build_s_mean"] == pytest.approx(sum(r[2] for r in rows) / 3)
+    assert "builds 3: mean" in invoke("inspect", db)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", ["process", "docker"])
 def test_the_rust_example_builds_in_both_sandboxes(kind):
@@ -115,7 +149,9 @@ def test_a_simple_form_evaluator_runs_the_built_program(process_sandbox, tmp_pat
     (root / "evaluate.py").write_text(SIMPLE_EVAL)
     problem = load_problem(root)
     assert problem.form == "simple"
-    assert process_sandbox.evaluate(problem, c_program("x * x")).scores == {"c0": 1.0, "c1": 1.0}
+    built = process_sandbox.evaluate(problem, c_program("x * x"))
+    assert built.scores == {"c0": 1.0, "c1": 1.0}
+    assert built.build_s is not None and 0 < built.build_s < built.duration_s  # the harness timed the build
     assert process_sandbox.evaluate(problem, c_program("4")).scores == {"c0": 1.0, "c1": 0.0}
     bad = process_sandbox.evaluate(problem, c_program("x *"))
     assert bad.error_kind == ErrorKind.BUILD and "error:" in (bad.error or "")

@@ -110,6 +110,8 @@ class Evaluation(Base):
     error_kind: Mapped[str | None] = mapped_column(String(20), index=True)
     error: Mapped[str | None] = mapped_column(Text)
     duration_s: Mapped[float] = mapped_column(Float)
+    # A program of another language: the seconds its [build] took, within duration_s (None: Python, or older).
+    build_s: Mapped[float | None] = mapped_column(Float)
     feedback: Mapped[str | None] = mapped_column(Text)
     stages: Mapped[list[Any] | None] = mapped_column(JSON)  # cascade evaluators: each stage's metrics
     stdout: Mapped[str | None] = mapped_column(Text)

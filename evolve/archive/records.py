@@ -28,6 +28,7 @@ class EvaluationRecord:
     case_errors: dict[str, Any] | None = None  # case name → error, split form
     started_at: datetime | None = None  # when the sandbox got the program
     finished_at: datetime | None = None  # when its reply came back
+    build_s: float | None = None  # a program of another language: its build's seconds, part of duration_s
 
     def columns(self) -> dict[str, Any]:
         """The record as the evaluations table's column values (every column, so that rows line up); shallow,

@@ -155,6 +155,11 @@ def _incidents_and_telemetry(s: Session, run: Run, out: RunSummary) -> None:
         )
         or 0
     )
+    builds, build_s_mean = s.execute(
+        select(func.count(Evaluation.build_s), func.avg(Evaluation.build_s))
+        .join(Program)
+        .where(Program.run_id == run.id, Evaluation.build_s.is_not(None))
+    ).one()
     minutes = out.elapsed_s / 60.0
     out.telemetry = {
         "tokens": tokens,
@@ -163,5 +168,7 @@ def _incidents_and_telemetry(s: Session, run: Run, out: RunSummary) -> None:
         "evaluations_per_min": out.evaluations / minutes if minutes > 0 else None,
         "valid_children": valid_children,
         "valid_children_per_1k_tokens": 1000.0 * valid_children / tokens if tokens else None,
+        "builds": builds,  # evaluations that ran a [build] command (programs of another language)
+        "build_s_mean": build_s_mean,  # their mean build seconds; None when none built
     }
     out.yields = summary_yield(out).as_dict()

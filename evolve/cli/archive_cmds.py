@@ -12,7 +12,7 @@ from rich.table import Table
 
 from evolve.archive import Archive, ArchiveError
 from evolve.archive.models import Run
-from evolve.cli.common import DbArg, console, fail, plain, printable, vector_table
+from evolve.cli.common import DbArg, console, duration_text, fail, plain, printable, vector_table
 from evolve.filetree import TreeError, is_tree, program_diff, write_tree
 from evolve.fitness import signs
 from evolve.report.aggregate import run_components
@@ -85,6 +85,8 @@ def inspect(db: DbArg, as_json: Annotated[bool, typer.Option("--json")] = False)
         t, y = s.telemetry, s.yields
         if t.get("tokens"):
             console.print(f"  {t['tokens']} tokens ({t['tokens_per_s'] or 0:.1f}/s while sampling)", highlight=False)
+        if t.get("build_s_mean") is not None:
+            console.print(f"  builds {t['builds']}: mean {t['build_s_mean']:.3f} s each", highlight=False)
         console.print(
             f"  yield {y['new_valid']} new valid children: {y['per_completion']:.2f} per completion, "
             f"{y['per_1k_tokens']:.2f} per 1k tokens; variants unchanged {y['unchanged']:.0%}, "
@@ -148,7 +150,7 @@ def show(db: DbArg, program_id: int) -> None:
         console.print(vector_table(ev.scores))
         console.print(
             f"scalar {ev.scalar:.6g}; error {ev.error_kind or 'none'} {plain(ev.error or '')}; "
-            f"{ev.duration_s * 1000:.0f} ms in {ev.sandbox}",
+            f"{duration_text(ev.duration_s, ev.build_s)} in {ev.sandbox}",
             highlight=False,
         )
         if ev.feedback:

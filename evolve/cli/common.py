@@ -1,4 +1,4 @@
-"""What every command shares: one-line errors with exit code 2, and how a score vector is printed."""
+"""What every command shares: one-line errors with exit code 2, and how a score vector and a duration are printed."""
 
 from __future__ import annotations
 
@@ -56,3 +56,9 @@ def vector_table(scores: Mapping[str, float], title: str = "score vector") -> Ta
     for name, value in scores.items():
         table.add_row(name, f"{value:.6g}")
     return table
+
+
+def duration_text(duration_s: float, build_s: float | None) -> str:
+    """An evaluation's duration, with its build's share for a program of another language (None: Python)."""
+    build = "" if build_s is None else f" (build {build_s * 1000:.0f} ms of it)"
+    return f"{duration_s * 1000:.0f} ms{build}"

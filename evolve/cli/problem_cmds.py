@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from evolve.cli.common import console, err_console, fail, plain, printable, vector_table
+from evolve.cli.common import console, duration_text, err_console, fail, plain, printable, vector_table
 from evolve.filetree import TreeError, join_files
 from evolve.fitness import scalar_view
 from evolve.problem import Problem, ProblemError, load_problem
@@ -150,6 +150,7 @@ def eval_program(
                     "error_kind": outcome.error_kind,
                     "error": outcome.error,
                     "duration_s": outcome.duration_s,
+                    "build_s": outcome.build_s,
                     "sandbox": outcome.sandbox,
                     "isolation": isolation,
                     "feedback": outcome.feedback,
@@ -161,7 +162,7 @@ def eval_program(
         return
     console.print(vector_table(outcome.scores))
     status = "[green]ok[/]" if outcome.ok else f"[red]{outcome.error_kind}[/]: {plain(outcome.error or '')}"
-    console.print(f"scalar view {scalar:.6g}; {status}; {outcome.duration_s * 1000:.0f} ms")
+    console.print(f"scalar view {scalar:.6g}; {status}; {duration_text(outcome.duration_s, outcome.build_s)}")
     if outcome.feedback:
         console.print(f"feedback: {printable(outcome.feedback)}", highlight=False, markup=False)
     console.print(f"isolation: {isolation}", highlight=False)

@@ -50,6 +50,9 @@ class EvalOutcome:
     case_errors: dict[str, str] = field(default_factory=dict)
     metrics: dict[str, float] = field(default_factory=dict)  # simple form: every number evaluate() returned
     stages: list[dict[str, Any]] | None = None  # cascade: each stage's metrics, in order
+    # A program of another language: the seconds its [build] command took (part of `duration_s`); None for a
+    # Python program, or when the evaluation never reached a build.
+    build_s: float | None = None
     # True when `abort_running()` ended this evaluation: its scores say nothing about the program, so the loop
     # stores nothing for it and the child stays pending.
     aborted: bool = False
