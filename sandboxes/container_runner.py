@@ -75,10 +75,12 @@ def prepare(job):
     The candidate may create its own files there, but neither change, rename over nor delete these: whatever a
     process of the candidate uid did, the program that the next candidate runs is the one written here. A file
     already there (which the wipe would have removed) fails the job as a runner error instead of being reused.
+    The folders of a program of several files are made the same way (root's, 1777), so that a build can write
+    its outputs beside its sources (`cc -c lib/x.c -o lib/x.o`) and still not touch the job's files there.
     """
     os.chown("/work", 0, 0)
     os.chmod("/work", 0o1777)
-    made = set()  # folders of a program of several files, made here (root's, read-only for the candidate)
+    made = set()  # folders of a program of several files, made here
     for name, text in job.pop("files").items():
         parts = name.split("/")
         if name.startswith("/") or any(p in ("", ".", "..") for p in parts):
@@ -87,7 +89,8 @@ def prepare(job):
         for part in parts[:-1]:
             folder = os.path.join(folder, part)
             if folder not in made:
-                os.mkdir(folder, 0o755)  # fails on anything already there, a symlink included
+                os.mkdir(folder, 0o700)  # fails on anything already there, a symlink included
+                os.chmod(folder, 0o1777)  # after mkdir, whose mode the umask masks
                 made.add(folder)
         fd = os.open(os.path.join(folder, parts[-1]), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o444)
         with open(fd, "w") as f:

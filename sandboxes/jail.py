@@ -126,6 +126,21 @@ class JobFiles:
             os.close(fd)
 
 
+def work_binds(host: str, inside: str) -> list[str]:
+    """The job's files under `host`, each bound read-only at its place under `inside`, in folders of the scratch
+    tmpfs made as /work is (sticky, writable by all): a build writes its outputs beside its sources (`cc -c
+    lib/x.c -o lib/x.o`), while each job file, a mount point, can be neither changed, renamed nor deleted.
+    (A folder bound whole was read-only, so such a build failed.)"""
+    args: list[str] = []
+    for name in sorted(os.listdir(host)):
+        path, target = os.path.join(host, name), f"{inside}/{name}"
+        if os.path.isdir(path) and not os.path.islink(path):
+            args += ["--perms", "01777", "--dir", target, *work_binds(path, target)]
+        else:
+            args += ["--ro-bind", path, target]
+    return args
+
+
 def _parents(path: str, made: set[str]) -> list[str]:
     """bubblewrap would make missing parents 0700, which the slot's uid could not cross: make them 0755."""
     args: list[str] = []
@@ -189,8 +204,7 @@ class Jail:
         # the files the engine wrote for the job are bound read-only.
         for mount, size in SCRATCH_BYTES.items():
             args += ["--perms", "01777", "--size", str(size), "--tmpfs", mount]
-        for name in sorted(os.listdir(workdir)):
-            args += ["--ro-bind", os.path.join(workdir, name), f"{WORK}/{name}"]
+        args += work_binds(workdir, WORK)
         if runtime.library_path is not None:
             args += ["--setenv", "LD_LIBRARY_PATH", runtime.library_path]
         if self.as_root:

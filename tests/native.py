@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from evolve.filetree import join_files, write_tree
 from evolve.problem.samples import write_problem
 
 C_TOML = """
@@ -75,3 +76,73 @@ def assert_known_c_vectors(sandbox: object, problem: object) -> None:
     """Each known C program, built and run one after another, gets exactly its own vector."""
     got = [sandbox.evaluate(problem, code).scores for code, _ in KNOWN_C]  # type: ignore[attr-defined]
     assert got == [want for _, want in KNOWN_C]
+
+
+# A compiled program of several files whose build writes into its subfolder (`cc -c lib/solve.c -o lib/solve.o`),
+# as any build of more than one translation unit does. `lib/offset.h` is a fixed job file beside the candidate's.
+TREE_TOML = """
+name = "{name}"
+description = "test problem in C, over several files"
+[program]
+files = ["main.c", "lib/"]
+language = "c"
+[build]
+command = ["sh", "-c", "cc -c lib/solve.c -o lib/solve.o && cc -o prog main.c lib/solve.o && ./prog --build"]
+timeout_s = 5
+memory_mb = 256
+max_file_mb = 16
+[run]
+command = ["./prog"]
+[fitness]
+components = [{{ name = "c0", bounds = [0.0, 1.0] }}, {{ name = "c1", bounds = [0.0, 1.0] }}]
+[limits]
+timeout_s = 5
+memory_mb = 512
+max_processes = 32
+"""
+
+TREE_MAIN = """#include <stdio.h>
+#include "lib/offset.h"
+long solve(long x);
+
+int main(int argc, char **argv) {
+    if (argc > 1) return 0;
+    long x;
+    if (scanf("%ld", &x) != 1) return 2;
+    printf("%ld\\n", solve(x) + OFFSET);
+    return 0;
+}
+"""
+
+TREE_SOLVE = """{head}
+// EVOLVE-BLOCK-START
+long solve(long x) {{ return {solve}; }}
+// EVOLVE-BLOCK-END
+"""
+
+
+def tree_program(solve: str = "x * x", head: str = "") -> str:
+    """A candidate of the tree problem: its lib/solve.c returns `solve`, after `head` (C at file scope)."""
+    return join_files(
+        [
+            ("main.c", TREE_MAIN),
+            ("lib/offset.h", "#define OFFSET 0\n"),
+            ("lib/solve.c", TREE_SOLVE.format(solve=solve, head=head)),
+        ]
+    )
+
+
+KNOWN_TREE = [(tree_program("x * x"), {"c0": 1.0, "c1": 1.0}), (tree_program("4"), {"c0": 1.0, "c1": 0.0})]
+
+
+def write_c_tree_problem(root: Path) -> Path:
+    """The tree problem in `root`: the cases of `write_c_problem`, its seed the squaring `tree_program()`."""
+    write_problem(root, seed="", toml=TREE_TOML.format(name=root.name), program_file="main.c")
+    write_tree(root, tree_program())
+    return root
+
+
+def assert_known_tree_vectors(sandbox: object, problem: object) -> None:
+    """Each known program of the tree problem, built and run one after another, gets exactly its own vector."""
+    got = [sandbox.evaluate(problem, code).scores for code, _ in KNOWN_TREE]  # type: ignore[attr-defined]
+    assert got == [want for _, want in KNOWN_TREE]
