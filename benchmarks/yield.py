@@ -42,8 +42,8 @@ PROBLEM_DIRS = [
 INIT = "evolve_init"  # made by `evolve init` in the work folder at run time
 
 
-def default_options(problem: Problem, groups: int, seed: int, policy: str, sandbox: str) -> RunOptions:
-    """What `evolve run PROBLEM` would use, with a group budget instead of an evaluation budget."""
+def default_options(problem: Problem, groups: int | None, seed: int, policy: str, sandbox: str) -> RunOptions:
+    """What `evolve run PROBLEM` would use, with a group budget (None: none) instead of an evaluation budget."""
     return RunOptions.for_problem(
         problem.config.search,
         workers=2,
@@ -55,12 +55,24 @@ def default_options(problem: Problem, groups: int, seed: int, policy: str, sandb
     )
 
 
+def archive_file(work: Path, problem: Problem) -> Path:
+    """Where `run_problem` keeps a problem's archive in its work folder (other benchmarks read it afterwards)."""
+    return work / f"{problem.name}.db"
+
+
 def run_problem(
-    folder: Path, policy: Policy, policy_spec: str, groups: int, max_time: float, seed: int, sandbox: str, work: Path
+    folder: Path,
+    policy: Policy,
+    policy_spec: str,
+    groups: int | None,
+    max_time: float,
+    seed: int,
+    sandbox: str,
+    work: Path,
 ) -> tuple[Yield, float | None, float | None, float, int, str]:
     """One fresh run; returns (yield, seed scalar, best scalar, wall seconds, groups, stop reason)."""
     problem = load_problem(folder)
-    archive = Archive(work / f"{problem.name}.db")
+    archive = Archive(archive_file(work, problem))
     options = default_options(problem, groups, seed, policy_spec, sandbox)
     run, _ = open_run(archive, problem, options)
     box = make_sandbox(sandbox, workers=options.workers)
