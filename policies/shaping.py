@@ -49,6 +49,16 @@ class Selected:
     advantage: float
 
 
+@dataclass
+class Selection:
+    """What `select` makes of the groups: the completions that enter the batch, the groups left out by reason,
+    and each group's shaped rewards (G x m x D, for the update's statistics)."""
+
+    chosen: list[Selected]
+    skipped: Counter[str]
+    shaped: list[np.ndarray]
+
+
 def group_normalise(rewards: np.ndarray) -> np.ndarray:
     """(G, m, D) → (G, m, D): each component min-max scaled to [0, 1] over the group's G x m answers."""
     flat = rewards.reshape(-1, rewards.shape[-1])
@@ -78,9 +88,9 @@ def select(
     skip_zero_advantage: bool = True,
     normalisation: str = "bounds",
     lazy_penalty: float = 0.0,
-) -> tuple[list[Selected], Counter[str], list[np.ndarray]]:
-    """The completions that enter the batch with their advantages, the groups left out by reason, and each
-    group's shaped rewards (for the update's statistics). `seeds()` gives one estimator seed per group."""
+) -> Selection:
+    """The completions that enter the batch with their advantages (see `Selection`). `seeds()` gives one
+    estimator seed per group."""
     chosen: list[Selected] = []
     skipped: Counter[str] = Counter()
     shaped_all = []
@@ -96,4 +106,4 @@ def select(
         for ci, a in enumerate(adv):
             if a != 0 or not skip_zero_advantage:
                 chosen.append(Selected(gi, ci, float(a)))
-    return chosen, skipped, shaped_all
+    return Selection(chosen, skipped, shaped_all)

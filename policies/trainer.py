@@ -157,7 +157,7 @@ class PolicyTrainer:
     # ---- data -------------------------------------------------------------------------------------------
     def samples(self, groups: Sequence[TrainingGroup], stats: UpdateStats) -> list[Sample]:
         cfg = self.config
-        chosen, skipped, shaped = select(
+        selection = select(
             groups,
             self.estimator,
             lambda: int(self._rng.integers(2**31)),
@@ -165,7 +165,8 @@ class PolicyTrainer:
             normalisation=cfg.reward_normalisation,
             lazy_penalty=cfg.lazy_penalty,
         )
-        for reason, n in skipped.items():
+        chosen = selection.chosen
+        for reason, n in selection.skipped.items():
             stats.skipped[reason] = stats.skipped.get(reason, 0) + n
         stats.groups = len({s.group for s in chosen})
         prompts: dict[int, list[int]] = {}
@@ -176,7 +177,7 @@ class PolicyTrainer:
                 prompts[s.group] = self.tokenizer(self.render(g.prompt), add_special_tokens=False).input_ids
             n = len(c.token_ids) if cfg.max_completion_tokens is None else cfg.max_completion_tokens
             out.append(Sample(prompts[s.group], c.token_ids[:n], c.logprobs[:n], c.temperature, s.advantage))
-        set_rewards = [float(v) for r in shaped for v in r.max(axis=1).mean(axis=1)]
+        set_rewards = [float(v) for r in selection.shaped for v in r.max(axis=1).mean(axis=1)]
         if set_rewards:
             stats.set_reward_mean, stats.set_reward_std = float(np.mean(set_rewards)), float(np.std(set_rewards))
         stats.reward_diversity = reward_diversity(groups)

@@ -171,9 +171,11 @@ def test_corpus(name, text, m, statuses, needle):
         assert (v.code is not None) == (v.status == "ok")
 
 
-def test_two_blocks_full_rewrite_needs_both():
-    one = parse_completion(TWO_BLOCKS, "<variant 1>\n```python\nb = 10\n```", 1)[0]
-    assert one.status == "parse_error"
+def test_two_blocks_full_rewrite_needs_both_unless_names_tell_the_block():
+    stray = parse_completion(TWO_BLOCKS, "<variant 1>\n```python\nz = 10\n```", 1)[0]
+    assert stray.status == "parse_error"  # defines no block's name: which block it rewrites is a guess
+    one = parse_completion(TWO_BLOCKS, "<variant 1>\n```python\nd = 10\n```", 1)[0]
+    assert one.code == TWO_BLOCKS.replace("d = 3", "d = 10")  # the block that defines `d`, the other kept
     both = parse_completion(TWO_BLOCKS, "<variant 1>\n```python\nb = 10\n```\n```python\nd = 30\n```", 1)[0]
     assert (
         both.code == "a = 0\n# EVOLVE-BLOCK-START\nb = 10\n# EVOLVE-BLOCK-END\nc = 2\n# EVOLVE-BLOCK-START\n"

@@ -96,7 +96,8 @@ def test_zero_advantage_groups_stay_out_of_the_batch_unless_asked_to_dilute_it()
     a = float(z([1.0, 0.0])[0])  # 0.5 / (0.5 + 1e-6)
     m = z([0.2, 0.2, 0.8, 0.2])
 
-    chosen, skipped, _ = select(groups, GRPO(), seeds)
+    picked = select(groups, GRPO(), seeds)
+    chosen, skipped = picked.chosen, picked.skipped
     assert chosen == [
         Selected(0, 0, pytest.approx(a)),
         Selected(0, 1, pytest.approx(-a)),
@@ -104,7 +105,8 @@ def test_zero_advantage_groups_stay_out_of_the_batch_unless_asked_to_dilute_it()
     ]
     assert dict(skipped) == {"all advantages zero": 1}
 
-    kept, noted, _ = select(groups, GRPO(), seeds, skip_zero_advantage=False)
+    picked = select(groups, GRPO(), seeds, skip_zero_advantage=False)
+    kept, noted = picked.chosen, picked.skipped
     assert [(s.group, s.completion, round(s.advantage, 6)) for s in kept] == [
         (0, 0, round(a, 6)),
         (0, 1, round(-a, 6)),

@@ -182,6 +182,8 @@ def _instructions(m: int, edit_format: str, n_blocks: int, template: str, tag: s
             "current editable code exactly and REPLACE differs from it:\n<<<<<<< SEARCH\n(lines to find)\n"
             "=======\n(new lines)\n>>>>>>> REPLACE\n"
         )
+    if tree:  # the files' rules above say it all: a second, positional rule only confuses a small model
+        return head
     return head + f"Inside a variant, give {_fences(n_blocks, tag)} holding the complete new editable code.\n"
 
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from evolve.filetree import is_tree
 from evolve.problem.blocks import START, BlockError, find_blocks, frame_changes, replace_blocks
+from evolve.prompts.block_match import match_blocks
 
 _TAG = re.compile(r"<\s*variant\s*(\d+)\s*>(.*?)(?=<\s*/\s*variant\s*\d*\s*>|<\s*variant\s*\d+\s*>|\Z)", re.S | re.I)
 # The search text never runs past the next SEARCH marker: a SEARCH with no divider before the next one is no
@@ -150,20 +151,24 @@ def _full_rewrite(parent: str, body: str) -> tuple[str | None, str, str | None]:
     python = is_python(parent)
     fence = _FENCE if python else _ANY_FENCE  # a Python answer's ```bash aside is not its code
     fences = [f for f in fence.findall(body) if f.strip()]
+    blocks = [b.text for b in find_blocks(parent)]
     if not fences:
         bare = _bare_code(body, python)
-        if bare is None or len(find_blocks(parent)) != 1:
+        if bare is None or (len(blocks) != 1 and match_blocks(blocks, [bare], all(map(is_python, blocks))) is None):
             return None, "parse_error", "no SEARCH/REPLACE edit and no fenced code"
         fences = [bare]
-    n_blocks = len(find_blocks(parent))
     if len(fences) == 1 and START in fences[0]:
         try:  # the model echoed the whole file: take what lies between its markers
             fences = [b.text for b in find_blocks(fences[0])]
         except BlockError as exc:
             return None, "parse_error", str(exc)
-    if len(fences) < n_blocks:
-        return None, "parse_error", f"{len(fences)} code blocks for {n_blocks} editable blocks"
-    return replace_blocks(parent, [f.rstrip("\n") + "\n" for f in fences[:n_blocks]]), "ok", None
+    if len(blocks) > 1:  # blocks known by the names they define: some left out, merged or reordered
+        matched = match_blocks(blocks, fences, all(map(is_python, blocks)))
+        if matched is not None:
+            return replace_blocks(parent, matched), "ok", None
+    if len(fences) < len(blocks):
+        return None, "parse_error", f"{len(fences)} code blocks for {len(blocks)} editable blocks"
+    return replace_blocks(parent, [f.rstrip("\n") + "\n" for f in fences[: len(blocks)]]), "ok", None
 
 
 def parse_variant(parent: str, body: str, slot: int) -> ParsedVariant:

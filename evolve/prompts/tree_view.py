@@ -74,7 +74,7 @@ def tree_rules(edit_format: str, tag: str) -> str:
         )
     return (
         "The program has several files. For each file you change, write its header line exactly as shown (for "
-        f"example `=== FILE: lib/params.py ===`), then one ```{tag} fenced block per EVOLVE block of that file, in "
-        "order, holding that block's complete new code; one variant may change several files, and the files it "
-        "does not name stay as they are.\n"
+        f"example `=== FILE: lib/params.py ===`), then a ```{tag} fenced block holding the complete new code of "
+        "that file's EVOLVE block (one fence per block when a file has several, in order). One variant may change "
+        "one file or several; the files it does not name stay as they are.\n"
     )
