@@ -127,15 +127,20 @@ class JobFiles:
 
 
 def work_binds(host: str, inside: str) -> list[str]:
-    """The job's files under `host`, each bound read-only at its place under `inside`, in folders of the scratch
-    tmpfs made as /work is (sticky, writable by all): a build writes its outputs beside its sources (`cc -c
-    lib/x.c -o lib/x.o`), while each job file, a mount point, can be neither changed, renamed nor deleted.
-    (A folder bound whole was read-only, so such a build failed.)"""
+    """The job's files under `host`, each bound read-only at its place under `inside`, and each of the program's
+    folders a tmpfs of its own, sticky and writable by all like /work: a build writes its outputs beside its
+    sources (`cc -c lib/x.c -o lib/x.o`), while neither a job file nor a folder holding them can be changed,
+    renamed, replaced or deleted, since each is a mount point (EBUSY).
+
+    A folder made with `--dir` would do for root's jail (it is root's, in sticky /work), but without root
+    bubblewrap's user namespace maps one uid only, so the folder belonged to the candidate, who renamed `lib`
+    away and made a `lib/offset.h` of its own. (A folder bound whole was read-only, so such a build failed.)
+    Each folder's tmpfs has /work's size: without a memory cgroup, scratch grows by WORK_BYTES per folder."""
     args: list[str] = []
     for name in sorted(os.listdir(host)):
         path, target = os.path.join(host, name), f"{inside}/{name}"
         if os.path.isdir(path) and not os.path.islink(path):
-            args += ["--perms", "01777", "--dir", target, *work_binds(path, target)]
+            args += ["--perms", "01777", "--size", str(WORK_BYTES), "--tmpfs", target, *work_binds(path, target)]
         else:
             args += ["--ro-bind", path, target]
     return args

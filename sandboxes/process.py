@@ -45,7 +45,7 @@ from sandboxes.abort import RunningJobs
 from sandboxes.base import OUTPUT_CAP, SandboxRefused
 from sandboxes.cgroups import make_slot_cgroups, remove_all
 from sandboxes.engine_guard import guard_engine
-from sandboxes.jail import SCRATCH_BYTES, WORK, JobFiles, find_jail
+from sandboxes.jail import SCRATCH_BYTES, WORK, WORK_BYTES, JobFiles, find_jail
 from sandboxes.process_child import (
     CLONE_NEWNET,
     CLONE_NEWUSER,
@@ -241,7 +241,8 @@ class ProcessSandbox:
             version = "v2" if self.sockets is SocketRule.ALL else "v1"
             return f"memory: one cgroup ({version}) per job bounds all its processes and temp files together{sockets}"
         scratch = sum(SCRATCH_BYTES.values()) >> 20 if self._jail is not None else None
-        files = f" + {scratch} MiB of scratch tmpfs" if scratch else " + files in its temp dir (host disk)"
+        folders = f" (+ {WORK_BYTES >> 20} MiB per folder of a program)"
+        files = f" + {scratch} MiB of scratch tmpfs{folders}" if scratch else " + files in its temp dir (host disk)"
         return (
             f"memory: no memory cgroup ({self._why_no_cgroup}): RLIMIT_AS per process x RLIMIT_NPROC{files}; "
             "memfd, SysV shm/msg, vmsplice and io_uring refused" + sockets + "; pipes bounded per user by the kernel"

@@ -12,9 +12,12 @@ from tests.native import KNOWN_TREE, assert_known_tree_vectors, tree_program, wr
 from tests.test_native_hostile import sandbox  # noqa: F401 - the process and Docker sandboxes, as there
 
 # Run by the build (`./prog --build`) and again before each case: replace the fixed lib/offset.h with one that
-# adds 1, delete the program's own lib/solve.c, and make offset.h writable. `changed` says whether any of it
-# worked, and solve() answers wrongly if so: the candidate's score is the record of what it could do.
+# adds 1, delete the program's own lib/solve.c, make offset.h writable, and move the whole folder `lib` away to
+# put a `lib/offset.h` of its own in its place. `changed` says whether any of it worked (at run time: whether
+# lib/offset.h still holds what the engine wrote), and solve() answers wrongly if so: the candidate's score is
+# the record of what it could do.
 ATTACK = """#include <stdio.h>
+#include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 static int changed;
@@ -24,9 +27,19 @@ __attribute__((constructor)) static void attack(void) {
     if (rename("lib/evil.h", "lib/offset.h") == 0) changed = 1;
     if (unlink("lib/solve.c") == 0) changed = 1;
     if (chmod("lib/offset.h", 0666) == 0) changed = 1;
+    if (rename("lib", "moved") == 0 && mkdir("lib", 0777) == 0 && (f = fopen("lib/offset.h", "w"))) {
+        fputs("#define OFFSET 1\\n", f);
+        fclose(f);
+    }
+    char text[64] = "";
+    if (!(f = fopen("lib/offset.h", "r")) || !fgets(text, sizeof text, f) || strcmp(text, "#define OFFSET 0\\n"))
+        changed = 1;
+    if (f) fclose(f);
 }"""
 # Every attempt fails in both sandboxes: in Docker the job's files are root's in sticky folders (EPERM), in the
-# process sandbox's jail each is a read-only bind (EBUSY, EROFS). So the attacker scores as the honest square.
+# process sandbox's jail each job file and each folder holding them is a mount point (EBUSY, EROFS; without root
+# the folder is the candidate's own, and moving it worked while it was not). So the attacker scores as the
+# honest square.
 HONEST = KNOWN_TREE[0][1]
 
 
