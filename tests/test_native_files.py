@@ -1,7 +1,7 @@
 """A compiled program of several files in both sandboxes: its build writes object files into the program's own
-subfolder, and a candidate cannot delete or replace a job file there (the Docker runner gives each subfolder
-/work's mode, root's with the sticky bit; the process sandbox's jail makes each a folder of its scratch tmpfs and
-binds each job file into it read-only)."""
+subfolder, and a candidate can neither delete nor replace a job file there, nor move the subfolder away (the
+Docker runner gives each subfolder /work's mode, root's with the sticky bit; the process sandbox's jail makes each
+a tmpfs of its own, a mount point, and binds each job file into it read-only)."""
 
 from __future__ import annotations
 
