@@ -58,6 +58,15 @@ def _entries(top):
         return ["?"]
 
 
+def signal_name(number):
+    """SIGKILL for 9; the number for a signal that Python's enum lacks (the real-time ones between SIGRTMIN and
+    SIGRTMAX): a candidate that killed itself with one made this runner fail, and the engine ran it again."""
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return str(number)
+
+
 def oom_kills():
     """How many processes the container's memory cgroup has OOM-killed so far; None where no counter is readable."""
     for path in OOM_COUNTERS:
@@ -185,9 +194,7 @@ def run(job, channel):
         status = (
             f"exit {os.waitstatus_to_exitcode(code)}"
             if os.WIFEXITED(code)
-            else (
-                "timeout" if os.WTERMSIG(code) == signal.SIGXCPU else f"signal {signal.Signals(os.WTERMSIG(code)).name}"
-            )
+            else ("timeout" if os.WTERMSIG(code) == signal.SIGXCPU else f"signal {signal_name(os.WTERMSIG(code))}")
         )
     for fd in buffers:
         os.close(fd)

@@ -46,6 +46,17 @@ def test_killing_pid_1_is_refused(sandbox, problem):
     _ok(sandbox, problem)
 
 
+def test_a_candidate_killed_by_a_real_time_signal_crashes_alone_in_the_same_container(sandbox, problem):
+    """Signal 40 has no name in Python's enum: the runner used to fail on it, so the engine ran the candidate
+    again in a fresh container (a second try on demand, two containers spent) before scoring a runner error."""
+    _ok(sandbox, problem)
+    (victim,) = _ours(sandbox)
+    outcome = sandbox.evaluate(problem, "import os\ndef solve(x):\n    os.kill(os.getpid(), 40)\n")
+    assert outcome.error_kind == ErrorKind.CRASH and "no reply (signal 40)" in outcome.error, outcome.error
+    assert [c.id for c in _ours(sandbox)] == [victim.id]
+    _ok(sandbox, problem)
+
+
 def test_host_files_are_not_visible(sandbox, problem, tmp_path):
     secret = tmp_path / "host-secret.txt"
     secret.write_text("hunter2")
