@@ -117,7 +117,10 @@ def _ended(code, what):
         return f"{what} ran past its time limit"
     if code >= 0:
         return f"{what} failed (exit {code})"
-    name = signal.Signals(-code).name if -code in signal.valid_signals() else str(-code)
+    try:
+        name = signal.Signals(-code).name
+    except ValueError:  # a real-time signal, which the enum lacks (valid_signals() has it): the harness failed
+        name = f"signal {-code}"
     why = {"SIGXFSZ": ": a file past its size limit", "SIGXCPU": ": its CPU time limit"}.get(name, "")
     return f"{what} was killed by {name}{why}"
 

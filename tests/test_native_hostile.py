@@ -71,6 +71,13 @@ def _accept(server: socket.socket, got: list[object]) -> None:
         got.append(server.accept())
 
 
+def test_a_case_killed_by_a_real_time_signal_fails_alone(sandbox, problem):
+    """Signal 40 has no name in Python's enum, and naming it used to fail the whole harness: no case scored."""
+    outcome = sandbox.evaluate(problem, c_program("x == 3 ? (raise(40), x) : x * x", head="#include <signal.h>\n"))
+    assert outcome.scores == {"c0": 1.0, "c1": 0.0}, outcome.error
+    assert outcome.case_errors == {"c1": "it was killed by signal 40"}
+
+
 @pytest.mark.slow
 def test_a_build_that_loops_is_cut_at_its_own_time_limit(sandbox, problem):
     start = time.monotonic()
