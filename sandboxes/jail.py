@@ -129,8 +129,8 @@ class JobFiles:
 def work_binds(host: str, inside: str) -> list[str]:
     """The job's files under `host`, each bound read-only at its place under `inside`, and each of the program's
     folders a tmpfs of its own, sticky and writable by all like /work: a build writes its outputs beside its
-    sources (`cc -c lib/x.c -o lib/x.o`), while neither a job file nor a folder holding them can be changed,
-    renamed, replaced or deleted, since each is a mount point (EBUSY).
+    sources (`cc -c lib/x.c -o lib/x.o`), while no job file can be changed, and neither it nor a folder
+    holding it can be renamed, replaced or deleted, since each is a mount point (EBUSY).
 
     A folder made with `--dir` would do for root's jail (it is root's, in sticky /work), but without root
     bubblewrap's user namespace maps one uid only, so the folder belonged to the candidate, who renamed `lib`
