@@ -4,14 +4,25 @@ another working directory. A run must read the same files whichever folder a lat
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import sqlite3
+import subprocess
+import sys
+from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from evolve.cli import app
+from evolve.problem import load_problem
 from policies.factory import anchored_spec
-from tests.helpers import write_problem
+from sandboxes.docker_images import host_spec
+from sandboxes.jail import Runtime, find_jail
+from tests.helpers import KNOWN, docker_sandbox_or_skip, write_problem
+from tests.services import missing
+
+REPO = Path(__file__).resolve().parents[1]
 
 FULL = "<variant 1>\n```python\ndef solve(x):\n    return {a}\n```\n</variant 1>\n"
 
@@ -56,3 +67,55 @@ def test_a_run_given_relative_paths_under_a_spaced_folder_resumes_from_another_f
     assert "evaluation budget reached" in out, out
     assert sqlite3.connect(db).execute("SELECT COUNT(*) FROM evaluations").fetchone()[0] == 4
     assert not (elsewhere / "runs").exists()
+
+
+# Inside either sandbox a candidate of an engine run from a virtual environment sees that environment (its
+# packages) over the engine's base installation: 9 when it does, 4 when not, an import error without the package.
+MARKER = """import sys
+ANSWER = 9 if (sys.prefix, sys.base_prefix) == ("/opt/venv", BASE) else 4
+"""
+
+
+@pytest.fixture(scope="module", params=["symlinks", "copies"])
+def venv_runtime(request, tmp_path_factory) -> Runtime:
+    """The jail's runtime as an engine run from a fresh virtual environment (not --system-site-packages) sees
+    it, the interpreter symlinked or copied; the environment holds a package of its own."""
+    venv = tmp_path_factory.mktemp("venvs") / "env x"
+    copies = ["--copies"] if request.param == "copies" else []
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", *copies, str(venv)], check=True, timeout=120)
+    base = str(Path(sys.base_prefix).resolve())
+    site = next((venv / "lib").glob("python3*/site-packages"))
+    inside = base if base.startswith("/usr/") else "/opt/python"
+    (site / "evolve_venv_marker.py").write_text(MARKER.replace("BASE", repr(inside)))
+    probe = "import dataclasses as d, json, sandboxes.jail as j; print(json.dumps(d.asdict(j.jail_runtime())))"
+    seen = subprocess.run(
+        [str(venv / "bin" / "python"), "-c", probe], capture_output=True, text=True, timeout=120, check=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )  # fmt: skip
+    raw = json.loads(seen.stdout)
+    return Runtime(**{k: tuple(map(tuple, v)) if k in ("binds", "links") else v for k, v in raw.items()})
+
+
+def test_the_jail_takes_a_virtual_environment_made_either_way(venv_runtime):
+    """Its probe asserts that the jail's interpreter runs as the environment rebuilt at /opt/venv. A copied
+    interpreter was taken for the installation: it ran without its standard library and the sandbox was WEAK."""
+    if find_jail()[0] is None:
+        missing("bubblewrap", find_jail()[1])
+    jail, why = find_jail(venv_runtime)
+    assert jail is not None, why
+
+
+@pytest.mark.docker
+def test_the_docker_sandbox_imports_a_virtual_environment_s_own_packages(venv_runtime, tmp_path):
+    """An engine run from a virtual environment lets its candidates import that environment's packages in Docker,
+    as the process sandbox does; before, the container ran the base installation, where they are missing (and
+    the base's own packages were importable instead)."""
+    box = docker_sandbox_or_skip(workers=1, image=host_spec(venv_runtime))
+    try:
+        problem = load_problem(write_problem(tmp_path / "my problem"))
+        uses_marker = "import evolve_venv_marker\ndef solve(x):\n    return evolve_venv_marker.ANSWER\n"
+        outcome = box.evaluate(problem, uses_marker)
+        assert outcome.scores == {"c0": 0.0, "c1": 1.0}, (outcome.error, outcome.feedback, outcome.stderr[-300:])
+        assert [box.evaluate(problem, code).scores for code, _ in KNOWN] == [want for _, want in KNOWN]
+    finally:
+        box.close()
