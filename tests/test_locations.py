@@ -119,3 +119,21 @@ def test_the_docker_sandbox_imports_a_virtual_environment_s_own_packages(venv_ru
         assert [box.evaluate(problem, code).scores for code, _ in KNOWN] == [want for _, want in KNOWN]
     finally:
         box.close()
+
+
+@pytest.mark.docker
+def test_the_docker_sandbox_binds_a_problem_folder_whose_path_holds_a_colon_and_a_space(tmp_path):
+    """Docker parsed a bind given as a volume, HOST:CONTAINER:MODE, and refused `.../a:b c/data:/data:ro`: every
+    evaluation of such a problem crashed. Its data/ must reach the candidate like any other folder's."""
+    folder = write_problem(tmp_path / "a:b c" / "my problem")
+    (folder / "data").mkdir()
+    (folder / "data" / "k").write_text("9\n")
+    reads_data = "import os\ndef solve(x):\n    return int(open(os.environ['EVOLVE_DATA_DIR'] + '/k').read())\n"
+    box = docker_sandbox_or_skip(workers=1)
+    try:
+        problem = load_problem(folder)
+        outcome = box.evaluate(problem, reads_data)
+        assert outcome.scores == {"c0": 0.0, "c1": 1.0}, (outcome.error, outcome.feedback, outcome.stderr[-300:])
+        assert [box.evaluate(problem, code).scores for code, _ in KNOWN] == [want for _, want in KNOWN]
+    finally:
+        box.close()
