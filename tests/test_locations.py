@@ -37,6 +37,13 @@ def test_specs_naming_a_local_file_are_anchored_and_others_are_kept(tmp_path):
         assert anchored_spec(kept, tmp_path) == kept
 
 
+def test_init_names_a_spaced_folder_as_one_word_of_the_next_command(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(app, ["init", "odd place/my [b]problem"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    assert shlex.split(result.output.partition("next: ")[2]) == ["evolve", "check", "odd place/my [b]problem"]
+
+
 def test_a_run_given_relative_paths_under_a_spaced_folder_resumes_from_another_folder(tmp_path, monkeypatch):
     home = tmp_path / "odd place"
     write_problem(home / "my problem", name="spaced")

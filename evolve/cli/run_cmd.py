@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import shlex
 import sys
 import threading
 from dataclasses import replace
@@ -17,7 +16,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from evolve.adapt import ASK_ARMS
 from evolve.bandit import ALLOCATIONS
 from evolve.cli.archive_cmds import open_archive, pick_run
-from evolve.cli.common import console, default_note, fail, one_of, vector_table
+from evolve.cli.common import console, default_note, fail, one_of, shell_arg, vector_table
 from evolve.cli.problem_cmds import load_or_fail
 from evolve.cli.shaping_opts import LazyPenaltyOpt, NormalisationOpt, SkipZeroOpt, check_shaping
 from evolve.ensemble import COST_UNIT
@@ -170,8 +169,7 @@ def _report(search: Search, reason: str, problem: Problem) -> None:
         scores = raw_scores(problem.components, best.oriented)
         console.print(vector_table(scores, title=f"best program {best.id} (scalar {best.scalar:.6g})"))
         console.print(
-            f"see it with: evolve best {shlex.quote(str(search.db))}    or    "
-            f"evolve show {shlex.quote(str(search.db))} {best.id}",
+            f"see it with: evolve best {shell_arg(search.db)}    or    evolve show {shell_arg(search.db)} {best.id}",
             highlight=False,
             markup=False,  # a folder named [x] is text, not a style
         )
