@@ -74,6 +74,8 @@ def test_a_run_given_relative_paths_under_a_spaced_folder_resumes_from_another_f
     assert "evaluation budget reached" in out, out
     assert sqlite3.connect(db).execute("SELECT COUNT(*) FROM evaluations").fetchone()[0] == 4
     assert not (elsewhere / "runs").exists()
+    stored = str(sqlite3.connect(db).execute("SELECT * FROM runs").fetchone())
+    assert "replay:replay x.json" not in stored and f"replay:{home}/replay x.json" in stored  # spec and name
 
 
 # Inside either sandbox a candidate of an engine run from a virtual environment sees that environment (its

@@ -22,7 +22,7 @@ from evolve.cli.shaping_opts import LazyPenaltyOpt, NormalisationOpt, SkipZeroOp
 from evolve.ensemble import COST_UNIT
 from evolve.fitness import raw_scores
 from evolve.loop import SearchLoop
-from evolve.members import MemberError, as_options, parse_member
+from evolve.members import MemberError, MemberSpec, as_options, parse_member
 from evolve.problem import Problem
 from evolve.runs import DEFAULT_POLICY, TRAIN_METHODS, RunOverrides, option_default
 from evolve.sampling_feed import feed_sampling
@@ -296,12 +296,18 @@ def _anchored_model(trainer_model: str) -> str:
     return anchored_spec(f"transformers:{trainer_model}").partition(":")[2]
 
 
+def _anchored(member: MemberSpec) -> MemberSpec:
+    """The member with its spec's local path made absolute, and its default name made from that spec."""
+    named = member.name != member.default_name()
+    return replace(member, spec=anchored_spec(member.spec), name=member.name if named else "")
+
+
 def _members(policy: list[str] | None) -> dict[str, object]:
     """`--policy` given once or more: the members, and the first one's spec as the run's `policy`."""
     if not policy:
         return {}
     try:  # stored with the run: a relative path must still name the same file when resumed from elsewhere
-        return as_options([replace(m, spec=anchored_spec(m.spec)) for m in map(parse_member, policy)])
+        return as_options([_anchored(parse_member(text)) for text in policy])
     except MemberError as exc:
         fail(f"--policy: {exc}")
 
