@@ -19,7 +19,7 @@ from evolve.problem import load_problem
 from policies.factory import anchored_spec
 from sandboxes.docker_images import host_spec
 from sandboxes.jail import Runtime, find_jail
-from tests.helpers import KNOWN, docker_sandbox_or_skip, write_problem
+from tests.helpers import KNOWN, SPLIT_TOML, docker_sandbox_or_skip, write_problem
 from tests.services import missing
 
 REPO = Path(__file__).resolve().parents[1]
@@ -76,6 +76,21 @@ def test_a_run_given_relative_paths_under_a_spaced_folder_resumes_from_another_f
     assert not (elsewhere / "runs").exists()
     stored = str(sqlite3.connect(db).execute("SELECT * FROM runs").fetchone())
     assert "replay:replay x.json" not in stored and f"replay:{home}/replay x.json" in stored  # spec and name
+
+
+def test_a_replay_file_named_in_problem_toml_is_the_problem_folder_s(tmp_path, monkeypatch):
+    """Like its seed, a `[[search.policies]]` spec's relative file is found in the problem folder, wherever the
+    run is started from; it was looked up in the working directory."""
+    toml = SPLIT_TOML.format(name="tabled", timeout=3.0) + '[[search.policies]]\nspec = "replay:replay x.json"\n'
+    folder = write_problem(tmp_path / "odd place" / "my problem", toml=toml)
+    (folder / "replay x.json").write_text(json.dumps([FULL.format(a="x * x + 0")]))
+    monkeypatch.chdir(tmp_path)
+    args = ["run", str(folder), "--db", "a.db", "--sandbox", "process", "--workers", "1", "--group-size", "1",
+            "--variants", "1", "--edit-format", "full", "--max-evaluations", "2", "--no-stop-when-solved"]  # fmt: skip
+    result = CliRunner().invoke(app, args, catch_exceptions=False)
+    assert result.exit_code == 0 and "evaluation budget reached" in result.output, result.output
+    stored = str(sqlite3.connect(tmp_path / "a.db").execute("SELECT * FROM runs").fetchone())
+    assert f"replay:{folder}/replay x.json" in stored
 
 
 # Inside either sandbox a candidate of an engine run from a virtual environment sees that environment (its
