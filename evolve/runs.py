@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields, replace
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from evolve.archive import Archive, ArchiveError
@@ -18,6 +19,7 @@ from evolve.members import MemberSpec, members_from
 from evolve.problem import Problem
 from evolve.problem.config import SearchSection, TrainingSection
 from policies.advantages import METHODS as TRAIN_METHODS
+from policies.factory import anchored_spec
 
 
 class RunMismatch(Exception):
@@ -74,9 +76,12 @@ class RunOptions:
         return members_from(self.policy, self.policies)
 
     @classmethod
-    def for_problem(cls, search: SearchSection, training: TrainingSection | None = None, **given: Any) -> RunOptions:
+    def for_problem(
+        cls, search: SearchSection, training: TrainingSection | None = None, *, root: Path | None = None, **given: Any
+    ) -> RunOptions:
         """Options for a problem: what was given (None = not given), else the problem's `[search]` and
-        `[training]` values."""
+        `[training]` values. A relative file in a `[[search.policies]]` spec is the problem folder's (`root`),
+        like its seed, and is stored absolute: read from the working directory, it named another file, or none."""
         from_search = {
             name: getattr(search, name)
             for name in (
@@ -92,6 +97,8 @@ class RunOptions:
         }
         from_search.update((training or _TRAINING).model_dump())
         listed = [m.model_dump(exclude_none=True) for m in search.policies]
+        for member in listed if root is not None else ():
+            member["spec"] = anchored_spec(member["spec"], root)
         if listed:
             from_search["policies"] = listed
             from_search["policy"] = listed[0]["spec"]
@@ -192,7 +199,7 @@ def resolve_options(
     value that differs as an override. Returns (options, overrides as name → [stored, given])."""
     chosen = overrides.given()
     if run is None:
-        return RunOptions.for_problem(problem.config.search, problem.config.training, **chosen), {}
+        return RunOptions.for_problem(problem.config.search, problem.config.training, root=problem.root, **chosen), {}
     stored = stored_options(run)
     changes = {k: [getattr(stored, k), v] for k, v in chosen.items() if getattr(stored, k) != v}
     return replace(stored, **{k: new for k, (_old, new) in changes.items()}), changes

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 from policies.base import Policy, PolicyError
+
+# Backends whose argument is a file or folder on this machine (transformers' only when it exists: else a hub id).
+LOCAL_PATH_BACKENDS = ("replay", "llama", "transformers")
 
 
 def make_policy(spec: str) -> Policy:
@@ -38,6 +44,21 @@ def make_policy(spec: str) -> Policy:
         "transformers:DIR_OR_HUB_ID, vllm:URL[@MODEL], "
         "vllm:URL1,URL2,...[@MODEL], openai:URL@MODEL, vllm-local:MODEL or replay:FILE"
     )
+
+
+def anchored_spec(spec: str, cwd: Path | None = None) -> str:
+    """`spec` with a relative file or folder argument made absolute against `cwd` (the working directory).
+
+    A run stores its policy specs and a resume rebuilds the policies from them, maybe from another folder
+    (`evolve resume DB` from anywhere): `replay:demo.json` stored as given was looked up there and not found.
+    """
+    backend, sep, arg = spec.partition(":")
+    if not sep or backend not in LOCAL_PATH_BACKENDS or not arg or arg == "embedded" or os.path.isabs(arg):
+        return spec
+    path = Path(os.path.abspath((cwd or Path.cwd()) / os.path.expanduser(arg)))
+    if backend == "transformers" and not path.exists():  # a hub id such as Qwen/Qwen2.5-Coder-0.5B-Instruct
+        return spec
+    return f"{backend}:{path}"
 
 
 def embedded_policy() -> Policy:

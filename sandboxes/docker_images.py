@@ -7,15 +7,20 @@ pull, which is what air-gapped clusters and these machines want.
 
 from __future__ import annotations
 
+import atexit
+import functools
 import hashlib
 import io
+import shutil
 import sys
 import tarfile
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from evolve.problem import Problem
+from sandboxes.jail import VENV_INSIDE, Runtime, jail_runtime
 from sandboxes.toolchain import Toolchain, host_toolchain
 
 SLIM = "python:3.12-slim"
@@ -64,6 +69,33 @@ def host_binds() -> tuple[str, dict[str, str]]:
     return python, {"/usr": "/usr", **installation}
 
 
+def host_spec(runtime: Runtime | None = None) -> ImageSpec:
+    """The base image made here as this engine runs it: the host's /usr and this engine's own Python.
+
+    The interpreter is laid out as the process sandbox's jail lays it out (sandboxes/jail.py: the installation
+    at PYTHON_INSIDE, a virtual environment rebuilt at /opt/venv), so a candidate imports what it imports
+    there. Before, the container ran the base installation named in the image's labels: a virtual
+    environment's packages were missing (its numpy, say) and the base's were there instead, and the labels
+    named whichever Python last ran `evolve sandbox build-base` on the machine, not this engine's.
+    """
+    runtime = runtime or jail_runtime()
+    binds = {"/usr": "/usr", **dict(runtime.binds)}
+    if runtime.venv_cfg is not None:
+        binds[_cfg_file(runtime.venv_cfg)] = f"{VENV_INSIDE}/pyvenv.cfg"
+    return ImageSpec(HOST_BASE, runtime.executable, binds)
+
+
+@functools.cache
+def _cfg_file(text: str) -> str:
+    """A host file holding `text` for as long as this engine lives (a bind's source must be a host path)."""
+    folder = tempfile.mkdtemp(prefix="evolve-pyvenv-")
+    atexit.register(shutil.rmtree, folder, True)
+    path = Path(folder) / "pyvenv.cfg"
+    path.write_text(text)
+    path.chmod(0o444)
+    return str(path)
+
+
 def runtime_env(spec: ImageSpec) -> dict[str, str]:
     """Environment the container needs for the image's Python: a Python bound at PYTHON_INSIDE loads its own
     shared libraries (libpython), which its host path, written into the binary, no longer reaches; without
@@ -102,7 +134,7 @@ def build_base(client: Any) -> ImageSpec:
     client.api.import_image_from_data(
         buf.getvalue(), repository=HOST_BASE.split(":")[0], tag=HOST_BASE.split(":")[1], changes=changes
     )
-    return spec_of(client, HOST_BASE)
+    return host_spec()  # as this engine runs it; the labels only record who built the image
 
 
 def spec_of(client: Any, tag: str) -> ImageSpec:
@@ -134,4 +166,6 @@ def image_for(client: Any, problem: Problem, base: str | None = None) -> ImageSp
         return spec_of(client, base)
     if _has(client, SLIM) and not problem.config.native:  # slim has no compiler; the host base has the host's
         return ImageSpec(SLIM, "python3")
-    return spec_of(client, HOST_BASE) if _has(client, HOST_BASE) else build_base(client)
+    if not _has(client, HOST_BASE):
+        build_base(client)
+    return host_spec()

@@ -62,18 +62,17 @@ def docker_available() -> str | None:
 
 class WarmContainer:
     def __init__(self, client: Any, spec: ImageSpec, problem: Problem, spawn: bool) -> None:
-        from docker.types import LogConfig, Ulimit
+        from docker.types import LogConfig, Mount, Ulimit
 
         limits = problem.config.sandbox_limits  # a build and its program, one after the other
-        volumes = {str(SANDBOX_DIR): {"bind": "/opt/evolve", "mode": "ro"}}
         binds = {**spec.binds, **dict(image_toolchain(spec, problem).binds)}
-        volumes.update({host: {"bind": inside, "mode": "ro"} for host, inside in binds.items()})
+        volumes = {str(SANDBOX_DIR): "/opt/evolve", **binds}
         # The host's /usr brings its local configuration along: an empty read-only folder goes over it.
         hidden = {path: "ro,size=4k" for path in hidden_host_config()} if binds.get("/usr") == "/usr" else {}
         env = {"PYTHONDONTWRITEBYTECODE": "1", "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "HOME": "/work"}
         env.update(runtime_env(spec))
         if problem.data_dir is not None:
-            volumes[str(problem.data_dir)] = {"bind": "/data", "mode": "ro"}
+            volumes[str(problem.data_dir)] = "/data"
             env["EVOLVE_DATA_DIR"] = "/data"
         self.container = client.containers.create(
             spec.tag,
@@ -92,7 +91,9 @@ class WarmContainer:
             security_opt=["no-new-privileges"],
             ulimits=[Ulimit(name="core", soft=0, hard=0)],
             log_config=LogConfig(type="none"),
-            volumes=volumes,
+            # Mounts rather than `volumes`: Docker parses a volume as HOST:CONTAINER:MODE, so a host path holding
+            # a colon (a problem folder "a:b", a checkout under it) was refused as an invalid specification.
+            mounts=[Mount(inside, host, type="bind", read_only=True) for host, inside in volumes.items()],
             environment=env,
             labels={"vpo-evolve.owner": OWNER},
         )

@@ -68,6 +68,18 @@ def _venv_cfg(host_cfg: Path, home: str) -> str:
     return f"home = {home}\n" + "".join(f"{k} = {v}\n" for k, v in keep.items() if v)
 
 
+def base_interpreter() -> Path:
+    """The base installation's interpreter, also when run from a virtual environment made with `--copies`.
+
+    A copy in the environment's `bin` is not under sys.base_prefix: taken for the installation, the environment
+    itself was bound at /opt/python, where its copied interpreter read its pyvenv.cfg, whose `home` names a host
+    folder the jail has not got, and ran without its standard library (the jail's probe failed and the sandbox
+    fell back to WEAK; Docker took Debian's standard library under /usr instead).
+    """
+    base = Path(getattr(sys, "_base_executable", "") or sys.executable)
+    return (base if base.is_file() else Path(sys.executable)).resolve()
+
+
 def jail_runtime() -> Runtime:
     """Where this engine's interpreter comes from, and where the jail puts it.
 
@@ -76,7 +88,7 @@ def jail_runtime() -> Runtime:
     folders but `bin`, a pyvenv.cfg whose `home` is the moved base, and the real interpreter as `bin/python`
     (the environment's own `bin/python` is a link to an absolute host path that the jail does not have).
     """
-    executable = Path(sys.executable).resolve()
+    executable = base_interpreter()
     base = Path(sys.base_prefix).resolve()
     if not executable.is_relative_to(base):
         base = executable.parent.parent

@@ -53,7 +53,7 @@ if [ "$(id -u)" = 0 ] && ! docker info >/dev/null 2>&1 && have dockerd; then
   for _ in $(seq 60); do docker info >/dev/null 2>&1 && break; sleep 1; done
 fi
 if docker info >/dev/null 2>&1; then
-  evolve sandbox build-base  # no registry needed; production machines may `docker pull python:3.12-slim` instead
+  $PY -m evolve.cli sandbox build-base  # this $PY's engine, whichever `evolve` PATH finds; no registry needed; production machines may `docker pull python:3.12-slim` instead
 else
   echo "setup: no Docker daemon; the process sandbox will be used and Docker tests skipped"
 fi

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import shlex
 from collections.abc import Mapping, Sequence
 from typing import Annotated, NoReturn
 
@@ -42,6 +43,11 @@ def plain(text: str) -> str:
     """`printable`, with rich markup escaped too: for text inside a line that uses markup of its own (an
     unmatched `[/red]` in a candidate's error would otherwise end the command with a MarkupError)."""
     return escape(printable(text))
+
+
+def shell_arg(path: object) -> str:
+    """A path as one word of a command the user may paste into a shell: a folder with a space stays one."""
+    return shlex.quote(str(path))
 
 
 def fail(message: str, code: int = 2) -> NoReturn:

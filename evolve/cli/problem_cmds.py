@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from evolve.cli.common import console, duration_text, err_console, fail, plain, printable, vector_table
+from evolve.cli.common import console, duration_text, err_console, fail, plain, printable, shell_arg, vector_table
 from evolve.filetree import TreeError, join_files
 from evolve.fitness import scalar_view
 from evolve.problem import Problem, ProblemError, load_problem
@@ -72,7 +72,9 @@ def init(
     """Scaffold a working split-form problem folder, or write problem.toml for an OpenEvolve folder."""
     if from_dir is not None:
         target = init_from_openevolve(from_dir, folder, sandbox)
-        console.print(f"wrote {target}; edit it, then: evolve check {target.parent}", highlight=False)
+        console.print(
+            f"wrote {target}; edit it, then: evolve check {shell_arg(target.parent)}", highlight=False, markup=False
+        )
         return
     if folder is None:
         fail("evolve init: give a new folder (evolve init DIR) or an OpenEvolve folder (evolve init --from DIR)")
@@ -80,7 +82,7 @@ def init(
         written = scaffold(folder, language, files)
     except (FileExistsError, ValueError) as exc:
         fail(str(exc))
-    console.print(f"created {', '.join(str(f) for f in written)}; next: evolve check {folder}")
+    console.print(f"created {', '.join(str(f) for f in written)}; next: evolve check {shell_arg(folder)}", markup=False)
 
 
 def init_from_openevolve(source: Path, folder: Path | None, sandbox_kind: str) -> Path:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 import threading
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated
 
@@ -15,18 +16,19 @@ from sqlalchemy.exc import SQLAlchemyError
 from evolve.adapt import ASK_ARMS
 from evolve.bandit import ALLOCATIONS
 from evolve.cli.archive_cmds import open_archive, pick_run
-from evolve.cli.common import console, default_note, fail, one_of, vector_table
+from evolve.cli.common import console, default_note, fail, one_of, shell_arg, vector_table
 from evolve.cli.problem_cmds import load_or_fail
 from evolve.cli.shaping_opts import LazyPenaltyOpt, NormalisationOpt, SkipZeroOpt, check_shaping
 from evolve.ensemble import COST_UNIT
 from evolve.fitness import raw_scores
 from evolve.loop import SearchLoop
-from evolve.members import MemberError, as_options
+from evolve.members import MemberError, MemberSpec, as_options, parse_member
 from evolve.problem import Problem
 from evolve.runs import DEFAULT_POLICY, TRAIN_METHODS, RunOverrides, option_default
 from evolve.sampling_feed import feed_sampling
 from evolve.search import Search, SearchSetupError, build_search
 from policies.base import Describing, PolicyError, ProgressReporting, StatusReporting
+from policies.factory import anchored_spec
 
 POLICY_HELP = (
     "embedded | llama:embedded | llama:PATH.gguf | transformers:embedded | transformers:DIR_OR_HUB_ID | "
@@ -167,7 +169,9 @@ def _report(search: Search, reason: str, problem: Problem) -> None:
         scores = raw_scores(problem.components, best.oriented)
         console.print(vector_table(scores, title=f"best program {best.id} (scalar {best.scalar:.6g})"))
         console.print(
-            f"see it with: evolve best {search.db}    or    evolve show {search.db} {best.id}", highlight=False
+            f"see it with: evolve best {shell_arg(search.db)}    or    evolve show {shell_arg(search.db)} {best.id}",
+            highlight=False,
+            markup=False,  # a folder named [x] is text, not a style
         )
     if loop.control.interrupted.is_set():
         # A forward pass cut short by Ctrl-C may still run in the policy's daemon thread; everything is committed,
@@ -279,20 +283,31 @@ def run(
         skip_zero_advantage=skip_zero_advantage,
         lazy_penalty=lazy_penalty,
         reward_normalisation=reward_normalisation,
-        adapters_dir=str(adapters_dir) if adapters_dir is not None else None,
-        trainer_model=trainer_model,
+        adapters_dir=str(adapters_dir.absolute()) if adapters_dir is not None else None,
+        trainer_model=trainer_model if trainer_model is None else _anchored_model(trainer_model),
         max_failures=max_failures,
         allow_weak_sandbox=allow_weak_sandbox,
     )
     start_search(problem, given, db, None)
 
 
+def _anchored_model(trainer_model: str) -> str:
+    """A local copy of the served model as an absolute path (stored with the run); a hub id as given."""
+    return anchored_spec(f"transformers:{trainer_model}").partition(":")[2]
+
+
+def _anchored(member: MemberSpec) -> MemberSpec:
+    """The member with its spec's local path made absolute, and its default name made from that spec."""
+    named = member.name != member.default_name()
+    return replace(member, spec=anchored_spec(member.spec), name=member.name if named else "")
+
+
 def _members(policy: list[str] | None) -> dict[str, object]:
     """`--policy` given once or more: the members, and the first one's spec as the run's `policy`."""
     if not policy:
         return {}
-    try:
-        return as_options(policy)
+    try:  # stored with the run: a relative path must still name the same file when resumed from elsewhere
+        return as_options([_anchored(parse_member(text)) for text in policy])
     except MemberError as exc:
         fail(f"--policy: {exc}")
 

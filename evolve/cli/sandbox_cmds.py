@@ -21,7 +21,8 @@ def build_base_cmd() -> None:
     import docker
 
     spec = build_base(docker.from_env())
-    console.print(f"built {spec.tag} (python {spec.python}; read-only binds {', '.join(spec.binds)})")
+    binds = ", ".join(spec.binds)
+    console.print(f"built {spec.tag} (python {spec.python}; read-only binds {binds})", highlight=False, markup=False)
 
 
 def register(app: typer.Typer) -> None:
