@@ -19,26 +19,30 @@ def _fenced(path: str, text: str, tag: str) -> str:
 
 
 def current_program(code: str, tag: str, budget: int = PROGRAM_CHARS) -> str:
-    """The current program's files within `budget` characters: those with blocks first and whole, then the
-    others while they fit; a file left out is named in one line, so the model knows it exists."""
+    """The current program's files within `budget` characters: those without blocks first, as context, while they
+    fit (one left out is named in one line, so the model knows it exists), then those with blocks, whole. Why
+    this order: a small model rewrites the last code it read; shown last, a fixed file drew every answer of a
+    0.5B model (its `solve`, which cannot change, rewritten 10 times of 12)."""
     files = tree_files(code) or []
-    editable = [(p, t) for p, t in files if has_markers(t)]
-    context = [(p, t) for p, t in files if not has_markers(t)]
-    shown = [_fenced(p, t, tag) for p, t in editable]
-    if sum(map(len, shown)) > budget:  # even the block files whole are too long: their blocks only
-        shown = [f"=== FILE: {p} ===\n{_file_blocks(t, tag)}" for p, t in editable]
-    used = sum(map(len, shown))
-    left_out = []
-    for path, text in context:
+    editable = [_fenced(p, t, tag) for p, t in files if has_markers(t)]
+    if sum(map(len, editable)) > budget:  # even the block files whole are too long: their blocks only
+        editable = [f"=== FILE: {p} ===\n{_file_blocks(t, tag)}" for p, t in files if has_markers(t)]
+    used = sum(map(len, editable))
+    context, left_out = [], []
+    for path, text in files:
+        if has_markers(text):
+            continue
         part = _fenced(path, text, tag) + "\n(no EVOLVE blocks: shown for reference, it cannot change)"
         if used + len(part) <= budget:
-            shown.append(part)
+            context.append(part)
             used += len(part)
         else:
             left_out.append(f"{path} ({text.count(chr(10))} lines)")
     if left_out:
-        shown.append("Other files of the program (no EVOLVE blocks, not shown): " + ", ".join(left_out))
-    return "\n\n".join(shown)
+        context.append("Other files of the program (no EVOLVE blocks, not shown): " + ", ".join(left_out))
+    if context:
+        context.append("The files you may change (only between their EVOLVE-BLOCK markers):")
+    return "\n\n".join(context + editable)
 
 
 def _file_blocks(text: str, tag: str, cap: int | None = None) -> str:
