@@ -248,6 +248,7 @@ class SearchLoop:
             if member.train_step is None:
                 continue
             who = f"{member.name} " if len(self.members) > 1 else ""
+            self.stats.updating = f"{who}from v{member.policy.version}"
             try:
                 stats = await asyncio.to_thread(member.train_step)
                 self.stats.train_updates += 1
@@ -257,6 +258,8 @@ class SearchLoop:
                 self.stats.last_train = (
                     f"{who}update failed ({type(exc).__name__}: {exc}); serving v{member.policy.version}"
                 )
+            finally:
+                self.stats.updating = ""
             member.versions.serving()
 
     # ---- the whole run ----------------------------------------------------------------------------------
