@@ -28,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -44,13 +44,14 @@ from evolve.fitness import signs
 from evolve.groups import GroupSampler
 from evolve.interrupt import cancel_on
 from evolve.members import MemberSpec
-from evolve.policy_calls import PolicyCalls, PolicyMember, PolicyVersions
+from evolve.policy_calls import PolicyCalls, PolicyMember, PolicyVersions, TrainStep
 from evolve.problem import Problem
 from evolve.runs import RunOptions
 from evolve.selection import Population, make_selector
 from evolve.stats import LoopStats
 from evolve.stopping import Stall
 from policies.base import Policy
+from policies.trainer import UpdateAbandoned
 from sandboxes.base import AbortableSandbox, Sandbox
 
 ENGINE_THREADS = 12  # worker threads beside evaluations: generators (8 at most), the committer, the state saver
@@ -65,10 +66,10 @@ class SearchLoop:
         sandbox: Sandbox,
         run: Run,
         options: RunOptions,
-        train_step: Callable[[], Any] | None = None,
+        train_step: TrainStep | None = None,
         *,
         policies: Mapping[str, Policy] | None = None,
-        train_steps: Mapping[str, Callable[[], Any]] | None = None,
+        train_steps: Mapping[str, TrainStep] | None = None,
         untrainable: Mapping[str, str] | None = None,
     ) -> None:
         """`policy` serves every member of `options.members()` that `policies` (member name → policy) leaves
@@ -155,7 +156,9 @@ class SearchLoop:
         self.stall = Stall(options.stall_groups)
         self.stats.ask = self.members[0].base.describe()
         self.stats.arms = self.ensemble.lines()
-        self.groups_since_train = 0
+        # Counted across sessions (kept in the run's state): an update that a stop abandoned runs after the resume's
+        # first group rather than N groups later.
+        self.groups_since_train = int(run.state.get("groups_since_train", 0))
         self.groups_started = 0
 
     def _base_ask(self, spec: MemberSpec) -> Ask:
@@ -239,20 +242,27 @@ class SearchLoop:
         self.stats.arms = self.ensemble.lines()
 
     async def _train(self) -> None:
-        """Pause generation, let the recent groups' evaluations land, update and publish the policy."""
+        """Pause generation, let the recent groups' evaluations land, update and publish the policy.
+
+        Ctrl-C or SIGTERM during an update gives it up between two samples (a thread cannot be cancelled, so the
+        trainer asks `interrupt_requested`): it rolls back like a failed one, the run stops within one sample's
+        forward and backward pass, and the group count is kept so that the resumed run trains after one group.
+        The thread is still awaited: closing the policy under its backward pass would crash the process."""
         await self._drained()
         if self.control.sampling_cut.is_set():
             return  # the goal was reached or Ctrl-C came meanwhile: the run ends, an update would only delay it
-        self.groups_since_train = 0
         for member in self.members:  # each from its own groups (its own version lineage)
             if member.train_step is None:
                 continue
             who = f"{member.name} " if len(self.members) > 1 else ""
             self.stats.updating = f"{who}from v{member.policy.version}"
             try:
-                stats = await asyncio.to_thread(member.train_step)
+                stats = await asyncio.to_thread(member.train_step, self.control.interrupt_requested)
                 self.stats.train_updates += 1
                 self.stats.last_train = f"{who}v{member.policy.version}: {stats.samples} samples, loss {stats.loss:.4g}"
+            except UpdateAbandoned:  # rolled back; nothing of it was saved or published
+                self.control.update_abandoned()
+                return
             except Exception as exc:  # a failed update never stops the run; the old version keeps serving
                 self.stats.train_failures += 1
                 self.stats.last_train = (
@@ -261,6 +271,7 @@ class SearchLoop:
             finally:
                 self.stats.updating = ""
             member.versions.serving()
+        self.groups_since_train = 0
 
     # ---- the whole run ----------------------------------------------------------------------------------
     async def run_async(self) -> str:
@@ -361,7 +372,12 @@ class SearchLoop:
 
     def _state(self) -> dict[str, Any]:
         """The run's state as this session leaves it: time spent, and the ensemble's record."""
-        return {**self.run.state, **self.ensemble.state(), "elapsed_s": self.stats.elapsed_s}
+        return {
+            **self.run.state,
+            **self.ensemble.state(),
+            "elapsed_s": self.stats.elapsed_s,
+            "groups_since_train": self.groups_since_train,
+        }
 
     def _save_state(self) -> None:
         state = self._state()
