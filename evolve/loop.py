@@ -275,8 +275,14 @@ class SearchLoop:
 
     # ---- the whole run ----------------------------------------------------------------------------------
     async def run_async(self) -> str:
-        """Run to a stop; the run row is never left `running` unless the process is killed outright."""
+        """Run to a stop; the run row is never left `running` unless the process is killed outright. The signal
+        handlers stay until the row is written: a second SIGTERM soon after the first (a stop is quick now, even
+        mid-update) used to find the default handler back and kill the process before the write."""
         status = "failed"
+        loop = asyncio.get_running_loop()
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(signal.SIGINT, self._interrupt)
+            loop.add_signal_handler(signal.SIGTERM, self._interrupt)  # a polite kill stops cleanly too
         try:
             reason = await self._run_session()
             status = self.control.status()
@@ -290,14 +296,13 @@ class SearchLoop:
                 state["stop_reason"] = self.control.stop_reason(status)
                 self.archive.update_run(self.run.id, status=status, state=state)
                 self.run.state = state
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.remove_signal_handler(signal.SIGINT)
+                loop.remove_signal_handler(signal.SIGTERM)
 
     async def _run_session(self) -> str:
         self.commits.rebuild()
         self.stats.groups = self.groups_started = self.archive.count_groups(self.run.id)
-        loop = asyncio.get_running_loop()
-        with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.add_signal_handler(signal.SIGINT, self._interrupt)
-            loop.add_signal_handler(signal.SIGTERM, self._interrupt)  # a polite kill stops cleanly too
         tasks = [asyncio.create_task(self.evaluation.work()) for _ in range(self.options.workers)]
         tasks += [asyncio.create_task(t) for t in (self.commits.work(), self._save_elapsed(), self._watch_time())]
         try:
@@ -315,9 +320,6 @@ class SearchLoop:
         finally:
             for task in tasks:
                 task.cancel()
-            with contextlib.suppress(NotImplementedError, RuntimeError):
-                loop.remove_signal_handler(signal.SIGINT)
-                loop.remove_signal_handler(signal.SIGTERM)
             self._save_state()
         return self.control.outcome()
 
