@@ -21,6 +21,7 @@ Ctrl-C stops within about a second, mid-generation too: the policy is told to st
 stops waiting for it; a group cut short is never committed, and queued children stay pending for the resume.
 Mid-evaluation too: a sandbox that can (`AbortableSandbox`) kills the candidates running, their outcomes come
 back marked aborted and are dropped, so those children stay pending as well and nothing counts as a failure.
+Mid-update too: the trainer gives the policy update up at its next sample, rolled back (see `_train`).
 """
 
 from __future__ import annotations
@@ -275,9 +276,8 @@ class SearchLoop:
 
     # ---- the whole run ----------------------------------------------------------------------------------
     async def run_async(self) -> str:
-        """Run to a stop; the run row is never left `running` unless the process is killed outright. The signal
-        handlers stay until the row is written: a second SIGTERM soon after the first (a stop is quick now, even
-        mid-update) used to find the default handler back and kill the process before the write."""
+        """Run to a stop; the run row is never left `running` unless the process is killed outright: the signal
+        handlers stay until it is written, so that a second SIGTERM right after the first never kills it first."""
         status = "failed"
         loop = asyncio.get_running_loop()
         with contextlib.suppress(NotImplementedError, RuntimeError):
@@ -373,13 +373,9 @@ class SearchLoop:
                 self.run.state = state
 
     def _state(self) -> dict[str, Any]:
-        """The run's state as this session leaves it: time spent, and the ensemble's record."""
-        return {
-            **self.run.state,
-            **self.ensemble.state(),
-            "elapsed_s": self.stats.elapsed_s,
-            "groups_since_train": self.groups_since_train,
-        }
+        """The run's state as this session leaves it: time spent, groups since an update, the ensemble's record."""
+        counts = {"elapsed_s": self.stats.elapsed_s, "groups_since_train": self.groups_since_train}
+        return {**self.run.state, **self.ensemble.state(), **counts}
 
     def _save_state(self) -> None:
         state = self._state()
