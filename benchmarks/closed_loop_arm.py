@@ -13,6 +13,7 @@ from __future__ import annotations
 import sqlite3
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from itertools import combinations
@@ -30,6 +31,7 @@ from evolve.search import train_config
 from evolve.training import ArchiveTrainer
 from policies.base import Policy
 from policies.factory import make_policy
+from policies.trainer import never
 from sandboxes.factory import make_sandbox
 
 CURVE_POINTS = 10  # best/seed at 10%, 20%, ... 100% of the arm's time
@@ -100,10 +102,10 @@ class TimedTrainer(ArchiveTrainer):
         self.seconds = seconds
         self.publisher = _TimedPublisher(self.publisher, seconds)  # type: ignore[assignment]
 
-    def step(self) -> Any:
+    def step(self, should_stop: Callable[[], bool] = never) -> Any:
         started = time.monotonic()
         try:
-            return super().step()
+            return super().step(should_stop)
         finally:
             self.seconds["update_step"] += time.monotonic() - started
 

@@ -3,7 +3,8 @@
 Every part of the loop asks this object rather than keeping its own flags: the group sampler whether it may start a
 group, the evaluation stage whether it may take a child (`reserve`), the commit stage gives back what it could not
 store (`release`) and says when a goal is reached (`finish`, `cut_sampling`). The stop reason has one writer, so
-the first reason given is the one the run reports (Ctrl-C excepted: it always says "interrupted").
+the first reason given is the one the run reports (Ctrl-C excepted: it always says "interrupted", and why when a
+policy update was abandoned).
 
 Unexpected failures are counted here too (`Incidents`): one costs a group or a child; the same one repeated
 `max_failures` times in a row is systemic and stops the run with one line.
@@ -13,11 +14,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import threading
 from collections.abc import Callable
 
 from evolve.archive import Archive
 from evolve.stats import LoopStats
 from evolve.stopping import FailureStreaks
+
+UPDATE_ABANDONED = (
+    "interrupted during a policy update: the update was abandoned (no version saved); "
+    "run the same command to resume, and it trains again after its next group"
+)
 
 
 class RunControl:
@@ -35,6 +42,7 @@ class RunControl:
         self._elapsed_s = elapsed_s
         self.stop = asyncio.Event()  # no further group starts; what is queued is still evaluated unless abandoned
         self.interrupted = asyncio.Event()  # Ctrl-C: a generation in flight is abandoned too
+        self._interrupted_seen = threading.Event()  # the same, for worker threads: a policy update between samples
         self.sampling_cut = asyncio.Event()  # Ctrl-C or the goal reached: no group in flight is stored
         self.no_more_groups = False  # finish_generating(): no group starts, what is queued is evaluated
         self.abandon = False  # leave queued children pending (Ctrl-C, systemic failure)
@@ -69,8 +77,17 @@ class RunControl:
         self._settle("interrupted", overrides=True)
         self.abandon = True
         self.stop.set()
+        self._interrupted_seen.set()
         self.interrupted.set()
         self.cut_sampling()
+
+    def interrupt_requested(self) -> bool:
+        """Whether Ctrl-C or SIGTERM came; safe to ask from any thread (the trainer asks between samples)."""
+        return self._interrupted_seen.is_set()
+
+    def update_abandoned(self) -> None:
+        """The stop came during a policy update, which was given up: the reason says so (still an interruption)."""
+        self._settle(UPDATE_ABANDONED, overrides=True)
 
     def fail_systemic(self, line: str) -> None:
         """A failure repeated: stop at once, leaving queued children pending; the first such line is kept."""
@@ -144,7 +161,7 @@ class RunControl:
 
     def status(self) -> str:
         """The run's status for a session that ended by itself: `stopped` when it may be resumed to go on."""
-        return "stopped" if self._reason == "interrupted" or self.systemic else "finished"
+        return "stopped" if self.interrupted.is_set() or self.systemic else "finished"
 
     def stop_reason(self, status: str) -> str:
         """The line stored with the run."""

@@ -21,6 +21,7 @@ Ctrl-C stops within about a second, mid-generation too: the policy is told to st
 stops waiting for it; a group cut short is never committed, and queued children stay pending for the resume.
 Mid-evaluation too: a sandbox that can (`AbortableSandbox`) kills the candidates running, their outcomes come
 back marked aborted and are dropped, so those children stay pending as well and nothing counts as a failure.
+Mid-update too: the trainer gives the policy update up at its next sample, rolled back (see `_train`).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -44,13 +45,14 @@ from evolve.fitness import signs
 from evolve.groups import GroupSampler
 from evolve.interrupt import cancel_on
 from evolve.members import MemberSpec
-from evolve.policy_calls import PolicyCalls, PolicyMember, PolicyVersions
+from evolve.policy_calls import PolicyCalls, PolicyMember, PolicyVersions, TrainStep
 from evolve.problem import Problem
 from evolve.runs import RunOptions
 from evolve.selection import Population, make_selector
 from evolve.stats import LoopStats
 from evolve.stopping import Stall
 from policies.base import Policy
+from policies.trainer import UpdateAbandoned
 from sandboxes.base import AbortableSandbox, Sandbox
 
 ENGINE_THREADS = 12  # worker threads beside evaluations: generators (8 at most), the committer, the state saver
@@ -65,10 +67,10 @@ class SearchLoop:
         sandbox: Sandbox,
         run: Run,
         options: RunOptions,
-        train_step: Callable[[], Any] | None = None,
+        train_step: TrainStep | None = None,
         *,
         policies: Mapping[str, Policy] | None = None,
-        train_steps: Mapping[str, Callable[[], Any]] | None = None,
+        train_steps: Mapping[str, TrainStep] | None = None,
         untrainable: Mapping[str, str] | None = None,
     ) -> None:
         """`policy` serves every member of `options.members()` that `policies` (member name → policy) leaves
@@ -155,7 +157,9 @@ class SearchLoop:
         self.stall = Stall(options.stall_groups)
         self.stats.ask = self.members[0].base.describe()
         self.stats.arms = self.ensemble.lines()
-        self.groups_since_train = 0
+        # Counted across sessions (kept in the run's state): an update that a stop abandoned runs after the resume's
+        # first group rather than N groups later.
+        self.groups_since_train = int(run.state.get("groups_since_train", 0))
         self.groups_started = 0
 
     def _base_ask(self, spec: MemberSpec) -> Ask:
@@ -239,30 +243,46 @@ class SearchLoop:
         self.stats.arms = self.ensemble.lines()
 
     async def _train(self) -> None:
-        """Pause generation, let the recent groups' evaluations land, update and publish the policy."""
+        """Pause generation, let the recent groups' evaluations land, update and publish the policy.
+
+        Ctrl-C or SIGTERM during an update gives it up between two samples (a thread cannot be cancelled, so the
+        trainer asks `interrupt_requested`): it rolls back like a failed one, the run stops within one sample's
+        forward and backward pass, and the group count is kept so that the resumed run trains after one group.
+        The thread is still awaited: closing the policy under its backward pass would crash the process."""
         await self._drained()
         if self.control.sampling_cut.is_set():
             return  # the goal was reached or Ctrl-C came meanwhile: the run ends, an update would only delay it
-        self.groups_since_train = 0
         for member in self.members:  # each from its own groups (its own version lineage)
             if member.train_step is None:
                 continue
             who = f"{member.name} " if len(self.members) > 1 else ""
+            self.stats.updating = f"{who}from v{member.policy.version}"
             try:
-                stats = await asyncio.to_thread(member.train_step)
+                stats = await asyncio.to_thread(member.train_step, self.control.interrupt_requested)
                 self.stats.train_updates += 1
                 self.stats.last_train = f"{who}v{member.policy.version}: {stats.samples} samples, loss {stats.loss:.4g}"
+            except UpdateAbandoned:  # rolled back; nothing of it was saved or published
+                self.control.update_abandoned()
+                return
             except Exception as exc:  # a failed update never stops the run; the old version keeps serving
                 self.stats.train_failures += 1
                 self.stats.last_train = (
                     f"{who}update failed ({type(exc).__name__}: {exc}); serving v{member.policy.version}"
                 )
+            finally:
+                self.stats.updating = ""
             member.versions.serving()
+        self.groups_since_train = 0
 
     # ---- the whole run ----------------------------------------------------------------------------------
     async def run_async(self) -> str:
-        """Run to a stop; the run row is never left `running` unless the process is killed outright."""
+        """Run to a stop; the run row is never left `running` unless the process is killed outright: the signal
+        handlers stay until it is written, so that a second SIGTERM right after the first never kills it first."""
         status = "failed"
+        loop = asyncio.get_running_loop()
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(signal.SIGINT, self._interrupt)
+            loop.add_signal_handler(signal.SIGTERM, self._interrupt)  # a polite kill stops cleanly too
         try:
             reason = await self._run_session()
             status = self.control.status()
@@ -276,14 +296,13 @@ class SearchLoop:
                 state["stop_reason"] = self.control.stop_reason(status)
                 self.archive.update_run(self.run.id, status=status, state=state)
                 self.run.state = state
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.remove_signal_handler(signal.SIGINT)
+                loop.remove_signal_handler(signal.SIGTERM)
 
     async def _run_session(self) -> str:
         self.commits.rebuild()
         self.stats.groups = self.groups_started = self.archive.count_groups(self.run.id)
-        loop = asyncio.get_running_loop()
-        with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.add_signal_handler(signal.SIGINT, self._interrupt)
-            loop.add_signal_handler(signal.SIGTERM, self._interrupt)  # a polite kill stops cleanly too
         tasks = [asyncio.create_task(self.evaluation.work()) for _ in range(self.options.workers)]
         tasks += [asyncio.create_task(t) for t in (self.commits.work(), self._save_elapsed(), self._watch_time())]
         try:
@@ -301,9 +320,6 @@ class SearchLoop:
         finally:
             for task in tasks:
                 task.cancel()
-            with contextlib.suppress(NotImplementedError, RuntimeError):
-                loop.remove_signal_handler(signal.SIGINT)
-                loop.remove_signal_handler(signal.SIGTERM)
             self._save_state()
         return self.control.outcome()
 
@@ -357,8 +373,9 @@ class SearchLoop:
                 self.run.state = state
 
     def _state(self) -> dict[str, Any]:
-        """The run's state as this session leaves it: time spent, and the ensemble's record."""
-        return {**self.run.state, **self.ensemble.state(), "elapsed_s": self.stats.elapsed_s}
+        """The run's state as this session leaves it: time spent, groups since an update, the ensemble's record."""
+        counts = {"elapsed_s": self.stats.elapsed_s, "groups_since_train": self.groups_since_train}
+        return {**self.run.state, **self.ensemble.state(), **counts}
 
     def _save_state(self) -> None:
         state = self._state()

@@ -19,6 +19,10 @@ from evolve.interrupt import cancel_on, until_interrupted
 from evolve.stats import LoopStats
 from policies.base import AsyncPolicy, Generated, Interruptible, Policy, PolicyError, SamplingParams
 
+# A member's training step (`ArchiveTrainer.step`), called with the run's "should the update stop?" check, which
+# it asks between samples: a stop then raises `policies.trainer.UpdateAbandoned` within one sample's pass.
+TrainStep = Callable[[Callable[[], bool]], Any]
+
 
 class PolicyCalls:
     """Sampling that honours the run control's cut; registers itself to be told of one."""
@@ -119,5 +123,5 @@ class PolicyMember:
     policy: Policy
     calls: PolicyCalls
     versions: PolicyVersions
-    train_step: Callable[[], Any] | None = None
+    train_step: TrainStep | None = None
     untrainable: str | None = None  # why training skips it (said once, at the start)

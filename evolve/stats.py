@@ -38,6 +38,7 @@ class LoopStats:
     train_failures: int = 0
     incidents: int = 0  # unexpected exceptions that cost one group or child (see `evolve inspect`)
     last_train: str = ""
+    updating: str = ""  # the policy update in progress, e.g. "from v2" ("" between updates): it may take minutes
     ask: str = ""  # what the newest group asks for: member, edit format, temperature, template (its ask arm)
     arms: list[str] = field(default_factory=list)  # one line per member and ask arm (evolve.ensemble)
     policy_status: str = ""  # e.g. "waiting for the server", set by the live view from the policy
@@ -77,9 +78,10 @@ class LoopStats:
         )
 
     def _training(self) -> str:
+        now = f", updating the policy {self.updating}" if self.updating else ""
         if not (self.train_updates or self.train_failures):
-            return ""
-        return f", {self.train_updates} policy updates ({self.train_failures} failed)"
+            return now
+        return f", {self.train_updates} policy updates ({self.train_failures} failed){now}"
 
     def render(self) -> Group:
         head = Table.grid(padding=(0, 2))
@@ -117,8 +119,8 @@ class LoopStats:
             head.add_row("policy", Text(self.policy_status), "", "")
         if self.sampling:
             head.add_row("sampling", Text(self.sampling), "", Text(self.sampling_bar))
-        if self.last_train:
-            head.add_row("training", self._training().lstrip(", "), "last update", Text(self.last_train))
+        if self.last_train or self.updating:
+            head.add_row("training", self._training().lstrip(", "), "last update", Text(self.last_train or "-"))
         head.add_row(
             "islands",
             " ".join(map(str, self.island_sizes)),

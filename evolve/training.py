@@ -3,9 +3,10 @@
 Shared by `evolve train` (offline) and `evolve run --train-every N` (online). A step is a transaction: the
 version row, its adapter directory, the served weights and the optimizer state change together or not at all.
 The adapter is written under a staging name and renamed into place, published, and only then recorded; a failure
-anywhere restores the adapter weights and optimizer state it started from, removes the directory, and serves the
-previous version again, so the only trace is the failure the loop counts. The training data is read here,
-in the engine, so that `policies/` knows nothing of the archive.
+anywhere (an update given up because the run is stopping, `UpdateAbandoned`, too) restores the adapter weights
+and optimizer state it started from, removes the directory, and serves the previous version again, so the only
+trace is the failure the loop counts (or the stop reason, for an abandoned update). The training data is read
+here, in the engine, so that `policies/` knows nothing of the archive.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from evolve.problem.config import ComponentSpec
 from evolve.yields import COPIES
 from policies.base import InProcessPolicy, Policy, PublishingPolicy, TrainsAsTransformers
 from policies.groups import Batch, TrainingCompletion, TrainingGroup, normalise
-from policies.trainer import PolicyTrainer, TrainConfig, UpdateStats
+from policies.trainer import PolicyTrainer, ShouldStop, TrainConfig, UpdateStats, never
 
 
 class TrainingUnsupported(Exception):
@@ -142,7 +143,9 @@ class ArchiveTrainer:
     def _versions(self) -> list[PolicyVersion]:
         return member_versions(self.archive, self.run_id, self.member, self.first)
 
-    def step(self) -> UpdateStats:
+    def step(self, should_stop: ShouldStop = never) -> UpdateStats:
+        """Load, update, save, publish and record one version; `should_stop` may abandon the update between two
+        samples (`UpdateAbandoned`), which rolls back like any other failure."""
         from peft import get_peft_model_state_dict, set_peft_model_state_dict
 
         versions = recent_version_ids(self.archive, self.run_id, self.config.versions_back, self.member, self.first)
@@ -155,7 +158,7 @@ class ArchiveTrainer:
         number = max([serving, *(v.number for v in rows)]) + 1  # never reuses a number, even one left by a crash
         directory, published = self.adapters_dir / f"v{number}", False
         try:
-            stats = self.trainer.update(batch.groups, dict(batch.skipped))
+            stats = self.trainer.update(batch.groups, dict(batch.skipped), should_stop)
             if stats.samples == 0:
                 return stats
             self._save_into(directory)

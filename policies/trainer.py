@@ -26,6 +26,17 @@ from policies.advantages import make_estimator
 from policies.groups import TrainingGroup
 from policies.shaping import select
 
+ShouldStop = Callable[[], bool]  # asked between samples: True gives the update up (`UpdateAbandoned`)
+
+
+def never() -> bool:
+    return False
+
+
+class UpdateAbandoned(Exception):
+    """The update was given up between two samples because the run is stopping (Ctrl-C, SIGTERM). The weights
+    and optimizer state are then part-way through the update: the caller restores them (`ArchiveTrainer.step`)."""
+
 
 @dataclass(frozen=True)
 class TrainConfig:
@@ -195,7 +206,12 @@ class PolicyTrainer:
         return logp.gather(1, torch.tensor(sample.completion_ids, device=self.device)[:, None]).squeeze(1)
 
     # ---- update -----------------------------------------------------------------------------------------
-    def update(self, groups: Sequence[TrainingGroup], skipped: dict[str, int] | None = None) -> UpdateStats:
+    def update(
+        self, groups: Sequence[TrainingGroup], skipped: dict[str, int] | None = None, should_stop: ShouldStop = never
+    ) -> UpdateStats:
+        """One update on the groups. `should_stop` is asked before every sample's forward pass (a forward and
+        backward pass take seconds per sample on a CPU, the whole update minutes), so that a run being stopped
+        waits for one sample at most; a yes raises `UpdateAbandoned`."""
         import torch
 
         stats = UpdateStats(skipped=dict(skipped or {}))
@@ -209,6 +225,7 @@ class PolicyTrainer:
             self.model.eval()
             with torch.no_grad():
                 for s in samples:
+                    _check(should_stop)
                     s.old_logprobs = self.token_logprobs(s)
         self.model.train()
         totals = {"loss": 0.0, "clipped": 0.0, "kl": 0.0, "is": 0.0, "tokens": 0}
@@ -219,6 +236,7 @@ class PolicyTrainer:
                 n_tokens = sum(len(s.completion_ids) for s in chunk)
                 self.optimizer.zero_grad()
                 for s in chunk:
+                    _check(should_stop)
                     self._accumulate(s, n_tokens, totals)
                 torch.nn.utils.clip_grad_norm_([p for p in self.model.parameters() if p.requires_grad], 1.0)
                 self.optimizer.step()
@@ -266,3 +284,8 @@ class PolicyTrainer:
         directory.mkdir(parents=True, exist_ok=True)
         self.model.save_pretrained(directory)
         return directory
+
+
+def _check(should_stop: ShouldStop) -> None:
+    if should_stop():
+        raise UpdateAbandoned("the run is stopping: the policy update was abandoned between two samples")

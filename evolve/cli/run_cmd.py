@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import threading
 from dataclasses import replace
@@ -156,9 +157,24 @@ def _run_with_live_view(search: Search, period_s: float) -> str:
         os._exit(130)
     finally:
         done.set()
+        if search.loop.control.interrupted.is_set():
+            _leave_on_another_signal()
         viewer.join(timeout=2)
         feeder.join(timeout=2)
         search.close()
+
+
+def _leave_on_another_signal() -> None:
+    """After a stop the run row is written and everything is committed: another Ctrl-C or SIGTERM while the
+    policies and the sandbox close leaves at once (exit 130), rather than raising KeyboardInterrupt inside their
+    close (a traceback, then interpreter shutdown with torch or llama.cpp objects half closed) or, for SIGTERM,
+    killing the process by its default action."""
+
+    def leave(signum: int, frame: object) -> None:
+        os._exit(130)
+
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, leave)
 
 
 def _report(search: Search, reason: str, problem: Problem) -> None:

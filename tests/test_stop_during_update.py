@@ -1,0 +1,95 @@
+"""SIGTERM while `evolve run --train-every N` updates the policy: the real process gives the update up between two
+samples and exits within seconds (it used to finish the update first: minutes on a CPU), the run is `stopped` with
+a reason that says so, no version or adapter directory is left, and the resumed run trains after its first group.
+
+The update is made long against sampling: 16 completions a group, each trained on one sequence at a time
+(prompt and completion, forward and backward), against one batched generation of the 16."""
+
+from __future__ import annotations
+
+import os
+import queue
+import signal
+import sqlite3
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import evolve_run_cmd, write_square_problem
+
+pytestmark = pytest.mark.slow
+
+EXIT_WITHIN_S = 3.0  # from the signal to the exit: one sample's pass (~0.2 s here, more under load) and the state
+TRAINING = ["--group-size", "16", "--variants", "1", "--train-every", "2", "--keep-zero-advantage", "--asks", "base"]
+
+
+def _rows(db: Path, sql: str) -> list[tuple]:
+    con = sqlite3.connect(db)
+    try:
+        return con.execute(sql).fetchall()
+    finally:
+        con.close()
+
+
+def _wait_for(lines: queue.Queue, text: str, proc: subprocess.Popen, seen: list[str], timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            line = lines.get(timeout=0.5)
+        except queue.Empty:
+            assert proc.poll() is None, f"exited {proc.returncode} before {text!r}: {''.join(seen)[-3000:]}"
+            continue
+        seen.append(line)
+        if text in line:
+            return
+    raise AssertionError(f"no {text!r} within {timeout_s}s: {''.join(seen)[-3000:]}")
+
+
+def test_sigterm_during_an_update_abandons_it_at_once_and_the_resume_trains(tmp_path, tiny_model_dir):
+    folder, db = write_square_problem(tmp_path / "sq"), tmp_path / "a.db"
+    policy = f"transformers:{tiny_model_dir}"
+    env = {**os.environ, "EVOLVE_PROGRESS_EVERY_S": "0.1"}  # a summary line every 0.1 s: it says "updating"
+    cmd = evolve_run_cmd(folder, db, policy, 200, *TRAINING)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    lines: queue.Queue = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(line) for line in proc.stdout], daemon=True).start()
+    seen: list[str] = []
+    try:
+        _wait_for(lines, "updating the policy", proc, seen, timeout_s=240)
+        time.sleep(0.3)  # into the samples' passes
+        sent = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=120)
+        finally:
+            took = time.monotonic() - sent
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    time.sleep(0.2)  # the reader thread drains the pipe
+    while not lines.empty():
+        seen.append(lines.get())
+    out = "".join(seen)
+    print(f"exited {took:.2f}s after SIGTERM")
+    assert took < EXIT_WITHIN_S, f"took {took:.1f}s to stop: {out[-2000:]}"
+    assert proc.returncode == 0 and "Traceback" not in out, out[-3000:]
+    assert "interrupted during a policy update: the update was abandoned" in out, out[-2000:]
+    [(status, state)] = _rows(db, "SELECT status, state FROM runs")
+    assert status == "stopped" and "the update was abandoned" in state
+    assert _rows(db, "SELECT number, adapter_path FROM policy_versions") == [(0, None)]
+    adapters = tmp_path / "a.adapters"
+    assert not adapters.exists() or list(adapters.iterdir()) == []  # no vN/ nor vN.partial/
+
+    # The resume trains after its first group (the count of groups since an update is kept); one more evaluation
+    # or one barren group ends it.
+    [(evaluations,)] = _rows(db, "SELECT COUNT(*) FROM evaluations")
+    resume = evolve_run_cmd(folder, db, policy, evaluations + 1, *TRAINING, "--stall-groups", "1")
+    again = subprocess.run(resume, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    assert _rows(db, "SELECT number, adapter_path FROM policy_versions") == [(0, None), (1, str(adapters / "v1"))]
+    assert sorted(p.name for p in adapters.iterdir()) == ["v1"]
+    assert _rows(db, "SELECT status FROM runs") == [("finished",)]
