@@ -85,7 +85,12 @@ def test_the_multi_file_prompt_gives_one_rule_for_fences():
     assert "=== FILE: lib/params.py ===" in text
     assert "fenced blocks, in order holding" not in text  # the one-file rule by position contradicted the files'
     # the fixed file first, the files to change last, nearest the answer: shown last, a 0.5B model rewrote solver.py
-    assert text.index("=== FILE: solver.py") < text.index("=== FILE: lib/params.py") < text.index("# Your answer")
+    shown = text.index("# Current program")
+    assert (
+        text.index("=== FILE: solver.py", shown)
+        < text.index("=== FILE: lib/params.py", shown)
+        < text.index("# Your answer")
+    )
 
 
 def test_a_hostile_line_is_read_in_linear_time():
