@@ -100,8 +100,8 @@ def runtime_env(spec: ImageSpec) -> dict[str, str]:
     """Environment the container needs for the image's Python: a Python bound at PYTHON_INSIDE loads its own
     shared libraries (libpython), which its host path, written into the binary, no longer reaches; without
     this the loader took the system's libpython of another patch release, or none."""
-    if PYTHON_INSIDE in spec.binds.values():
-        return {"LD_LIBRARY_PATH": f"{PYTHON_INSIDE}/lib"}
+    if any(inside == PYTHON_INSIDE or inside.startswith(f"{PYTHON_INSIDE}/") for inside in spec.binds.values()):
+        return {"LD_LIBRARY_PATH": f"{PYTHON_INSIDE}/lib"}  # bound whole (labels) or folder by folder (jail's)
     return {}
 
 

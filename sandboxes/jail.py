@@ -80,40 +80,53 @@ def base_interpreter() -> Path:
     return (base if base.is_file() else Path(sys.executable)).resolve()
 
 
+def _add_folders(
+    host: Path, inside: str, skip: tuple[str, ...], binds: list[tuple[str, str]], links: list[tuple[str, str]]
+) -> None:
+    """Bind each folder of `host` at its place under `inside`, and remake its relative links (lib64 -> lib);
+    the files at its top stay out. pip reads `{sys.prefix}/pip.conf`, where an installation or environment of
+    one's own (pyenv, conda, a venv) keeps an index URL with its token; conda keeps `.condarc` there. Bound
+    whole, the installation showed them to every candidate at /opt/python/pip.conf, in both sandboxes."""
+    for entry in sorted(host.iterdir()):
+        target = f"{inside}/{entry.name}"
+        if entry.name in skip:
+            continue
+        if entry.is_symlink():
+            if not os.path.isabs(os.readlink(entry)):
+                links.append((os.readlink(entry), target))
+        elif entry.is_dir():
+            binds.append((str(entry), target))
+
+
 def jail_runtime() -> Runtime:
     """Where this engine's interpreter comes from, and where the jail puts it.
 
-    The installation (sys.base_prefix, or the folder above the interpreter's) is bound at PYTHON_INSIDE unless
-    it is under /usr, which comes in whole. A virtual environment is rebuilt at VENV_INSIDE from its parts: its
-    folders but `bin`, a pyvenv.cfg whose `home` is the moved base, and the real interpreter as `bin/python`
-    (the environment's own `bin/python` is a link to an absolute host path that the jail does not have).
+    The installation (sys.base_prefix, or the folder above the interpreter's) is bound at PYTHON_INSIDE, folder
+    by folder (not the configuration files at its top), unless it is under /usr, which comes in whole. A virtual
+    environment is rebuilt at VENV_INSIDE from its parts: its folders but `bin`, a pyvenv.cfg whose `home` is
+    the moved base, and the real interpreter as `bin/python` (the environment's own `bin/python` is a link to
+    an absolute host path that the jail does not have).
     """
     executable = base_interpreter()
     base = Path(sys.base_prefix).resolve()
     if not executable.is_relative_to(base):
         base = executable.parent.parent
     binds: list[tuple[str, str]] = []
+    links: list[tuple[str, str]] = []
     library_path = None
     if base.is_relative_to("/usr"):
         inside = executable
     else:
         inside = Path(PYTHON_INSIDE) / executable.relative_to(base)
-        binds.append((str(base), PYTHON_INSIDE))
+        _add_folders(base, PYTHON_INSIDE, (), binds, links)
+        if executable.parent == base:  # an interpreter at the installation's top is a file there too
+            binds.append((str(executable), str(inside)))
         if any((base / "lib").glob("libpython*.so*")):  # its RUNPATH names the host path, absent in the jail
             library_path = f"{PYTHON_INSIDE}/lib"
     venv = Path(sys.prefix).resolve()
     if sys.prefix == sys.base_prefix or venv == base:
-        return Runtime(str(inside), tuple(binds), library_path=library_path)
-    links: list[tuple[str, str]] = []
-    for entry in sorted(venv.iterdir()):
-        target = f"{VENV_INSIDE}/{entry.name}"
-        if entry.name in ("bin", "pyvenv.cfg"):
-            continue
-        if entry.is_symlink():
-            if not os.path.isabs(os.readlink(entry)):  # lib64 -> lib
-                links.append((os.readlink(entry), target))
-        elif entry.is_dir():
-            binds.append((str(entry), target))
+        return Runtime(str(inside), tuple(binds), tuple(links), library_path=library_path)
+    _add_folders(venv, VENV_INSIDE, ("bin",), binds, links)
     binds.append((str(executable), f"{VENV_INSIDE}/bin/python3"))
     cfg = _venv_cfg(venv / "pyvenv.cfg", str(inside.parent))
     return Runtime(f"{VENV_INSIDE}/bin/python3", tuple(binds), tuple(links), cfg, library_path)

@@ -1,0 +1,71 @@
+"""Hostile candidates against how each sandbox brings in the engine's Python (sandboxes/jail.py's Runtime, which
+the Docker host base image lays out the same way): what comes in with the installation must be its programs and
+libraries, never the configuration kept beside them."""
+
+from __future__ import annotations
+
+import ast
+import os
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from evolve.problem import load_problem
+from sandboxes.docker_images import host_spec
+from sandboxes.jail import PYTHON_INSIDE, find_jail
+from sandboxes.process import ProcessSandbox
+from tests.helpers import assert_known_vectors, docker_sandbox_or_skip, write_problem
+from tests.services import missing
+
+
+@pytest.fixture(scope="module")
+def problem(tmp_path_factory):
+    return load_problem(write_problem(tmp_path_factory.mktemp("runtime attacked")))
+
+
+@pytest.fixture(scope="module", params=["process", "docker"])
+def sandbox(request):
+    if request.param == "process":
+        jail, why = find_jail()
+        if jail is None:
+            missing("bubblewrap", why)
+        box = ProcessSandbox(slots=1)
+    else:  # the host base image, which binds this engine's Python (python:3.12-slim, if present, binds none)
+        box = docker_sandbox_or_skip(workers=1, image=host_spec())
+    assert box.hides_files, box.isolation()
+    yield box
+    box.close()
+
+
+def reported(outcome) -> object:
+    """What the candidate returned for case c0 (the test problem echoes it into the feedback)."""
+    for line in (outcome.feedback or "").splitlines():
+        if line.startswith("c0: "):
+            return ast.literal_eval(line[4:])
+    raise AssertionError(f"no report: {outcome.error} {outcome.feedback} {outcome.stderr[-300:]}")
+
+
+def test_files_at_the_top_of_the_python_installation_are_out_of_reach(sandbox, problem):
+    """pip reads `{sys.prefix}/pip.conf`, so an installation of one's own (pyenv, conda; `.condarc` too) keeps an
+    index URL with its token at its top. Bound whole at /opt/python, it was a candidate's to read in both
+    sandboxes; its folders come in one by one now, and the files beside them stay out."""
+    base = Path(sys.base_prefix).resolve()
+    if base.is_relative_to("/usr"):
+        pytest.skip("this engine's Python is under /usr: no installation is bound at /opt/python")
+    planted = base / f"evolve-attack-{uuid.uuid4().hex[:8]}.conf"  # pip.conf itself would change the host's pip
+    if os.access(base, os.W_OK):  # as root; the unprivileged pass checks what the installation already keeps
+        planted.write_text("index-url = https://user:token-3391@index.example/simple\n")
+    code = (
+        "import os\ndef solve(x):\n"
+        f"    top = sorted(e.name for e in os.scandir({PYTHON_INSIDE!r}) if not e.is_dir())\n    try:\n"
+        f"        return [top, open({PYTHON_INSIDE + '/' + planted.name!r}).read()]\n"
+        "    except OSError as e:\n        return [top, type(e).__name__]\n"
+    )
+    try:
+        got = reported(sandbox.evaluate(problem, code))
+    finally:
+        planted.unlink(missing_ok=True)
+    assert got == [[], "FileNotFoundError"], got
+    assert_known_vectors(sandbox, problem)
