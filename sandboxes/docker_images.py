@@ -11,6 +11,7 @@ import atexit
 import functools
 import hashlib
 import io
+import re
 import shutil
 import sys
 import tarfile
@@ -153,12 +154,24 @@ def _has(client: Any, tag: str) -> bool:
         return False
 
 
+def image_name(problem_name: str) -> str:
+    """The problem's name as Docker takes it in an image name: lowercase letters and digits joined by '-'.
+
+    A problem's name is free text, and `evolve init "my problem"` names it after its folder: lowercased alone,
+    `vpo-evolve/problem-my problem:…` was refused by Docker, so no evaluation of such a problem could start. A
+    name that had to change keeps a hash of itself, so two problems ("a b", "a-b") never share an image."""
+    name = "-".join(re.findall(r"[a-z0-9]+", problem_name.lower())) or "unnamed"
+    if name == problem_name.lower():  # a name Docker took as it was keeps its image
+        return name
+    return f"{name}-{hashlib.sha256(problem_name.encode()).hexdigest()[:8]}"
+
+
 def image_for(client: Any, problem: Problem, base: str | None = None) -> ImageSpec:
     """The problem's own image (built once, tagged by a hash of its Dockerfile), else a base image."""
     dockerfile = problem.root / "Dockerfile"
     if dockerfile.is_file():
         digest = hashlib.sha256(dockerfile.read_bytes()).hexdigest()[:12]
-        tag = f"vpo-evolve/problem-{problem.name.lower()}:{digest}"
+        tag = f"vpo-evolve/problem-{image_name(problem.name)}:{digest}"
         if not _has(client, tag):
             client.images.build(path=str(problem.root), tag=tag, rm=True)
         return ImageSpec(tag, "python3")

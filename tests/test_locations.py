@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import sqlite3
 import subprocess
@@ -161,3 +162,29 @@ def test_the_docker_sandbox_binds_a_problem_folder_whose_path_holds_a_colon_and_
         assert [box.evaluate(problem, code).scores for code, _ in KNOWN] == [want for _, want in KNOWN]
     finally:
         box.close()
+
+
+@pytest.mark.docker
+def test_a_problem_named_after_a_spaced_folder_builds_its_own_docker_image(tmp_path):
+    """`evolve init "my problem"` names the problem after its folder. With a Dockerfile its image was tagged
+    `vpo-evolve/problem-my problem: v2:…`, which Docker refused, so no evaluation of it could start."""
+    import docker
+
+    from sandboxes.docker_images import HOST_BASE, build_base, image_for
+    from sandboxes.docker_pool import docker_available
+
+    if (why := docker_available()) is not None:
+        missing("Docker", why)
+    client = docker.from_env()
+    if not client.images.list(name=HOST_BASE):
+        build_base(client)
+    folder = write_problem(tmp_path / "my problem")
+    toml = (folder / "problem.toml").read_text()
+    (folder / "problem.toml").write_text(re.sub(r'^name = ".*"$', 'name = "My problem: v2"', toml, flags=re.M))
+    (folder / "Dockerfile").write_text(f"FROM {HOST_BASE}\nLABEL purpose=test\n")  # no pull: this machine's base
+    spec = image_for(client, load_problem(folder))
+    try:
+        assert spec.tag.startswith("vpo-evolve/problem-my-problem-v2-"), spec.tag
+        assert client.images.get(spec.tag).tags == [spec.tag]
+    finally:
+        client.images.remove(spec.tag, noprune=True)
