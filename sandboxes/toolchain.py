@@ -4,9 +4,9 @@ A tool under /usr (gcc, cc, make, Debian's rustc) is in every sandbox already: t
 bind the host's /usr read-only. A tool elsewhere (rustup's toolchains under ~/.rustup, a compiler unpacked in
 /opt) is bound read-only, whole, at TOOLCHAIN_INSIDE/N: the folder above its `bin/` (where such toolchains keep
 their libraries and standard library), and the command is rewritten to the tool's path there; where that folder
-is /, a home folder or holds the problem (a script in ~/bin), the tool's file alone is bound. Besides these
-and /etc/alternatives (read-only links into /usr) nothing of the host comes in: not the home folder the
-toolchain lives in, not its PATH, not rustup's settings.
+is /, a home folder, a hidden folder in one (~/.local/bin, ~/.cargo/bin) or holds the problem (a script in ~/bin),
+the tool's file alone is bound. Besides these and /etc/alternatives (read-only links into /usr) nothing of the
+host comes in: not the home folder the toolchain lives in, not its PATH, not rustup's settings.
 
 rustup installs proxies (~/.cargo/bin/rustc is a link to `rustup`) that need RUSTUP_HOME and a home folder to
 pick a toolchain; `rustup which` names the real tool once, on the host, and that toolchain is bound instead.
@@ -56,10 +56,17 @@ def _real_tool(name: str) -> Path | None:
     return real
 
 
+def _is_home(folder: Path) -> bool:
+    return folder in (Path("/root"), Path.home().resolve()) or folder.parent == Path("/home")
+
+
 def _shared_folder(root: Path, problem_root: Path) -> bool:
-    """True for a folder that holds more than a toolchain: /, a home folder, or one holding the problem."""
-    homes = {Path("/root"), Path.home().resolve()}
-    return root == Path("/") or root in homes or root.parent == Path("/home") or problem_root.is_relative_to(root)
+    """True for a folder that holds more than a toolchain: /, a home folder, a hidden folder in one, or one
+    holding the problem. `pip install --user`, pipx and `cargo install` put tools in ~/.local/bin and
+    ~/.cargo/bin, beside the user's own data (~/.local/share) and tokens (~/.cargo/credentials.toml): bound
+    whole, ~/.local was a candidate's to read at /opt/toolchain/0."""
+    hidden_in_home = root.name.startswith(".") and _is_home(root.parent)
+    return root == Path("/") or _is_home(root) or hidden_in_home or problem_root.is_relative_to(root)
 
 
 @cache

@@ -20,7 +20,7 @@ from evolve.prompts import PromptInputs, build_prompt, parse_completion
 from sandboxes.process import ProcessSandbox
 from sandboxes.toolchain import TOOLCHAIN_INSIDE, host_toolchain
 from tests.helpers import docker_sandbox_or_skip
-from tests.native import c_program, write_c_problem
+from tests.native import assert_known_c_vectors, c_program, write_c_problem
 
 PROBLEMS = Path(__file__).resolve().parents[1] / "problems"
 ROMAN_C = """static void solve(int n, char *out) {
@@ -232,3 +232,27 @@ def test_a_tool_whose_folder_holds_the_problem_is_bound_alone(process_sandbox, t
     tools = host_toolchain(problem)
     assert dict(tools.binds) == {str(tool): f"{TOOLCHAIN_INSIDE}/0", "/etc/alternatives": "/etc/alternatives"}
     assert process_sandbox.evaluate(problem, c_program("x * x")).scores == {"c0": 1.0, "c1": 1.0}
+
+
+def test_a_tool_in_a_hidden_folder_of_the_home_is_bound_alone(process_sandbox, tmp_path, monkeypatch):
+    """pip --user, pipx and cargo install put tools in ~/.local/bin or ~/.cargo/bin. Taken for a toolchain, the
+    folder above bin/ came in whole, and the candidate read ~/.local/share (or ~/.cargo/credentials.toml): it
+    answers 9 with the planted file and 4 without."""
+    home = tmp_path / "home"
+    monkeypatch.setenv("HOME", str(home))
+    tool = home / ".local" / "bin" / "build-c"
+    tool.parent.mkdir(parents=True)
+    tool.write_text('#!/bin/sh\nexec cc -O0 -o prog prog.c "$@"\n')
+    tool.chmod(0o755)
+    (home / ".local" / "share").mkdir()
+    (home / ".local" / "share" / "evolve-secret").write_text("9\n")
+    root = write_c_problem(tmp_path / "p")
+    toml = root / "problem.toml"
+    toml.write_text(toml.read_text().replace(C_BUILD, f'command = ["{tool}"]'))
+    problem = load_problem(root)
+    peek = (
+        f'static long peek(void) {{ FILE *f = fopen("{TOOLCHAIN_INSIDE}/0/share/evolve-secret", "r"); long v = 4;'
+        ' if (f) { if (fscanf(f, "%ld", &v) != 1) v = 0; fclose(f); } return v; }'
+    )
+    assert process_sandbox.evaluate(problem, c_program("peek()", head=peek)).scores == {"c0": 1.0, "c1": 0.0}
+    assert_known_c_vectors(process_sandbox, problem)
