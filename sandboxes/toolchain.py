@@ -2,11 +2,12 @@
 
 A tool under /usr (gcc, cc, make, Debian's rustc) is in every sandbox already: the jail and the host base image
 bind the host's /usr read-only. A tool elsewhere (rustup's toolchains under ~/.rustup, a compiler unpacked in
-/opt) is bound read-only, whole, at TOOLCHAIN_INSIDE/N: the folder above its `bin/` (where such toolchains keep
-their libraries and standard library), and the command is rewritten to the tool's path there; where that folder
-is /, a home folder, a hidden folder in one (~/.local/bin, ~/.cargo/bin) or holds the problem (a script in ~/bin),
-the tool's file alone is bound. Besides these and /etc/alternatives (read-only links into /usr) nothing of the
-host comes in: not the home folder the toolchain lives in, not its PATH, not rustup's settings.
+/opt) is bound read-only at TOOLCHAIN_INSIDE/N: the folders of the folder above its `bin/` (where such toolchains
+keep their libraries and standard library; not the files at its top, such as a pip.conf), and the command is
+rewritten to the tool's path there; where that folder is /, a home folder, a hidden folder in one (~/.local/bin,
+~/.cargo/bin) or holds the problem (a script in ~/bin), the tool's file alone is bound. Besides these and
+/etc/alternatives (read-only links into /usr) nothing of the host comes in: not the home folder the toolchain
+lives in, not its PATH, not rustup's settings.
 
 rustup installs proxies (~/.cargo/bin/rustc is a link to `rustup`) that need RUSTUP_HOME and a home folder to
 pick a toolchain; `rustup which` names the real tool once, on the host, and that toolchain is bound instead.
@@ -69,8 +70,24 @@ def _shared_folder(root: Path, problem_root: Path) -> bool:
     return root == Path("/") or _is_home(root) or hidden_in_home or problem_root.is_relative_to(root)
 
 
+def _parts(root: Path, tool: Path, where: str) -> list[tuple[str, str]]:
+    """Binds bringing in `root` at `where`: a lone file as it is; a folder by its folders and the tool itself,
+    never the other files at its top. pip reads `{sys.prefix}/pip.conf` (conda `.condarc`), so a Python
+    installation taken for a build's toolchain showed its index token at /opt/toolchain/N/pip.conf. A link to a
+    folder outside the toolchain stays out too."""
+    if not root.is_dir():
+        return [(str(root), where)]
+    parts = [
+        (str(entry), f"{where}/{entry.name}")
+        for entry in sorted(root.iterdir())
+        if entry.is_dir() and entry.resolve().is_relative_to(root)
+    ]
+    return parts + ([(str(tool), f"{where}/{tool.name}")] if tool.parent == root else [])
+
+
 @cache
 def _resolve(names: tuple[str, ...], inside: bool, problem_root: Path) -> Toolchain:
+    roots: dict[Path, str] = {}
     binds: dict[str, str] = {}
     programs: list[tuple[str, str]] = []
     for name in names:
@@ -83,7 +100,10 @@ def _resolve(names: tuple[str, ...], inside: bool, problem_root: Path) -> Toolch
         root = real.parent.parent if real.parent.name == "bin" else real.parent
         if _shared_folder(root, problem_root):  # ~/bin/tool: the tool alone, never the home folder around it
             root = real
-        where = binds.setdefault(str(root), f"{TOOLCHAIN_INSIDE}/{len(binds)}")
+        if root not in roots:
+            roots[root] = f"{TOOLCHAIN_INSIDE}/{len(roots)}"
+        where = roots[root]
+        binds.update(_parts(root, real, where))
         programs.append((name, where if root == real else f"{where}/{real.relative_to(root)}"))
     if inside and os.path.isdir(ALTERNATIVES):
         binds[ALTERNATIVES] = ALTERNATIVES

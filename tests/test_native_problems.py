@@ -5,8 +5,11 @@ Python one, the simple form runs the built program itself, and malformed folders
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import sqlite3
+import sys
+import uuid
 from pathlib import Path
 
 import pytest
@@ -208,15 +211,16 @@ def test_a_folder_that_cannot_run_gets_one_line(tmp_path, change, said):
     assert said in str(raised.value) and "\n" not in str(raised.value)
 
 
-def test_a_toolchain_outside_usr_is_bound_whole_and_read_only(tmp_path):
+def test_a_toolchain_outside_usr_is_bound_folder_by_folder_and_read_only(tmp_path):
     rustc = shutil.which("rustc")
     if rustc is None or Path(rustc).resolve().name != "rustup":
         pytest.skip("rustc here is not a rustup proxy")  # not a service: Debian's rustc lives under /usr
     tools = host_toolchain(load_problem(PROBLEMS / "roman_numerals_rust"))
     (argv0, *_), binds = tools.argv(["rustc", "x.rs"]), dict(tools.binds)
-    toolchain = next(host for host, inside in binds.items() if inside == f"{TOOLCHAIN_INSIDE}/0")
-    assert "/toolchains/" in toolchain and argv0 == f"{TOOLCHAIN_INSIDE}/0/bin/rustc"  # not rustup's proxy
-    assert set(binds) == {toolchain, "/etc/alternatives"}
+    toolchain = Path(next(host for host, inside in binds.items() if inside == f"{TOOLCHAIN_INSIDE}/0/bin")).parent
+    assert "/toolchains/" in str(toolchain) and argv0 == f"{TOOLCHAIN_INSIDE}/0/bin/rustc"  # not rustup's proxy
+    folders = {str(entry): f"{TOOLCHAIN_INSIDE}/0/{entry.name}" for entry in toolchain.iterdir() if entry.is_dir()}
+    assert binds == {**folders, "/etc/alternatives": "/etc/alternatives"}
 
 
 def test_a_tool_whose_folder_holds_the_problem_is_bound_alone(process_sandbox, tmp_path):
@@ -255,4 +259,32 @@ def test_a_tool_in_a_hidden_folder_of_the_home_is_bound_alone(process_sandbox, t
         ' if (f) { if (fscanf(f, "%ld", &v) != 1) v = 0; fclose(f); } return v; }'
     )
     assert process_sandbox.evaluate(problem, c_program("peek()", head=peek)).scores == {"c0": 1.0, "c1": 0.0}
+    assert_known_c_vectors(process_sandbox, problem)
+
+
+def test_files_at_the_top_of_a_toolchain_stay_out(process_sandbox, tmp_path):
+    """A build started by a Python outside /usr (an engine's pyenv or conda installation, named through a venv's
+    `python3`) takes the installation for its toolchain; pip reads `{sys.prefix}/pip.conf`, where such an
+    installation keeps an index token. Its folders come in, not the files at its top: the candidate answers 9
+    with the planted file and 4 without."""
+    base = Path(sys.base_prefix).resolve()
+    python = Path(getattr(sys, "_base_executable", sys.executable)).resolve()
+    if str(python).startswith("/usr/") or not python.is_relative_to(base) or not os.access(base, os.W_OK):
+        pytest.skip("no writable Python installation outside /usr to build with here")
+    planted = base / f"evolve-attack-{uuid.uuid4().hex[:8]}.conf"  # pip.conf itself would change the host's pip
+    root = write_c_problem(tmp_path / "p")
+    build = "import os; os.execvp('cc', ['cc', '-O0', '-o', 'prog', 'prog.c'])"
+    toml = root / "problem.toml"
+    toml.write_text(toml.read_text().replace(C_BUILD, f"command = {json.dumps([str(python), '-c', build])}"))
+    problem = load_problem(root)
+    peek = (
+        f'static long peek(void) {{ FILE *f = fopen("{TOOLCHAIN_INSIDE}/0/{planted.name}", "r"); long v = 4;'
+        ' if (f) { if (fscanf(f, "%ld", &v) != 1) v = 0; fclose(f); } return v; }'
+    )
+    planted.write_text("9\n")
+    try:
+        got = process_sandbox.evaluate(problem, c_program("peek()", head=peek))
+    finally:
+        planted.unlink()
+    assert got.scores == {"c0": 1.0, "c1": 0.0}, (got.error, got.stderr[-300:])
     assert_known_c_vectors(process_sandbox, problem)
