@@ -65,14 +65,17 @@ class WarmContainer:
         from docker.types import LogConfig, Mount, Ulimit
 
         limits = problem.config.sandbox_limits  # a build and its program, one after the other
-        binds = {**spec.binds, **dict(image_toolchain(spec, problem).binds)}
-        volumes = {str(SANDBOX_DIR): "/opt/evolve", **binds}
+        # (host, inside) pairs, not a dict keyed by host: one host folder may be needed at two places (the engine's
+        # Python at /opt/python and, when a build starts it, at /opt/toolchain/0), and keyed by host the last one
+        # dropped the first: no container could start its runner.
+        binds = [*spec.binds.items(), *image_toolchain(spec, problem).binds]
+        volumes = [(str(SANDBOX_DIR), "/opt/evolve"), *binds]
         # The host's /usr brings its local configuration along: an empty read-only folder goes over it.
-        hidden = {path: "ro,size=4k" for path in hidden_host_config()} if binds.get("/usr") == "/usr" else {}
+        hidden = {path: "ro,size=4k" for path in hidden_host_config()} if ("/usr", "/usr") in binds else {}
         env = {"PYTHONDONTWRITEBYTECODE": "1", "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "HOME": "/work"}
         env.update(runtime_env(spec))
         if problem.data_dir is not None:
-            volumes[str(problem.data_dir)] = "/data"
+            volumes.append((str(problem.data_dir), "/data"))
             env["EVOLVE_DATA_DIR"] = "/data"
         self.container = client.containers.create(
             spec.tag,
@@ -93,7 +96,7 @@ class WarmContainer:
             log_config=LogConfig(type="none"),
             # Mounts rather than `volumes`: Docker parses a volume as HOST:CONTAINER:MODE, so a host path holding
             # a colon (a problem folder "a:b", a checkout under it) was refused as an invalid specification.
-            mounts=[Mount(inside, host, type="bind", read_only=True) for host, inside in volumes.items()],
+            mounts=[Mount(inside, host, type="bind", read_only=True) for host, inside in volumes],
             environment=env,
             labels={"vpo-evolve.owner": OWNER},
         )

@@ -262,11 +262,13 @@ def test_a_tool_in_a_hidden_folder_of_the_home_is_bound_alone(process_sandbox, t
     assert_known_c_vectors(process_sandbox, problem)
 
 
-def test_files_at_the_top_of_a_toolchain_stay_out(process_sandbox, tmp_path):
+@pytest.mark.parametrize("kind", ["process", "docker"])
+def test_files_at_the_top_of_a_toolchain_stay_out(process_sandbox, tmp_path, kind):
     """A build started by a Python outside /usr (an engine's pyenv or conda installation, named through a venv's
     `python3`) takes the installation for its toolchain; pip reads `{sys.prefix}/pip.conf`, where such an
     installation keeps an index token. Its folders come in, not the files at its top: the candidate answers 9
-    with the planted file and 4 without."""
+    with the planted file and 4 without. In Docker the installation's folders were also the engine's own Python's
+    (/opt/python): binds keyed by host path kept only the toolchain's, and no container started its runner."""
     base = Path(sys.base_prefix).resolve()
     python = Path(getattr(sys, "_base_executable", sys.executable)).resolve()
     if str(python).startswith("/usr/") or not python.is_relative_to(base) or not os.access(base, os.W_OK):
@@ -281,10 +283,13 @@ def test_files_at_the_top_of_a_toolchain_stay_out(process_sandbox, tmp_path):
         f'static long peek(void) {{ FILE *f = fopen("{TOOLCHAIN_INSIDE}/0/{planted.name}", "r"); long v = 4;'
         ' if (f) { if (fscanf(f, "%ld", &v) != 1) v = 0; fclose(f); } return v; }'
     )
+    box = process_sandbox if kind == "process" else docker_sandbox_or_skip(workers=1)
     planted.write_text("9\n")
     try:
-        got = process_sandbox.evaluate(problem, c_program("peek()", head=peek))
+        got = box.evaluate(problem, c_program("peek()", head=peek))
+        assert got.scores == {"c0": 1.0, "c1": 0.0}, (got.error, got.stderr[-300:])
+        assert_known_c_vectors(box, problem)
     finally:
         planted.unlink()
-    assert got.scores == {"c0": 1.0, "c1": 0.0}, (got.error, got.stderr[-300:])
-    assert_known_c_vectors(process_sandbox, problem)
+        if box is not process_sandbox:
+            box.close()
