@@ -39,6 +39,7 @@ SCRATCH_BYTES = {"/tmp": 256 << 20, "/dev/shm": 64 << 20, WORK: WORK_BYTES}  # t
 # /usr comes in whole for its programs and libraries, but a host keeps its local configuration under it too
 # (pip.conf, npmrc: where tokens live); both sandboxes put an empty read-only folder over these.
 HOST_CONFIG_UNDER_USR = ("/usr/local/etc",)
+INSTALLATION_FOLDERS = ("bin", "include", "lib", "lib64", "share")  # what a Python installation or venv is made of
 
 
 def hidden_host_config() -> list[str]:
@@ -86,8 +87,15 @@ def _add_folders(
     """Bind each folder of `host` at its place under `inside`, and remake its relative links (lib64 -> lib);
     the files at its top stay out. pip reads `{sys.prefix}/pip.conf`, where an installation or environment of
     one's own (pyenv, conda, a venv) keeps an index URL with its token; conda keeps `.condarc` there. Bound
-    whole, the installation showed them to every candidate at /opt/python/pip.conf, in both sandboxes."""
-    for entry in sorted(host.iterdir()):
+    whole, the installation showed them to every candidate at /opt/python/pip.conf, in both sandboxes.
+
+    A folder this engine may cross but not list (an ACL granting a user `--x` only) gives the folders an
+    installation or environment is made of."""
+    try:
+        entries = sorted(host.iterdir())
+    except PermissionError:
+        entries = [host / name for name in INSTALLATION_FOLDERS]
+    for entry in entries:
         target = f"{inside}/{entry.name}"
         if entry.name in skip:
             continue

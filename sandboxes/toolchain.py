@@ -77,9 +77,13 @@ def _parts(root: Path, tool: Path, where: str) -> list[tuple[str, str]]:
     folder outside the toolchain stays out too."""
     if not root.is_dir():
         return [(str(root), where)]
+    try:
+        entries = sorted(root.iterdir())
+    except PermissionError:  # crossed but not listed (an ACL granting `--x`): the usual folders of a toolchain
+        entries = [root / name for name in ("bin", "include", "lib", "lib64", "libexec", "share")]
     parts = [
         (str(entry), f"{where}/{entry.name}")
-        for entry in sorted(root.iterdir())
+        for entry in entries
         if entry.is_dir() and entry.resolve().is_relative_to(root)
     ]
     return parts + ([(str(tool), f"{where}/{tool.name}")] if tool.parent == root else [])
