@@ -110,10 +110,10 @@ def jail_runtime() -> Runtime:
     """Where this engine's interpreter comes from, and where the jail puts it.
 
     The installation (sys.base_prefix, or the folder above the interpreter's) is bound at PYTHON_INSIDE, folder
-    by folder (not the configuration files at its top), unless it is under /usr, which comes in whole. A virtual
-    environment is rebuilt at VENV_INSIDE from its parts: its folders but `bin`, a pyvenv.cfg whose `home` is
-    the moved base, and the real interpreter as `bin/python` (the environment's own `bin/python` is a link to
-    an absolute host path that the jail does not have).
+    by folder (not the configuration files at its top, nor `envs`), unless it is under /usr, which comes in
+    whole. A virtual environment is rebuilt at VENV_INSIDE from its parts: its folders but `bin`, a pyvenv.cfg
+    whose `home` is the moved base, and the real interpreter as `bin/python` (the environment's own `bin/python`
+    is a link to an absolute host path that the jail does not have).
     """
     executable = base_interpreter()
     base = Path(sys.base_prefix).resolve()
@@ -126,7 +126,7 @@ def jail_runtime() -> Runtime:
         inside = executable
     else:
         inside = Path(PYTHON_INSIDE) / executable.relative_to(base)
-        _add_folders(base, PYTHON_INSIDE, (), binds, links)
+        _add_folders(base, PYTHON_INSIDE, ("envs",), binds, links)  # pyenv-virtualenv's and conda's other environments
         if executable.parent == base:  # an interpreter at the installation's top is a file there too
             binds.append((str(executable), str(inside)))
         if any((base / "lib").glob("libpython*.so*")):  # its RUNPATH names the host path, absent in the jail

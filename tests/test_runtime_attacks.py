@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import os
+import shutil
 import sys
 import uuid
 from pathlib import Path
@@ -25,8 +26,34 @@ def problem(tmp_path_factory):
     return load_problem(write_problem(tmp_path_factory.mktemp("runtime attacked")))
 
 
+@pytest.fixture(scope="module")
+def planted():
+    """Files a token could sit in, planted before the sandboxes work out their binds (which they do as they
+    start): one at the top of this engine's Python installation, and one in a pyenv-virtualenv environment
+    under its `envs/` (a pip.conf at the top would be the host's own). As root only; the unprivileged pass
+    checks what the installation already keeps. None when the installation is under /usr."""
+    base = Path(sys.base_prefix).resolve()
+    if base.is_relative_to("/usr"):
+        yield None
+        return
+    tag = f"evolve-attack-{uuid.uuid4().hex[:8]}"
+    paths = [base / f"{tag}.conf", base / "envs" / tag / "pip.conf"]
+    made_envs = not (base / "envs").exists()
+    try:
+        if os.access(base, os.W_OK):
+            paths[1].parent.mkdir(parents=True)
+            for path in paths:
+                path.write_text("index-url = https://user:token-3391@index.example/simple\n")
+        yield [f"{PYTHON_INSIDE}/{path.relative_to(base)}" for path in paths]
+    finally:
+        shutil.rmtree(paths[1].parent, ignore_errors=True)
+        paths[0].unlink(missing_ok=True)
+        if made_envs:
+            shutil.rmtree(base / "envs", ignore_errors=True)
+
+
 @pytest.fixture(scope="module", params=["process", "docker"])
-def sandbox(request):
+def sandbox(request, planted):
     if request.param == "process":
         jail, why = find_jail()
         if jail is None:
@@ -47,25 +74,21 @@ def reported(outcome) -> object:
     raise AssertionError(f"no report: {outcome.error} {outcome.feedback} {outcome.stderr[-300:]}")
 
 
-def test_files_at_the_top_of_the_python_installation_are_out_of_reach(sandbox, problem):
+def test_files_at_the_top_of_the_python_installation_and_its_other_environments_are_out_of_reach(
+    sandbox, problem, planted
+):
     """pip reads `{sys.prefix}/pip.conf`, so an installation of one's own (pyenv, conda; `.condarc` too) keeps an
-    index URL with its token at its top. Bound whole at /opt/python, it was a candidate's to read in both
-    sandboxes; its folders come in one by one now, and the files beside them stay out."""
-    base = Path(sys.base_prefix).resolve()
-    if base.is_relative_to("/usr"):
+    index URL with its token at its top, and pyenv-virtualenv keeps every virtual environment, each with its own,
+    under its `envs/`. Bound whole at /opt/python, all of it was a candidate's to read in both sandboxes; its
+    folders but `envs` come in one by one now, and the files beside them stay out."""
+    if planted is None:
         pytest.skip("this engine's Python is under /usr: no installation is bound at /opt/python")
-    planted = base / f"evolve-attack-{uuid.uuid4().hex[:8]}.conf"  # pip.conf itself would change the host's pip
-    if os.access(base, os.W_OK):  # as root; the unprivileged pass checks what the installation already keeps
-        planted.write_text("index-url = https://user:token-3391@index.example/simple\n")
     code = (
         "import os\ndef solve(x):\n"
-        f"    top = sorted(e.name for e in os.scandir({PYTHON_INSIDE!r}) if not e.is_dir())\n    try:\n"
-        f"        return [top, open({PYTHON_INSIDE + '/' + planted.name!r}).read()]\n"
-        "    except OSError as e:\n        return [top, type(e).__name__]\n"
+        f"    got = [sorted(e.name for e in os.scandir({PYTHON_INSIDE!r}) if not e.is_dir() or e.name == 'envs')]\n"
+        f"    for path in {planted!r}:\n        try:\n            got.append(open(path).read())\n"
+        "        except OSError as e:\n            got.append(type(e).__name__)\n    return got\n"
     )
-    try:
-        got = reported(sandbox.evaluate(problem, code))
-    finally:
-        planted.unlink(missing_ok=True)
-    assert got == [[], "FileNotFoundError"], got
+    got = reported(sandbox.evaluate(problem, code))
+    assert got == [[], "FileNotFoundError", "FileNotFoundError"], got
     assert_known_vectors(sandbox, problem)
