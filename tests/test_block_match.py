@@ -98,3 +98,10 @@ def test_a_hostile_line_is_read_in_linear_time():
     started = time.monotonic()
     assert defined_names("a" + "*" * 200_000 + "\n" + "static " * 50_000 + "\n") == set()
     assert time.monotonic() - started < 3
+
+
+def test_a_renamed_function_goes_to_the_block_with_the_same_parameters_under_its_old_name():
+    status, code = child(PARENT, "```python\ndef rank(items):\n    return sorted(items, key=len)\n```")
+    assert (status, code) == ("ok", PARENT.replace("return sorted(items)", "return sorted(items, key=len)"))
+    # no parameters in common with one block only: which block was meant is a guess
+    assert child(PARENT, "```python\ndef rank(a, b):\n    return a\n```")[0] == "parse_error"

@@ -7,9 +7,10 @@ defines (`def order`, `class Packer`, `FILL = 0.6`, `fn score`, `int main(`): a 
 of exactly one block rewrites that block, and blocks that no piece names stay as they are.
 
 Python code is split at its top-level statements (so one fence may carry several blocks); code in another
-language is matched fence by fence. Whatever cannot be placed without guessing (a piece that names no block or
-two blocks, or two pieces for one block) makes the whole match fail, and the caller falls back to its rule by
-position.
+language is matched fence by fence. A piece that defines one function named like no block's goes to the one
+block whose only function takes the same parameters (one or more), renamed back: small models rename what they
+rewrite. Whatever cannot be placed without guessing (a piece that names no block or two blocks, or two pieces
+for one block) makes the whole match fail, and the caller falls back to its rule by position.
 """
 
 from __future__ import annotations
@@ -40,6 +41,8 @@ def match_blocks(blocks: Sequence[str], pieces: Sequence[str], python: bool) -> 
     new: dict[int, str] = {}
     for piece in pieces:
         parts = _python_parts(piece, names) if python else _whole(piece, names)
+        if parts is None and python:
+            parts = _renamed(piece, blocks)
         if parts is None:
             return None
         for index, text in parts.items():
@@ -96,6 +99,37 @@ def _python_parts(piece: str, names: Sequence[set[str]]) -> dict[int, str] | Non
         previous_end = end
     parts[filled[-1]].extend(lines[previous_end:])
     return {i: "\n".join(chunk).strip("\n") + "\n" for i, chunk in parts.items()}
+
+
+def _functions(code: str) -> list[tuple[str, tuple[str, ...]]]:
+    """(name, parameter names) of each top-level function of `code`; none when it does not parse."""
+    try:
+        body = ast.parse(code).body
+    except SyntaxError:
+        return []
+    return [
+        (n.name, tuple(a.arg for a in n.args.posonlyargs + n.args.args + n.args.kwonlyargs))
+        for n in body
+        if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)
+    ]
+
+
+def _renamed(piece: str, blocks: Sequence[str]) -> dict[int, str] | None:
+    """Small models rename the function they rewrite (`order(items)` comes back as `rank(items)`): a piece that
+    defines one function, named like no block's, goes to the one block whose only function takes the same
+    parameters, under that function's name (the code around the block calls it by that name)."""
+    mine = _functions(piece)
+    if len(mine) != 1 or not mine[0][1]:  # no parameters: any function without them would match
+        return None
+    (new_name, params), hits = mine[0], []
+    for i, block in enumerate(blocks):
+        theirs = _functions(block)
+        if len(theirs) == 1 and theirs[0][1] == params:
+            hits.append((i, theirs[0][0]))
+    if len(hits) != 1:
+        return None
+    index, old_name = hits[0]
+    return {index: re.sub(rf"\b{re.escape(new_name)}\b", old_name, piece)}
 
 
 def _node_names(node: ast.stmt) -> set[str]:
