@@ -86,8 +86,27 @@ def test_a_replay_file_named_in_problem_toml_is_the_problem_folder_s(tmp_path, m
     folder = write_problem(tmp_path / "odd place" / "my problem", toml=toml)
     (folder / "replay x.json").write_text(json.dumps([FULL.format(a="x * x + 0")]))
     monkeypatch.chdir(tmp_path)
-    args = ["run", str(folder), "--db", "a.db", "--sandbox", "process", "--workers", "1", "--group-size", "1",
-            "--variants", "1", "--edit-format", "full", "--max-evaluations", "2", "--no-stop-when-solved"]  # fmt: skip
+    args = [
+        "run",
+        str(folder),
+        "--db",
+        "a.db",
+        "--sandbox",
+        "process",
+        "--workers",
+        "1",
+        "--group-size",
+        "1",
+        "--variants",
+        "1",
+        "--edit-format",
+        "full",
+        "--max-evaluations",
+        "2",
+        "--no-stop-when-solved",
+        "--stall-groups",
+        "1000",
+    ]  # fmt: skip  (the replay repeats: 6 duplicate groups could stall it first)
     result = CliRunner().invoke(app, args, catch_exceptions=False)
     assert result.exit_code == 0 and "evaluation budget reached" in result.output, result.output
     stored = str(sqlite3.connect(tmp_path / "a.db").execute("SELECT * FROM runs").fetchone())
