@@ -101,7 +101,7 @@ def _python_parts(piece: str, names: Sequence[set[str]]) -> dict[int, str] | Non
     return {i: "\n".join(chunk).strip("\n") + "\n" for i, chunk in parts.items()}
 
 
-def _functions(code: str) -> list[tuple[str, tuple[str, ...]]]:
+def functions(code: str) -> list[tuple[str, tuple[str, ...]]]:
     """(name, parameter names) of each top-level function of `code`; none when it does not parse."""
     try:
         body = ast.parse(code).body
@@ -118,12 +118,12 @@ def _renamed(piece: str, blocks: Sequence[str]) -> dict[int, str] | None:
     """Small models rename the function they rewrite (`order(items)` comes back as `rank(items)`): a piece that
     defines one function, named like no block's, goes to the one block whose only function takes the same
     parameters, under that function's name (the code around the block calls it by that name)."""
-    mine = _functions(piece)
+    mine = functions(piece)
     if len(mine) != 1 or not mine[0][1]:  # no parameters: any function without them would match
         return None
     (new_name, params), hits = mine[0], []
     for i, block in enumerate(blocks):
-        theirs = _functions(block)
+        theirs = functions(block)
         if len(theirs) == 1 and theirs[0][1] == params:
             hits.append((i, theirs[0][0]))
     if len(hits) != 1:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from evolve.filetree import is_tree
 from evolve.problem.blocks import START, BlockError, find_blocks, frame_changes, replace_blocks
-from evolve.prompts.block_match import match_blocks
+from evolve.prompts.block_match import functions, match_blocks
 
 _TAG = re.compile(r"<\s*variant\s*(\d+)\s*>(.*?)(?=<\s*/\s*variant\s*\d*\s*>|<\s*variant\s*\d+\s*>|\Z)", re.S | re.I)
 # The search text never runs past the next SEARCH marker: a SEARCH with no divider before the next one is no
@@ -152,9 +152,10 @@ def _full_rewrite(parent: str, body: str) -> tuple[str | None, str, str | None]:
     fence = _FENCE if python else _ANY_FENCE  # a Python answer's ```bash aside is not its code
     fences = [f for f in fence.findall(body) if f.strip()]
     blocks = [b.text for b in find_blocks(parent)]
+    python_blocks = len(blocks) > 1 and all(map(is_python, blocks))  # pieces are then placed statement by statement
     if not fences:
         bare = _bare_code(body, python)
-        if bare is None or (len(blocks) != 1 and match_blocks(blocks, [bare], all(map(is_python, blocks))) is None):
+        if bare is None or (len(blocks) != 1 and match_blocks(blocks, [bare], python_blocks) is None):
             return None, "parse_error", "no SEARCH/REPLACE edit and no fenced code"
         fences = [bare]
     if len(fences) == 1 and START in fences[0]:
@@ -163,7 +164,7 @@ def _full_rewrite(parent: str, body: str) -> tuple[str | None, str, str | None]:
         except BlockError as exc:
             return None, "parse_error", str(exc)
     if len(blocks) > 1:  # blocks known by the names they define: some left out, merged or reordered
-        matched = match_blocks(blocks, fences, all(map(is_python, blocks)))
+        matched = match_blocks(blocks, fences, python_blocks)
         if matched is not None:
             return replace_blocks(parent, matched), "ok", None
     if len(fences) < len(blocks):
@@ -227,19 +228,12 @@ def is_python(code: str) -> bool:
     return True
 
 
-def _top_level_functions(code: str) -> set[str]:
-    tree = ast.parse(code)
-    return {n.name for n in tree.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)}
-
-
 def _restore_renamed_function(parent: str, code: str) -> tuple[str, str | None]:
     """Small models rename the function they rewrite (`solve` becomes `parse_duration`), and the evaluator then
     finds no entry point. When exactly one top-level function of the parent is gone and exactly one new one
     appeared, the new name is put back inside the editable blocks (outside code is never touched)."""
-    try:
-        before, after = _top_level_functions(parent), _top_level_functions(code)
-    except SyntaxError:
-        return code, None
+    before = {name for name, _ in functions(parent)}  # none when it does not parse
+    after = {name for name, _ in functions(code)}
     gone, new = before - after, after - before
     if len(gone) != 1 or len(new) != 1:
         return code, None
