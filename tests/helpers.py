@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import ast
 import shutil
+import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,6 +20,23 @@ KNOWN = [
     ("def solve(x):\n    return 9\n", {"c0": 0.0, "c1": 1.0}),
     ("def solve(x):\n    return -1\n", {"c0": 0.0, "c1": 0.0}),
 ]
+
+
+def reported(outcome) -> object:
+    """What the candidate returned for case c0 (the test problem echoes it into the feedback)."""
+    for line in (outcome.feedback or "").splitlines():
+        if line.startswith("c0: "):
+            return ast.literal_eval(line[4:])
+    raise AssertionError(f"no report: {outcome.error} {outcome.feedback} {outcome.stderr[-300:]}")
+
+
+def db_rows(db: Path, sql: str) -> list[tuple]:
+    """The rows of one query on a run's SQLite archive, the connection closed again."""
+    con = sqlite3.connect(db)
+    try:
+        return con.execute(sql).fetchall()
+    finally:
+        con.close()
 
 
 def assert_known_vectors(sandbox: object, problem: object) -> None:

@@ -7,7 +7,6 @@ The candidate uid is the one the sandbox under test runs candidates as (asked of
 
 from __future__ import annotations
 
-import ast
 import errno
 import struct
 
@@ -15,7 +14,7 @@ import pytest
 
 from evolve.problem import load_problem
 from sandboxes.docker_pool import OWNER
-from tests.helpers import SPLIT_TOML, docker_sandbox_or_skip, write_problem
+from tests.helpers import SPLIT_TOML, docker_sandbox_or_skip, reported, write_problem
 
 pytestmark = pytest.mark.docker
 TIMEOUT = 3.0
@@ -65,14 +64,6 @@ def ours(sandbox) -> list[str]:
     """The ids of this engine's sandbox containers."""
     found = sandbox.client.containers.list(filters={"label": f"vpo-evolve.owner={OWNER}"}, ignore_removed=True)
     return [c.id for c in found]
-
-
-def reported(outcome) -> object:
-    """What the candidate returned for case c0 (the test problem echoes it into the feedback)."""
-    for line in (outcome.feedback or "").splitlines():
-        if line.startswith("c0: "):
-            return ast.literal_eval(line[4:])
-    raise AssertionError(f"no report: {outcome.error} {outcome.feedback} {outcome.stderr[-300:]}")
 
 
 # Lists the processes of the candidate's own uid other than itself (zombies included).

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import signal
-import sqlite3
 import subprocess
 import sys
 import time
@@ -20,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from evolve.problem.samples import write_problem
+from tests.helpers import db_rows
 from tests.services import missing
 
 pytestmark = pytest.mark.slow
@@ -62,14 +62,6 @@ def _problem(tmp_path: Path, name: str, *, sleepy_seed: bool) -> tuple[Path, Pat
     replay = tmp_path / "replay.json"
     replay.write_text(json.dumps([f"<variant 1>\n```python\n{child}```\n</variant 1>\n"]))
     return folder, replay
-
-
-def _rows(db: Path, sql: str) -> list[tuple]:
-    con = sqlite3.connect(db)
-    try:
-        return con.execute(sql).fetchall()
-    finally:
-        con.close()
 
 
 CASES = {
@@ -121,12 +113,12 @@ def test_a_signal_during_evaluation_stops_at_once_and_resume_evaluates_the_child
     assert _named(name) == [], "the candidate outlived the engine"
 
     # Nothing stored for what was running: no evaluation, no failure, no incident; the run is `stopped`.
-    assert _rows(db, "SELECT status FROM runs") == [("stopped",)]
-    assert _rows(db, "SELECT COUNT(*) FROM evaluations") == [(0 if sleepy_seed else 1,)]
-    assert _rows(db, "SELECT COUNT(*) FROM evaluations WHERE error_kind IS NOT NULL") == [(0,)]
-    assert _rows(db, "SELECT COUNT(*) FROM incidents") == [(0,)]
+    assert db_rows(db, "SELECT status FROM runs") == [("stopped",)]
+    assert db_rows(db, "SELECT COUNT(*) FROM evaluations") == [(0 if sleepy_seed else 1,)]
+    assert db_rows(db, "SELECT COUNT(*) FROM evaluations WHERE error_kind IS NOT NULL") == [(0,)]
+    assert db_rows(db, "SELECT COUNT(*) FROM incidents") == [(0,)]
     if not sleepy_seed:
-        assert _rows(db, "SELECT COUNT(*) FROM variants WHERE status = 'ok' AND program_id IS NULL") == [(1,)]
+        assert db_rows(db, "SELECT COUNT(*) FROM variants WHERE status = 'ok' AND program_id IS NULL") == [(1,)]
 
     (folder / "data" / "sleep").unlink()
     again = subprocess.run(
@@ -134,11 +126,11 @@ def test_a_signal_during_evaluation_stops_at_once_and_resume_evaluates_the_child
     )
     assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-2000:]
     assert "evaluation budget reached" in again.stdout, again.stdout[-2000:]
-    scores = _rows(db, "SELECT programs.parent_id IS NULL, scores, error_kind FROM evaluations JOIN programs"
+    scores = db_rows(db, "SELECT programs.parent_id IS NULL, scores, error_kind FROM evaluations JOIN programs"
                    " ON programs.id = evaluations.program_id ORDER BY programs.id")  # fmt: skip
     assert [(bool(seed), json.loads(s), e) for seed, s, e in scores] == [
         (True, {"c0": 1.0, "c1": 1.0}, None),
         (False, {"c0": 1.0, "c1": 1.0}, None),
     ]
-    assert _rows(db, "SELECT COUNT(*) FROM variants WHERE status = 'ok' AND program_id IS NULL") == [(0,)]
-    assert _rows(db, "SELECT status FROM runs") == [("finished",)]
+    assert db_rows(db, "SELECT COUNT(*) FROM variants WHERE status = 'ok' AND program_id IS NULL") == [(0,)]
+    assert db_rows(db, "SELECT status FROM runs") == [("finished",)]

@@ -20,7 +20,7 @@ from evolve.problem import load_problem
 from policies.factory import anchored_spec
 from sandboxes.docker_images import host_spec
 from sandboxes.jail import Runtime, find_jail
-from tests.helpers import KNOWN, SPLIT_TOML, docker_sandbox_or_skip, write_problem
+from tests.helpers import SPLIT_TOML, assert_known_vectors, docker_sandbox_or_skip, write_problem
 from tests.services import missing
 
 REPO = Path(__file__).resolve().parents[1]
@@ -160,7 +160,7 @@ def test_the_docker_sandbox_imports_a_virtual_environment_s_own_packages(venv_ru
         uses_marker = "import evolve_venv_marker\ndef solve(x):\n    return evolve_venv_marker.ANSWER\n"
         outcome = box.evaluate(problem, uses_marker)
         assert outcome.scores == {"c0": 0.0, "c1": 1.0}, (outcome.error, outcome.feedback, outcome.stderr[-300:])
-        assert [box.evaluate(problem, code).scores for code, _ in KNOWN] == [want for _, want in KNOWN]
+        assert_known_vectors(box, problem)
     finally:
         box.close()
 
@@ -178,7 +178,7 @@ def test_the_docker_sandbox_binds_a_problem_folder_whose_path_holds_a_colon_and_
         problem = load_problem(folder)
         outcome = box.evaluate(problem, reads_data)
         assert outcome.scores == {"c0": 0.0, "c1": 1.0}, (outcome.error, outcome.feedback, outcome.stderr[-300:])
-        assert [box.evaluate(problem, code).scores for code, _ in KNOWN] == [want for _, want in KNOWN]
+        assert_known_vectors(box, problem)
     finally:
         box.close()
 

@@ -4,7 +4,6 @@ libraries, never the configuration kept beside them."""
 
 from __future__ import annotations
 
-import ast
 import os
 import shutil
 import sys
@@ -17,7 +16,7 @@ from evolve.problem import load_problem
 from sandboxes.docker_images import host_spec
 from sandboxes.jail import PYTHON_INSIDE, find_jail
 from sandboxes.process import ProcessSandbox
-from tests.helpers import assert_known_vectors, docker_sandbox_or_skip, write_problem
+from tests.helpers import assert_known_vectors, docker_sandbox_or_skip, reported, write_problem
 from tests.services import missing
 
 
@@ -64,14 +63,6 @@ def sandbox(request, planted):
     assert box.hides_files, box.isolation()
     yield box
     box.close()
-
-
-def reported(outcome) -> object:
-    """What the candidate returned for case c0 (the test problem echoes it into the feedback)."""
-    for line in (outcome.feedback or "").splitlines():
-        if line.startswith("c0: "):
-            return ast.literal_eval(line[4:])
-    raise AssertionError(f"no report: {outcome.error} {outcome.feedback} {outcome.stderr[-300:]}")
 
 
 def test_files_at_the_top_of_the_python_installation_and_its_other_environments_are_out_of_reach(

@@ -7,7 +7,6 @@ setpriv, as an unprivileged user.
 
 from __future__ import annotations
 
-import ast
 import os
 import sqlite3
 import subprocess
@@ -24,7 +23,14 @@ from evolve.problem.outcome import ErrorKind
 from sandboxes.base import SandboxRefused
 from sandboxes.jail import find_jail
 from sandboxes.process import ProcessSandbox
-from tests.helpers import KNOWN, assert_known_vectors, docker_sandbox_or_skip, host_binds_seen_from_venv, write_problem
+from tests.helpers import (
+    KNOWN,
+    assert_known_vectors,
+    docker_sandbox_or_skip,
+    host_binds_seen_from_venv,
+    reported,
+    write_problem,
+)
 from tests.services import missing
 
 TIMEOUT = 3.0
@@ -47,14 +53,6 @@ def sandbox(request):
     assert box.hides_files, box.isolation()
     yield box
     box.close()
-
-
-def reported(outcome) -> object:
-    """What the candidate returned for case c0 (the test problem echoes it into the feedback)."""
-    for line in (outcome.feedback or "").splitlines():
-        if line.startswith("c0: "):
-            return ast.literal_eval(line[4:])
-    raise AssertionError(f"no report: {outcome.error} {outcome.feedback} {outcome.stderr[-300:]}")
 
 
 def test_forged_reply_lines_on_every_descriptor(sandbox, problem):

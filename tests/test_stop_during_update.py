@@ -12,28 +12,18 @@ import json
 import os
 import queue
 import signal
-import sqlite3
 import subprocess
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
-from tests.helpers import evolve_run_cmd, write_square_problem
+from tests.helpers import db_rows, evolve_run_cmd, write_square_problem
 
 pytestmark = pytest.mark.slow
 
 EXIT_WITHIN_S = 3.0  # from the signal to the exit: one sample's pass (~0.2 s here, more under load) and the state
 TRAINING = ["--group-size", "16", "--variants", "1", "--train-every", "2", "--keep-zero-advantage", "--asks", "base"]
-
-
-def _rows(db: Path, sql: str) -> list[tuple]:
-    con = sqlite3.connect(db)
-    try:
-        return con.execute(sql).fetchall()
-    finally:
-        con.close()
 
 
 def _wait_for(lines: queue.Queue, text: str, proc: subprocess.Popen, seen: list[str], timeout_s: float) -> None:
@@ -80,9 +70,9 @@ def test_sigterm_during_an_update_abandons_it_at_once_and_keeps_the_count_for_th
     assert took < EXIT_WITHIN_S, f"took {took:.1f}s to stop: {out[-2000:]}"
     assert proc.returncode == 0 and "Traceback" not in out, out[-3000:]
     assert "interrupted during a policy update: the update was abandoned" in out, out[-2000:]
-    [(status, state)] = _rows(db, "SELECT status, state FROM runs")
+    [(status, state)] = db_rows(db, "SELECT status, state FROM runs")
     assert status == "stopped" and "the update was abandoned" in state
-    assert _rows(db, "SELECT number, adapter_path FROM policy_versions") == [(0, None)]
+    assert db_rows(db, "SELECT number, adapter_path FROM policy_versions") == [(0, None)]
     adapters = tmp_path / "a.adapters"
     assert not adapters.exists() or list(adapters.iterdir()) == []  # no vN/ nor vN.partial/
 
