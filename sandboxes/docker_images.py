@@ -19,6 +19,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote, unquote
 
 from evolve.problem import Problem
 from sandboxes.jail import VENV_INSIDE, Runtime, jail_runtime
@@ -130,18 +131,25 @@ def build_base(client: Any) -> ImageSpec:
         info.size = len(passwd)
         tar.addfile(info, io.BytesIO(passwd))
     python, all_binds = host_binds()
-    binds = ",".join(f"{host}={inside}" for host, inside in all_binds.items())
-    changes = [f'LABEL {LABEL_PYTHON}="{python}" {LABEL_BINDS}="{binds}"']
-    client.api.import_image_from_data(
-        buf.getvalue(), repository=HOST_BASE.split(":")[0], tag=HOST_BASE.split(":")[1], changes=changes
-    )
-    return host_spec()  # as this engine runs it; the labels only record who built the image
+    repository, _, tag = HOST_BASE.rpartition(":")
+    changes = [_labels(python, all_binds)]
+    client.api.import_image_from_data(buf.getvalue(), repository=repository, tag=tag, changes=changes)
+    return host_spec()  # as this engine runs it; the labels record who built the image (read back by `spec_of`)
+
+
+def _labels(python: str, binds: dict[str, str]) -> str:
+    """The LABEL line of the base image. Paths are percent-encoded: a `"`, `\\` or newline in a path (a user's
+    home folder may hold one) ended the Dockerfile string early and failed the import; `,` and `=` would split a
+    bind in two when read back."""
+    pairs = ",".join(f"{quote(host, safe='/')}={quote(inside, safe='/')}" for host, inside in binds.items())
+    return f'LABEL {LABEL_PYTHON}="{quote(python, safe="/")}" {LABEL_BINDS}="{pairs}"'
 
 
 def spec_of(client: Any, tag: str) -> ImageSpec:
     labels = client.images.get(tag).labels or {}
     pairs = [b.partition("=") for b in labels.get(LABEL_BINDS, "").split(",") if b]
-    return ImageSpec(tag, labels.get(LABEL_PYTHON, "python3"), {host: inside or host for host, _, inside in pairs})
+    binds = {unquote(host): unquote(inside or host) for host, _, inside in pairs}
+    return ImageSpec(tag, unquote(labels.get(LABEL_PYTHON, "python3")), binds)
 
 
 def _has(client: Any, tag: str) -> bool:

@@ -207,3 +207,27 @@ def test_a_problem_named_after_a_spaced_folder_builds_its_own_docker_image(tmp_p
         assert client.images.get(spec.tag).tags == [spec.tag]
     finally:
         client.images.remove(spec.tag, noprune=True)
+
+
+@pytest.mark.docker
+def test_a_python_path_with_a_quote_a_newline_or_a_comma_builds_the_base_image_and_reads_back(monkeypatch):
+    """The base image records the Python it was built for in a Dockerfile LABEL. A `"` or a newline in that
+    path ended the label's string, so `evolve sandbox build-base` failed; a `,` or `=` split a bind when read."""
+    import docker
+
+    from sandboxes import docker_images
+    from sandboxes.docker_pool import docker_available
+
+    if (why := docker_available()) is not None:
+        missing("Docker", why)
+    odd = '/home/o"brien\nx/py, a=b/bin/python3'
+    binds = {'/home/o"brien\nx/py, a=b': "/opt/python", "/usr": "/usr"}
+    monkeypatch.setattr(docker_images, "host_binds", lambda: (odd, binds))
+    monkeypatch.setattr(docker_images, "HOST_BASE", "vpo-evolve/test-odd-labels:1")
+    client = docker.from_env()
+    docker_images.build_base(client)
+    try:
+        spec = docker_images.spec_of(client, "vpo-evolve/test-odd-labels:1")
+        assert (spec.python, spec.binds) == (odd, binds)
+    finally:
+        client.images.remove("vpo-evolve/test-odd-labels:1", noprune=True)

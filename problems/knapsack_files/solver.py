@@ -5,6 +5,8 @@ from lib.ranking import order
 
 
 def solve(instance):
+    """Take the items in the order `order(items)` gives; keep each that still fits within
+    capacity * params.fill_fraction(). Returns the chosen indices, sorted."""
     items = instance["items"]
     room = instance["capacity"] * params.fill_fraction()
     chosen, used = [], 0
