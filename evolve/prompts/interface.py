@@ -21,8 +21,15 @@ def _docstring(body: list[ast.stmt]) -> list[ast.stmt]:
 
 
 def _stub(node: ast.FunctionDef | ast.AsyncFunctionDef) -> ast.stmt:
-    node.body = _docstring(node.body) + [ast.Expr(ast.Constant(...))]
+    node.body = [*_docstring(node.body), ast.Expr(ast.Constant(...))]
     return node
+
+
+def _plain_kept(node: ast.stmt, in_class: bool) -> bool:
+    """Imports (of the module) and one-line constants: what the blocks may use as they are."""
+    if isinstance(node, ast.Import | ast.ImportFrom):
+        return not in_class
+    return isinstance(node, ast.Assign | ast.AnnAssign) and len(ast.unparse(node)) <= _ONE_LINE
 
 
 def _kept(body: list[ast.stmt], in_class: bool) -> list[ast.stmt]:
@@ -33,9 +40,7 @@ def _kept(body: list[ast.stmt], in_class: bool) -> list[ast.stmt]:
         elif isinstance(node, ast.ClassDef):
             node.body = _kept(node.body, in_class=True) or [ast.Expr(ast.Constant(...))]
             kept.append(node)
-        elif isinstance(node, ast.Import | ast.ImportFrom) and not in_class:
-            kept.append(node)
-        elif isinstance(node, ast.Assign | ast.AnnAssign) and len(ast.unparse(node)) <= _ONE_LINE:
+        elif _plain_kept(node, in_class):
             kept.append(node)
     return kept
 
