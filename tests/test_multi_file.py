@@ -292,17 +292,19 @@ def test_the_prompt_shows_block_files_whole_and_trims_files_without_blocks_first
 
 
 def test_a_fixed_python_file_is_shown_as_its_interface_and_other_fixed_files_whole():
-    fixed = '"""Packs."""\nimport os\nLIMIT = 3\n\n\ndef solve(instance):\n    """Greedy."""\n    return hidden(instance)\n'
-    tree = join_files([
-        ("solver.py", fixed),
-        ("broken.py", "def half(:\n    pass\n"),
-        ("data.txt", "def looks_like_code(): return 1\n"),
-        ("lib/ranking.py", "# EVOLVE-BLOCK-START\ndef order(items):\n    return list(items)\n# EVOLVE-BLOCK-END\n"),
-    ])
+    fixed = '"""Packs."""\nimport os\nLIMIT = 3\n\n\ndef solve(x):\n    """Greedy."""\n    return hidden(x)'
+    tree = join_files(
+        [
+            ("solver.py", fixed),
+            ("broken.py", "def half(:\n    pass\n"),
+            ("data.txt", "def looks_like_code(): return 1\n"),
+            ("lib/ranking.py", "# EVOLVE-BLOCK-START\ndef order(items):\n    return list(items)\n# EVOLVE-BLOCK-END\n"),
+        ]
+    )
     shown = current_program(tree, "python")
     solver = shown.split("=== FILE: solver.py ===", 1)[1].split("=== FILE:", 1)[0]
     assert '"""Packs."""\nimport os\nLIMIT = 3' in solver
-    assert 'def solve(instance):\n    """Greedy."""\n    ...' in solver
+    assert 'def solve(x):\n    """Greedy."""\n    ...' in solver
     assert "hidden" not in shown and "its interface only" in solver
     assert "def half(:\n    pass" in shown and "def looks_like_code(): return 1" in shown  # unparsable, not Python
     assert "def order(items):\n    return list(items)" in shown  # the block file stays whole
