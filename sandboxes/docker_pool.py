@@ -24,7 +24,7 @@ from evolve.problem import Problem
 from evolve.problem.outcome import ErrorKind, EvalOutcome
 from sandboxes.abort import RunningJobs
 from sandboxes.docker_images import ImageSpec, image_for, image_toolchain, runtime_env
-from sandboxes.jail import hidden_host_config
+from sandboxes.jail import empty_file, hidden_host_config, hidden_host_files
 from sandboxes.scoring import make_job, outcome_from, program_filename, program_files
 
 SANDBOX_DIR = Path(__file__).resolve().parent
@@ -72,6 +72,8 @@ class WarmContainer:
         volumes = [(str(SANDBOX_DIR), "/opt/evolve"), *binds]
         # The host's /usr brings its local configuration along: an empty read-only folder goes over it.
         hidden = {path: "ro,size=4k" for path in hidden_host_config()} if ("/usr", "/usr") in binds else {}
+        if ("/usr", "/usr") in binds:  # and an empty file over its pip.conf (jail.HOST_FILES_UNDER_USR)
+            volumes += [(empty_file(), path) for path in hidden_host_files()]
         env = {"PYTHONDONTWRITEBYTECODE": "1", "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "HOME": "/work"}
         env.update(runtime_env(spec))
         if problem.data_dir is not None:

@@ -22,6 +22,8 @@ made is refused, never run weaker.
 
 from __future__ import annotations
 
+import atexit
+import functools
 import os
 import shutil
 import subprocess
@@ -39,12 +41,31 @@ SCRATCH_BYTES = {"/tmp": 256 << 20, "/dev/shm": 64 << 20, WORK: WORK_BYTES}  # t
 # /usr comes in whole for its programs and libraries, but a host keeps its local configuration under it too
 # (pip.conf, npmrc: where tokens live); both sandboxes put an empty read-only folder over these.
 HOST_CONFIG_UNDER_USR = ("/usr/local/etc",)
+# pip reads `{sys.prefix}/pip.conf`: a Python installed with prefix /usr/local or /usr keeps its index (and token)
+# there, beside the folders the candidate needs; both sandboxes put an empty read-only file over it.
+HOST_FILES_UNDER_USR = ("/usr/pip.conf", "/usr/local/pip.conf")
 INSTALLATION_FOLDERS = ("bin", "include", "lib", "lib64", "share")  # what a Python installation or venv is made of
 
 
 def hidden_host_config() -> list[str]:
     """The folders of HOST_CONFIG_UNDER_USR this host has (a mount needs its mount point)."""
     return [path for path in HOST_CONFIG_UNDER_USR if os.path.isdir(path)]
+
+
+def hidden_host_files() -> list[str]:
+    """The files of HOST_FILES_UNDER_USR this host has (links left out: a mount over one would follow it)."""
+    return [path for path in HOST_FILES_UNDER_USR if os.path.isfile(path) and not os.path.islink(path)]
+
+
+@functools.cache
+def empty_file() -> str:
+    """A read-only empty file to bind over a hidden one. Not /dev/null: the jail mounts nodev, where opening a
+    device node fails, so a candidate's `open()` there raised instead of reading nothing."""
+    handle, path = tempfile.mkstemp(prefix="evolve-empty-")
+    os.close(handle)
+    os.chmod(path, 0o444)
+    atexit.register(os.unlink, path)
+    return path
 
 
 @dataclass(frozen=True)
@@ -210,6 +231,8 @@ class Jail:
         args = [self.bwrap, *namespaces, "--die-with-parent", "--new-session", "--ro-bind", "/usr", "/usr"]
         for hidden in hidden_host_config():
             args += ["--perms", "0555", "--size", "4096", "--tmpfs", hidden, "--remount-ro", hidden]
+        for hidden in hidden_host_files():
+            args += ["--ro-bind", empty_file(), hidden]
         for name in ("bin", "lib", "lib64", "sbin"):
             host = Path("/") / name
             if host.is_symlink():

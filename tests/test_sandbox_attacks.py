@@ -20,7 +20,7 @@ import pytest
 
 from evolve.problem import load_problem
 from evolve.problem.outcome import ErrorKind
-from sandboxes.base import SandboxRefused
+from sandboxes.base import Sandbox, SandboxRefused
 from sandboxes.jail import find_jail
 from sandboxes.process import ProcessSandbox
 from tests.helpers import (
@@ -41,16 +41,21 @@ def problem(tmp_path_factory):
     return load_problem(write_problem(tmp_path_factory.mktemp("attacked"), timeout=TIMEOUT))
 
 
-@pytest.fixture(scope="module", params=["process", "docker"])
-def sandbox(request):
-    if request.param == "process":
+def _box(kind: str, slots: int) -> Sandbox:
+    if kind == "process":
         jail, why = find_jail()
         if jail is None:
             missing("bubblewrap", why)
-        box = ProcessSandbox(slots=2)
+        box = ProcessSandbox(slots=slots)
     else:
-        box = docker_sandbox_or_skip(workers=2)
+        box = docker_sandbox_or_skip(workers=slots)
     assert box.hides_files, box.isolation()
+    return box
+
+
+@pytest.fixture(scope="module", params=["process", "docker"])
+def sandbox(request):
+    box = _box(request.param, 2)
     yield box
     box.close()
 
@@ -140,6 +145,31 @@ def test_the_hosts_local_configuration_under_usr_is_out_of_reach(sandbox, proble
     assert got["listed"] in ([], "FileNotFoundError"), got
     assert got["read"] == "FileNotFoundError", got
     assert_known_vectors(sandbox, problem)
+
+
+@pytest.mark.parametrize("kind", ["process", "docker"])
+def test_pip_conf_directly_under_usr_reads_empty(kind, problem):
+    """pip reads `{sys.prefix}/pip.conf`: a Python installed under /usr/local keeps its index URL (and token) in
+    /usr/local/pip.conf, which came in with /usr. The candidate reads both such files and reports what it got."""
+    planted = [Path(p) for p in ("/usr/pip.conf", "/usr/local/pip.conf") if not os.path.lexists(p)]
+    if not os.access("/usr/local", os.W_OK):
+        pytest.skip("planting /usr/local/pip.conf needs root (the root pass of .ci/run plants it)")
+    for path in planted:
+        path.write_text("[global]\nindex-url = https://user:pip-token-5120@index.example/simple\n")
+    code = (
+        "def solve(x):\n    got = {}\n    for p in ('/usr/pip.conf', '/usr/local/pip.conf'):\n        try:\n"
+        "            got[p] = open(p).read()\n        except OSError as e:\n            got[p] = type(e).__name__\n"
+        "    return got\n"
+    )
+    box = _box(kind, 1)
+    try:
+        got = reported(box.evaluate(problem, code))
+        assert got == {"/usr/pip.conf": "", "/usr/local/pip.conf": ""}, got
+        assert_known_vectors(box, problem)
+    finally:
+        box.close()
+        for path in planted:
+            path.unlink()
 
 
 def test_other_processes_environment_and_command_lines_are_hidden(sandbox, problem, monkeypatch):
