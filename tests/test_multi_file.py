@@ -291,25 +291,6 @@ def test_the_prompt_shows_block_files_whole_and_trims_files_without_blocks_first
     assert "not shown): solver.py" in tight
 
 
-def test_a_fixed_python_file_is_shown_as_its_interface_and_other_fixed_files_whole():
-    fixed = '"""Packs."""\nimport os\nLIMIT = 3\n\n\ndef solve(x):\n    """Greedy."""\n    return hidden(x)'
-    tree = join_files(
-        [
-            ("solver.py", fixed),
-            ("broken.py", "def half(:\n    pass\n"),
-            ("data.txt", "def looks_like_code(): return 1\n"),
-            ("lib/ranking.py", "# EVOLVE-BLOCK-START\ndef order(items):\n    return list(items)\n# EVOLVE-BLOCK-END\n"),
-        ]
-    )
-    shown = current_program(tree, "python")
-    solver = shown.split("=== FILE: solver.py ===", 1)[1].split("=== FILE:", 1)[0]
-    assert '"""Packs."""\nimport os\nLIMIT = 3' in solver
-    assert 'def solve(x):\n    """Greedy."""\n    ...' in solver
-    assert "hidden" not in shown and "its interface only" in solver
-    assert "def half(:\n    pass" in shown and "def looks_like_code(): return 1" in shown  # unparsable, not Python
-    assert "def order(items):\n    return list(items)" in shown  # the block file stays whole
-
-
 @pytest.mark.slow
 def test_evolve_check_run_best_show_and_export_handle_the_tree(tmp_path):
     """The example checks; a short replayed run finds the two-file improvement; `best --out` and `export` write

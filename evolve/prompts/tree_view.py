@@ -2,16 +2,14 @@
 
 The current program's files that hold EVOLVE blocks are shown whole (the model needs the code around a block
 to change it well), each under the header line it must repeat to edit it; files without blocks are context
-only (a Python one as its interface: see `interface.py`) and go first when the text would pass the budget, then
-the block files shrink to their blocks. Other programs (inspirations, recent children) show only their blocks,
-each labelled with its file.
+only and go first when the text would pass the budget, then the block files shrink to their blocks. Other
+programs (inspirations, recent children) show only their blocks, each labelled with its file.
 """
 
 from __future__ import annotations
 
 from evolve.filetree import file_spans, tree_files
 from evolve.problem.blocks import BlockError, find_blocks, has_markers
-from evolve.prompts.interface import python_interface
 
 PROGRAM_CHARS = 9000  # the current program's files shown whole, at most (about 3k tokens)
 
@@ -34,7 +32,7 @@ def current_program(code: str, tag: str, budget: int = PROGRAM_CHARS) -> str:
     for path, text in files:
         if has_markers(text):
             continue
-        part = _context_file(path, text, tag)
+        part = _fenced(path, text, tag) + "\n(no EVOLVE blocks: shown for reference, it cannot change)"
         if used + len(part) <= budget:
             context.append(part)
             used += len(part)
@@ -45,14 +43,6 @@ def current_program(code: str, tag: str, budget: int = PROGRAM_CHARS) -> str:
     if context:
         context.append("The files you may change (only between their EVOLVE-BLOCK markers):")
     return "\n\n".join(context + editable)
-
-
-def _context_file(path: str, text: str, tag: str) -> str:
-    interface = python_interface(text) if path.endswith(".py") else None
-    if interface is None:
-        return _fenced(path, text, tag) + "\n(no EVOLVE blocks: shown for reference, it cannot change)"
-    note = "(no EVOLVE blocks, it cannot change: its interface only, bodies left out)"
-    return _fenced(path, interface, tag) + "\n" + note
 
 
 def _file_blocks(text: str, tag: str, cap: int | None = None) -> str:
