@@ -23,7 +23,6 @@ made is refused, never run weaker.
 from __future__ import annotations
 
 import atexit
-import functools
 import os
 import shutil
 import subprocess
@@ -57,14 +56,20 @@ def hidden_host_files() -> list[str]:
     return [path for path in HOST_FILES_UNDER_USR if os.path.isfile(path) and not os.path.islink(path)]
 
 
-@functools.cache
+_EMPTY: list[str] = []  # the empty file made by this process, if any
+
+
 def empty_file() -> str:
     """A read-only empty file to bind over a hidden one. Not /dev/null: the jail mounts nodev, where opening a
-    device node fails, so a candidate's `open()` there raised instead of reading nothing."""
+    device node fails, so a candidate's `open()` there raised instead of reading nothing. Made again when gone
+    (a week-long run outlives a /tmp cleaner's age limit; a missing bind source would stop every candidate)."""
+    if _EMPTY and os.path.isfile(_EMPTY[-1]) and os.path.getsize(_EMPTY[-1]) == 0:
+        return _EMPTY[-1]
     handle, path = tempfile.mkstemp(prefix="evolve-empty-")
     os.close(handle)
     os.chmod(path, 0o444)
-    atexit.register(os.unlink, path)
+    atexit.register(Path(path).unlink, missing_ok=True)
+    _EMPTY.append(path)
     return path
 
 

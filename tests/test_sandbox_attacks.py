@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import stat
 import subprocess
 import sys
 import threading
@@ -21,7 +22,7 @@ import pytest
 from evolve.problem import load_problem
 from evolve.problem.outcome import ErrorKind
 from sandboxes.base import Sandbox, SandboxRefused
-from sandboxes.jail import find_jail
+from sandboxes.jail import empty_file, find_jail
 from sandboxes.process import ProcessSandbox
 from tests.helpers import (
     KNOWN,
@@ -154,22 +155,24 @@ def test_pip_conf_directly_under_usr_reads_empty(kind, problem):
     planted = [Path(p) for p in ("/usr/pip.conf", "/usr/local/pip.conf") if not os.path.lexists(p)]
     if not os.access("/usr/local", os.W_OK):
         pytest.skip("planting /usr/local/pip.conf needs root (the root pass of .ci/run plants it)")
-    for path in planted:
-        path.write_text("[global]\nindex-url = https://user:pip-token-5120@index.example/simple\n")
     code = (
         "def solve(x):\n    got = {}\n    for p in ('/usr/pip.conf', '/usr/local/pip.conf'):\n        try:\n"
         "            got[p] = open(p).read()\n        except OSError as e:\n            got[p] = type(e).__name__\n"
         "    return got\n"
     )
-    box = _box(kind, 1)
+    box = None
     try:
+        for path in planted:
+            path.write_text("[global]\nindex-url = https://user:pip-token-5120@index.example/simple\n")
+        box = _box(kind, 1)  # after planting: a container masks what exists when it starts
         got = reported(box.evaluate(problem, code))
         assert got == {"/usr/pip.conf": "", "/usr/local/pip.conf": ""}, got
         assert_known_vectors(box, problem)
     finally:
-        box.close()
+        if box is not None:
+            box.close()
         for path in planted:
-            path.unlink()
+            path.unlink(missing_ok=True)
 
 
 def test_other_processes_environment_and_command_lines_are_hidden(sandbox, problem, monkeypatch):
@@ -414,3 +417,13 @@ def test_a_python_in_a_scratch_folder_is_bound_where_no_runner_wipes(tmp_path):
     assert python.startswith(("/opt/python/", "/usr/")), python
     assert not any(inside == s or inside.startswith(s + "/") for inside in binds.values() for s in scratch)
     assert str(venv) not in binds
+
+
+def test_the_empty_file_bound_over_pip_conf_is_made_again_when_a_tmp_cleaner_removed_it():
+    """A run left alone for weeks outlives /tmp cleaners; a bind whose source is gone would stop every candidate."""
+    first = empty_file()
+    os.chmod(first, 0o644)
+    os.unlink(first)
+    second = empty_file()
+    assert second != first and os.path.getsize(second) == 0 and stat.S_IMODE(os.stat(second).st_mode) == 0o444
+    assert empty_file() == second
