@@ -29,6 +29,7 @@ from pathlib import Path
 import pytest
 
 from evolve.problem.samples import write_problem
+from tests.helpers import db_rows
 
 pytestmark = pytest.mark.slow
 
@@ -133,17 +134,9 @@ def runs_recorded(db: Path) -> bool:
         con.close()
 
 
-def query(db: Path, sql: str) -> list[tuple]:
-    con = sqlite3.connect(db)
-    try:
-        return con.execute(sql).fetchall()
-    finally:
-        con.close()
-
-
 def pending_variants(db: Path) -> set[int]:
     """Variants parsed into a child that has no program yet: queued or being evaluated when the engine died."""
-    return {v for (v,) in query(db, "SELECT id FROM variants WHERE status = 'ok' AND program_id IS NULL")}
+    return {v for (v,) in db_rows(db, "SELECT id FROM variants WHERE status = 'ok' AND program_id IS NULL")}
 
 
 def stored_options(db: Path) -> dict:
@@ -195,9 +188,9 @@ def test_sigkill_at_random_moments_then_bare_resume_evaluates_each_child_once(tm
         if options is None:
             options = stored_options(db)
         assert stored_options(db) == options
-        assert query(db, "SELECT status FROM runs") == [("running",)]  # a kill leaves no chance to say otherwise
+        assert db_rows(db, "SELECT status FROM runs") == [("running",)]  # a kill leaves no chance to say otherwise
         pending_at_kill = pending_variants(db)
-        [(programs_at_kill,)] = query(db, "SELECT COALESCE(MAX(id), 0) FROM programs")
+        [(programs_at_kill,)] = db_rows(db, "SELECT COALESCE(MAX(id), 0) FROM programs")
     final = subprocess.run(bare, capture_output=True, text=True, timeout=240)
     outputs.append(final.stdout + final.stderr)
     assert final.returncode == 0, final.stderr[-3000:]
@@ -227,12 +220,12 @@ def test_sigkill_at_random_moments_then_bare_resume_evaluates_each_child_once(tm
     assert never_run == set()
     assert reevaluations == 0
 
-    assert query(db, "SELECT COUNT(*) FROM programs WHERE parent_id IS NULL") == [(1,)]  # the seed, once
-    assert query(db, "SELECT COUNT(*) - COUNT(DISTINCT code_hash) FROM programs") == [(0,)]
+    assert db_rows(db, "SELECT COUNT(*) FROM programs WHERE parent_id IS NULL") == [(1,)]  # the seed, once
+    assert db_rows(db, "SELECT COUNT(*) - COUNT(DISTINCT code_hash) FROM programs") == [(0,)]
     # the children pending at the last kill were evaluated first on resume (or found to be duplicates): when the
     # budget ran out before all of them, everything the resume evaluated was one of them
-    resumed = {v for (v,) in query(db, f"SELECT id FROM variants WHERE program_id > {programs_at_kill}")}
+    resumed = {v for (v,) in db_rows(db, f"SELECT id FROM variants WHERE program_id > {programs_at_kill}")}
     left = pending_at_kill & pending_variants(db)
     assert not left or resumed <= pending_at_kill, (left, resumed - pending_at_kill)
     misplaced = "SELECT COUNT(*) FROM programs c JOIN programs p ON c.parent_id = p.id"
-    assert query(db, misplaced + " WHERE c.generation != p.generation + 1") == [(0,)]  # generations follow parents
+    assert db_rows(db, misplaced + " WHERE c.generation != p.generation + 1") == [(0,)]  # generations follow parents
