@@ -70,9 +70,11 @@ class WarmContainer:
         # dropped the first: no container could start its runner.
         binds = [*spec.binds.items(), *image_toolchain(spec, problem).binds]
         volumes = [(str(SANDBOX_DIR), "/opt/evolve"), *binds]
-        # The host's /usr brings its local configuration along: an empty read-only folder goes over it.
-        hidden = {path: "ro,size=4k" for path in hidden_host_config()} if ("/usr", "/usr") in binds else {}
-        if ("/usr", "/usr") in binds:  # and an empty file over its pip.conf (jail.HOST_FILES_UNDER_USR)
+        # The host's /usr brings its local configuration along: an empty read-only folder goes over it, and an
+        # empty file over its pip.conf (jail.HOST_FILES_UNDER_USR).
+        hidden: dict[str, str] = {}
+        if ("/usr", "/usr") in binds:
+            hidden = {path: "ro,size=4k" for path in hidden_host_config()}
             volumes += [(empty_file(), path) for path in hidden_host_files()]
         env = {"PYTHONDONTWRITEBYTECODE": "1", "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "HOME": "/work"}
         env.update(runtime_env(spec))
