@@ -98,6 +98,17 @@ class GroupSampler:
         self.problem, self.archive, self.run_id, self.options = problem, archive, run_id, options
         self.population, self.selector, self.stats, self.known = population, selector, stats, known
         self.incidents = incidents
+        # Children claimed by a group that is still being stored or queued: they count as pending work, so that
+        # groups finished meanwhile (whose copies of them are duplicates) do not count towards a stall.
+        self.unqueued = 0
+        self.all_queued = asyncio.Event()
+        self.all_queued.set()
+
+    def queued(self, children: int) -> None:
+        """The generator put a group's children on the evaluation queue (or the group failed to store them)."""
+        self.unqueued -= children
+        if self.unqueued == 0:
+            self.all_queued.set()
 
     async def make_group(self, index: int, member: PolicyMember, ask: Ask, arm: str = "base") -> GroupResult | None:
         """Prompt, sample, parse and store group `index`, sampled by `member` as `ask` (ask arm `arm`, recorded
@@ -148,6 +159,7 @@ class GroupSampler:
         except Exception as exc:
             if stage == "store" and parsed is not None:  # these children were never stored: forget their hashes
                 self.known.forget(v.digest for v in parsed.new)
+                self.queued(len(parsed.new))
             raise StageFailure(stage, exc) from exc
         children = [
             Child(
@@ -284,4 +296,7 @@ class GroupSampler:
                 row.append(VariantRow(status, v.detail, pid))
             rows.append(row)
         self.known.claim(fresh)
+        if new:
+            self.unqueued += len(new)
+            self.all_queued.clear()
         return ParsedGroup(records, rows, new)

@@ -189,7 +189,7 @@ class SearchLoop:
             policy.close()
 
     def _pending_work(self) -> int:
-        return self.evaluation.pending() + self.commits.backlog
+        return self.sampler.unqueued + self.evaluation.pending() + self.commits.backlog
 
     def _may_generate(self) -> bool:
         return self.control.may_start_group(self.groups_started, self.evaluation.queue.qsize())
@@ -216,9 +216,11 @@ class SearchLoop:
             self.ensemble.sampled(group.member, group.ask, cost.completions, cost.tokens, cost.seconds, group.statuses)
             for child in group.children:
                 await self.evaluation.put(child)
+            self.sampler.queued(len(group.children))
             self._note_group(group)
-            if not group.produced and self._pending_work():
-                await self.evaluation.drained()  # repeating itself: let queued children land (new parents) first
+            if not group.produced and self._pending_work():  # repeating itself: let the children it copied land
+                await self.sampler.all_queued.wait()  # (new parents) first, those of groups still storing too
+                await self.evaluation.drained()
             self.groups_since_train += 1
             if self.training and self.groups_since_train >= self.options.train_every:
                 await self._train()

@@ -238,6 +238,39 @@ def test_a_solved_problem_stops_by_itself(tmp_path, initialised):
     assert pending_children(db) == 0
 
 
+def test_copies_of_a_child_still_being_stored_do_not_count_towards_a_stall(tmp_path):
+    """Seen in CI: the group that found the solving child was slow to store it, the other generators' groups (all
+    copies of it, so duplicates) counted as barren meanwhile, and the run ended `stalled` while that child, once
+    evaluated, solved the problem. A child claimed by a group not yet queued is pending work."""
+    import time
+
+    from evolve.loop import SearchLoop, run_search
+    from policies.replay import ReplayPolicy
+    from tests.helpers import square_run
+
+    problem, archive, run, options = square_run(
+        tmp_path, max_evaluations=50, stall_groups=3, workers=1, stop_when_solved=True
+    )
+    store, calls = archive.add_group, []
+
+    def slow_first_store(*args, **kwargs):  # a disk busy for one second, once
+        calls.append(1)
+        if len(calls) == 1:
+            time.sleep(1.0)
+        return store(*args, **kwargs)
+
+    archive.add_group = slow_first_store
+    policy = ReplayPolicy(["<variant 1>\n```python\ndef solve(x):\n    return x * x\n```\n</variant 1>"])
+    sandbox = ProcessSandbox(slots=1)
+    try:
+        reason = run_search(SearchLoop(problem, archive, policy, sandbox, run, options))
+    finally:
+        sandbox.close()
+    assert reason == "solved: every component reached its best declared bound"
+    assert 1 < len(calls) < 20  # groups were stored meanwhile, and they waited for that child rather than spun
+    assert pending_children(tmp_path / "a.db") == 0
+
+
 def _hidden_expr(evaluator: str) -> str:
     import re
 
