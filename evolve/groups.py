@@ -215,6 +215,7 @@ class GroupSampler:
                 recent=self.archive.recent_children(parent.id, RECENT_CHILDREN),
                 template=ask.template,
                 language=self.problem.config.program.language,
+                program_view=self.problem.config.program.prompt_view,
             )
         )
         return Prompted(codes, edit_format, text)

@@ -6,6 +6,7 @@ new blob for a child that changes one file of fifty, old archives open, and the 
 from __future__ import annotations
 
 import json
+import shutil
 import sqlite3
 import uuid
 from pathlib import Path
@@ -26,8 +27,8 @@ from tests.helpers import docker_sandbox_or_skip, store_program
 EXAMPLE = Path(__file__).resolve().parents[1] / "problems" / "knapsack_files"
 
 
-def by_value(items, i):
-    return -items[i][0]
+def in_order(items, i):
+    return i
 
 
 def by_ratio(items, i):
@@ -51,7 +52,7 @@ def reference(problem: Problem, key, fill: float) -> dict[str, float]:
 TWO_FILES = """<variant 1>
 === FILE: lib/ranking.py ===
 <<<<<<< SEARCH
-    return sorted(range(len(items)), key=lambda i: -items[i][0])
+    return list(range(len(items)))
 =======
     return sorted(range(len(items)), key=lambda i: -items[i][0] / items[i][1])
 >>>>>>> REPLACE
@@ -113,9 +114,9 @@ def process_box():
 
 def known(problem: Problem, children: list[str]) -> list[tuple[str, dict[str, float]]]:
     return [
-        (problem.seed_code, reference(problem, by_value, 0.6)),
+        (problem.seed_code, reference(problem, in_order, 0.6)),
         (children[0], reference(problem, by_ratio, 1.0)),
-        (children[1], reference(problem, by_value, 1.0)),
+        (children[1], reference(problem, in_order, 1.0)),
     ]
 
 
@@ -136,6 +137,42 @@ def test_the_example_loads_as_three_files_and_an_edit_spanning_two_of_them_appli
     echo = f"=== FILE: solver.py ===\n```python\n{before['solver.py']}```\n" + TWO_FILES.split("<variant 2>\n")[1]
     [echoed] = parse_completion(problem.seed_code, echo.replace("</variant 2>", ""), 1)
     assert (echoed.status, echoed.code) == ("ok", children[1])
+
+
+def test_a_file_named_by_its_path_alone_is_read_as_its_header(problem, children):
+    """The embedded model names a file by its bare path, on a line of its own or as the first line of its fence
+    (where Python read it as `lib / params.py`: three NameError crashes in one 240 s run)."""
+    fill = "def fill_fraction():\n    return 1.0\n"
+    bodies = [
+        f"```python\nlib/params.py\n{fill}```\n",
+        f"```python\n# lib/params.py\n{fill}```\n",
+        f"**lib/params.py**:\n```python\n{fill}```\n",
+        f"lib/params.py\n\n```python\n{fill}```\n",
+    ]
+    text = "".join(f"<variant {k}>\n{body}</variant {k}>\n" for k, body in enumerate(bodies, 1))
+    parsed = parse_completion(problem.seed_code, text, len(bodies))
+    assert [(v.status, v.code) for v in parsed] == [("ok", children[1])] * len(bodies), [v.detail for v in parsed]
+    prose = "```python\ndef fill_fraction():\n    # as lib/params.py says\n    return 1.0\n```\n"
+    [kept] = parse_completion(problem.seed_code, f"<variant 1>\n{prose}</variant 1>", 1)
+    assert kept.status == "ok" and "# as lib/params.py says" in dict(split_files(kept.code))["lib/params.py"]
+
+
+def test_a_block_under_another_files_header_goes_to_the_file_whose_block_it_defines(problem):
+    """Seen with the embedded model: `def order` under lib/params.py's header replaced fill_fraction, and every
+    case crashed. Code that defines names of one other file's block only is that file's; code that names no
+    block, or a block of its own file, stays where its header puts it."""
+    ratio = "def order(items):\n    return sorted(range(len(items)), key=lambda i: -items[i][0] / items[i][1])\n"
+    misplaced = [f"=== FILE: {where} ===\n```python\n{ratio}```\n" for where in ("lib/params.py", "solver.py")]
+    helper = "=== FILE: lib/params.py ===\n```python\ndef share():\n    return 1.0\n```\n"
+    texts = [*misplaced, helper]
+    text = "".join(f"<variant {k}>\n{body}</variant {k}>\n" for k, body in enumerate(texts, 1))
+    parsed = parse_completion(problem.seed_code, text, len(texts))
+    seed = dict(split_files(problem.seed_code))
+    for variant in parsed[:2]:
+        assert variant.status == "ok", variant.detail
+        files = dict(split_files(variant.code))
+        assert files["lib/params.py"] == seed["lib/params.py"] and "/ items[i][1]" in files["lib/ranking.py"]
+    assert "def share" in dict(split_files(parsed[2].code))["lib/params.py"]  # no block named: the header rules
 
 
 def test_the_seed_and_the_two_file_improvement_score_exact_vectors_in_the_process_sandbox(
@@ -289,6 +326,33 @@ def test_the_prompt_shows_block_files_whole_and_trims_files_without_blocks_first
     tight = current_program(problem.seed_code, "python", budget=editable + 100)
     assert "def fill_fraction" in tight and "def order" in tight and "def solve" not in tight
     assert "not shown): solver.py" in tight
+
+
+def test_prompt_view_blocks_shows_only_the_blocks_under_their_headers_and_names_the_fixed_files(tmp_path):
+    """`[program] prompt_view = "blocks"` (the example sets it): a small model given the fixed solver.py rewrote it
+    instead of the blocks; this view shows the blocks as a one-file program's are shown, under their headers."""
+    folder = tmp_path / "k"
+    shutil.copytree(EXAMPLE, folder)
+    toml = folder / "problem.toml"
+    assert 'prompt_view = "blocks"' in toml.read_text()
+
+    def prompt_of(folder: Path) -> str:
+        problem = load_problem(folder)
+        view = problem.config.program.prompt_view
+        return build_prompt(
+            PromptInputs("desc", problem.seed_code, {}, None, [], 2, "full", language="python", program_view=view)
+        )
+
+    blocks = prompt_of(folder).split("# Current program")[1]
+    assert "def solve" not in blocks and "not shown): solver.py (18 lines)" in blocks
+    assert "=== FILE: lib/params.py ===\n```python\ndef fill_fraction():" in blocks
+    assert "=== FILE: lib/ranking.py ===\n```python\ndef order(items):" in blocks
+    toml.write_text(toml.read_text().replace('prompt_view = "blocks"', 'prompt_view = "files"'))
+    files = prompt_of(folder).split("# Current program")[1]
+    assert "def solve" in files and '=== FILE: lib/params.py ===\n```python\n"""Settings of the packer."""' in files
+    toml.write_text(toml.read_text().replace('prompt_view = "files"', 'prompt_view = "block"'))
+    with pytest.raises(ProblemError, match="prompt_view"):
+        load_problem(folder)
 
 
 @pytest.mark.slow

@@ -21,6 +21,10 @@ class ProgramSection(_Strict):
     # Any language: "python" is imported by the harness; any other needs [run] (and usually [build]).
     language: str = Field(default="python", pattern=r"^[a-z][a-z0-9+#_-]{0,19}$")
     entry_point: str = "solve"  # split form (Python): the function each case's input is passed to
+    # How a prompt shows a program of several files: "files" shows the files with blocks whole and the fixed files
+    # as context; "blocks" only the EVOLVE blocks under their files' headers (the fixed files named), as a one-file
+    # program is shown: a small model given a fixed file rewrites it instead of the blocks.
+    prompt_view: Literal["files", "blocks"] = "files"
 
     @field_validator("files")
     @classmethod

@@ -68,6 +68,7 @@ class PromptInputs:
     template: str = "directed"  # one of TEMPLATES
     # The code fences' tag ("python", "c", "rust"); None: told from the parent's code (fence_tag)
     language: str | None = None
+    program_view: str = "files"  # a program of several files: "files" or "blocks" ([program] prompt_view)
 
     @property
     def fence_tag(self) -> str:
@@ -226,8 +227,8 @@ def build_prompt(p: PromptInputs) -> str:
     parts += [  # this group's own: from here on every prompt differs
         "# Current program",
         f"Scores (higher is better unless the problem says otherwise): {_vector(p.parent_scores)}",
-        "Its files (change only what lies between the EVOLVE-BLOCK markers):" if tree else "Editable code:",
-        current_program(p.parent_code, tag) if tree else _blocks(p.parent_code, tag),
+        _tree_heading(p.program_view) if tree else "Editable code:",
+        current_program(p.parent_code, tag, view=p.program_view) if tree else _blocks(p.parent_code, tag),
     ]
     if p.parent_feedback:
         parts += ["Evaluator feedback:", p.parent_feedback.strip()[:FEEDBACK_CAP]]
@@ -239,6 +240,12 @@ def build_prompt(p: PromptInputs) -> str:
         parts += [_blocks(code, tag, RECENT_CAP) for code in p.recent]
     parts += ["# Your answer", _closing(p.variants, fmt, n_blocks, bool(p.recent), tag, tree)]
     return "\n\n".join(parts)
+
+
+def _tree_heading(view: str) -> str:
+    if view == "blocks":
+        return "Its files (only their EVOLVE blocks are shown, and only these may change):"
+    return "Its files (change only what lies between the EVOLVE-BLOCK markers):"
 
 
 def _first_lines(text: str, lines: int, cap: int) -> str:

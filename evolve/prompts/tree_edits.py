@@ -19,9 +19,11 @@ from __future__ import annotations
 
 import ast
 import re
+from collections.abc import Mapping, Sequence
 
 from evolve.filetree import TreeError, check_path, join_files, split_files, tree_files
-from evolve.problem.blocks import has_markers
+from evolve.problem.blocks import BlockError, find_blocks, has_markers
+from evolve.prompts.block_match import defined_names
 
 _ANY_FENCE = re.compile(r"```[ \t]*[\w+#.-]*[ \t]*\n(.*?)(?:```|\Z)", re.S)
 
@@ -43,11 +45,25 @@ def named_sections(body: str) -> list[tuple[str | None, str]]:
     return out
 
 
+def path_lines_as_headers(body: str, paths: Sequence[str]) -> str:
+    """Small models name a file by its path alone: on a line of its own (`lib/params.py`, `**lib/params.py:**`)
+    or as the first line inside its fence, where Python would read it as `lib / params.py`. Such a line, naming
+    a file of the program, is read as that file's header (before the fence, when it opened one)."""
+    if not paths:
+        return body
+    path = "|".join(re.escape(p) for p in sorted(paths, key=len, reverse=True))
+    before, after = r"[ \t>*#/`]*", r"[ \t*`:]*"
+    in_fence = re.compile(rf"^(```[ \t]*[\w+#.-]*)[ \t]*\n{before}({path}){after}\n", re.M)
+    body = in_fence.sub(lambda m: f"=== FILE: {m.group(2)} ===\n{m.group(1)}\n", body)
+    alone = re.compile(rf"^{before}({path}){after}$", re.M)
+    return alone.sub(lambda m: f"=== FILE: {m.group(1)} ===", body)
+
+
 def edit_tree(parent: str, body: str) -> Result:
     """The child of a program of several files that one variant's text makes (see the module docstring)."""
     from evolve.prompts.parser import _EDIT, _apply_edits, _full_rewrite  # the one-text rules, per file
 
-    sections = named_sections(body)
+    sections = named_sections(path_lines_as_headers(body, [path for path, _ in split_files(parent)]))
     if len(sections) == 1:  # no file named: the joined text is edited as one program
         edits = _EDIT.findall(body)
         return _apply_edits(parent, edits) if edits else _full_rewrite(parent, body)
@@ -67,11 +83,13 @@ def edit_tree(parent: str, body: str) -> Result:
             return None, "parse_error", f"an edit names a path outside the program: {exc}"
         if path not in files:
             return None, "parse_error", f"an edit names {path!r}, which is not a file of the program"
+        edits = _EDIT.findall(text)
+        if not edits and not _echoes(files[path], text):
+            path = _owner_by_names(path, text, files)
         if not has_markers(files[path]):
             if _echoes(files[path], text):  # small models copy every file shown: an unchanged copy is no edit
                 continue
             return None, "outside_block", f"{path} has no EVOLVE blocks: it cannot change"
-        edits = _EDIT.findall(text)
         new, status, detail = _apply_edits(files[path], edits) if edits else _full_rewrite(files[path], text)
         if new is None:
             return None, status, f"{path}: {detail}"
@@ -80,6 +98,25 @@ def edit_tree(parent: str, body: str) -> Result:
         return join_files(list(files.items())), "ok", None
     except TreeError as exc:
         return None, "bad_blocks", str(exc)
+
+
+def _owner_by_names(path: str, section: str, files: Mapping[str, str]) -> str:
+    """The file whose block a section's new code replaces: the file its header names, unless the code defines
+    names of no block there and of blocks of exactly one other file (small models put `def order` under the
+    header of lib/params.py; written into params' one block, it broke both files)."""
+    defined = defined_names("\n".join(_ANY_FENCE.findall(section)) or section)
+    if not defined or defined & _block_names(files[path]):
+        return path
+    others = [other for other, text in files.items() if other != path and defined & _block_names(text)]
+    return others[0] if len(others) == 1 else path
+
+
+def _block_names(text: str) -> set[str]:
+    """The names that a file's EVOLVE blocks define."""
+    try:
+        return set().union(*(defined_names(block.text) for block in find_blocks(text)))
+    except BlockError:
+        return set()
 
 
 def _echoes(text: str, section: str) -> bool:

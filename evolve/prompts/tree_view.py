@@ -18,15 +18,18 @@ def _fenced(path: str, text: str, tag: str) -> str:
     return f"=== FILE: {path} ===\n```{tag}\n{text.rstrip()}\n```"
 
 
-def current_program(code: str, tag: str, budget: int = PROGRAM_CHARS) -> str:
+def current_program(code: str, tag: str, budget: int = PROGRAM_CHARS, view: str = "files") -> str:
     """The current program's files within `budget` characters: those without blocks first, as context, while they
     fit (one left out is named in one line, so the model knows it exists), then those with blocks, whole. Why
     this order: a small model rewrites the last code it read; shown last, a fixed file drew every answer of a
-    0.5B model (its `solve`, which cannot change, rewritten 10 times of 12)."""
+    0.5B model (its `solve`, which cannot change, rewritten 10 times of 12). View "blocks": the blocks only,
+    each under its file's header, and the fixed files named (shown first, the same model still rewrote them)."""
     files = tree_files(code) or []
     editable = [_fenced(p, t, tag) for p, t in files if has_markers(t)]
-    if sum(map(len, editable)) > budget:  # even the block files whole are too long: their blocks only
+    if view == "blocks" or sum(map(len, editable)) > budget:  # the blocks only (or the files are too long)
         editable = [f"=== FILE: {p} ===\n{_file_blocks(t, tag)}" for p, t in files if has_markers(t)]
+    if view == "blocks":
+        budget = 0  # every fixed file is named, none shown
     used = sum(map(len, editable))
     context, left_out = [], []
     for path, text in files:
@@ -40,7 +43,7 @@ def current_program(code: str, tag: str, budget: int = PROGRAM_CHARS) -> str:
             left_out.append(f"{path} ({text.count(chr(10))} lines)")
     if left_out:
         context.append("Other files of the program (no EVOLVE blocks, not shown): " + ", ".join(left_out))
-    if context:
+    if context and view == "files":
         context.append("The files you may change (only between their EVOLVE-BLOCK markers):")
     return "\n\n".join(context + editable)
 

@@ -31,6 +31,11 @@ def score(case, output):
         return 0.0, "return a list of distinct item indices"
     if not all(isinstance(i, int) and 0 <= i < len(items) for i in output):
         return 0.0, "an index is not an item"
-    if sum(items[i][1] for i in output) > case["input"]["capacity"]:
+    capacity, weight = case["input"]["capacity"], sum(items[i][1] for i in output)
+    if weight > capacity:
         return 0.0, "over the capacity"
-    return sum(items[i][0] for i in output) / case["best"]
+    value = sum(items[i][0] for i in output)
+    return value / case["best"], (
+        f"{len(output)} of {len(items)} items, weight {weight} of capacity {capacity} "
+        f"({100 * weight // capacity}% full), value {value} of the best {case['best']}"
+    )

@@ -4,7 +4,7 @@
 # EVOLVE-BLOCK-START
 def order(items):
     """Indices of `items` ([value, weight] pairs), the most promising first."""
-    return sorted(range(len(items)), key=lambda i: -items[i][0])
+    return list(range(len(items)))
 
 
 # EVOLVE-BLOCK-END
