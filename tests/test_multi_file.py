@@ -152,9 +152,10 @@ def test_a_file_named_by_its_path_alone_is_read_as_its_header(problem, children)
     text = "".join(f"<variant {k}>\n{body}</variant {k}>\n" for k, body in enumerate(bodies, 1))
     parsed = parse_completion(problem.seed_code, text, len(bodies))
     assert [(v.status, v.code) for v in parsed] == [("ok", children[1])] * len(bodies), [v.detail for v in parsed]
-    prose = "```python\ndef fill_fraction():\n    # as lib/params.py says\n    return 1.0\n```\n"
-    [kept] = parse_completion(problem.seed_code, f"<variant 1>\n{prose}</variant 1>", 1)
-    assert kept.status == "ok" and "# as lib/params.py says" in dict(split_files(kept.code))["lib/params.py"]
+    inside = "```python\ndef fill_fraction():\n    # as lib/params.py says\n    # lib/ranking.py\n    return 1.0\n```\n"
+    [kept] = parse_completion(problem.seed_code, f"<variant 1>\n{inside}</variant 1>", 1)
+    assert kept.status == "ok", kept.detail  # a path further inside a fence is a comment of the code
+    assert "# as lib/params.py says\n    # lib/ranking.py\n" in dict(split_files(kept.code))["lib/params.py"]
 
 
 def test_a_block_under_another_files_header_goes_to_the_file_whose_block_it_defines(problem):

@@ -48,15 +48,27 @@ def named_sections(body: str) -> list[tuple[str | None, str]]:
 def path_lines_as_headers(body: str, paths: Sequence[str]) -> str:
     """Small models name a file by its path alone: on a line of its own (`lib/params.py`, `**lib/params.py:**`)
     or as the first line inside its fence, where Python would read it as `lib / params.py`. Such a line, naming
-    a file of the program, is read as that file's header (before the fence, when it opened one)."""
+    a file of the program, is read as that file's header (put before the fence it opened); a path further inside
+    a fence is code (a comment) and stays."""
     if not paths:
         return body
-    path = "|".join(re.escape(p) for p in sorted(paths, key=len, reverse=True))
-    before, after = r"[ \t>*#/`]*", r"[ \t*`:]*"
-    in_fence = re.compile(rf"^(```[ \t]*[\w+#.-]*)[ \t]*\n{before}({path}){after}\n", re.M)
-    body = in_fence.sub(lambda m: f"=== FILE: {m.group(2)} ===\n{m.group(1)}\n", body)
-    alone = re.compile(rf"^{before}({path}){after}$", re.M)
-    return alone.sub(lambda m: f"=== FILE: {m.group(1)} ===", body)
+    alternatives = "|".join(re.escape(p) for p in sorted(paths, key=len, reverse=True))
+    named = re.compile(rf"^[ \t>*#/`]*({alternatives})[ \t*`:]*$")
+    out: list[str] = []
+    fenced, opener = False, -1
+    for line in body.split("\n"):
+        if line.lstrip().startswith("```"):
+            fenced, opener = not fenced, len(out)
+            out.append(line)
+            continue
+        found = named.match(line)
+        if found is None or (fenced and opener != len(out) - 1):
+            out.append(line)
+        elif fenced:  # the fence's first line: the header goes before the fence
+            out.insert(opener, f"=== FILE: {found.group(1)} ===")
+        else:
+            out.append(f"=== FILE: {found.group(1)} ===")
+    return "\n".join(out)
 
 
 def edit_tree(parent: str, body: str) -> Result:
