@@ -39,11 +39,22 @@ WORK_BYTES = 256 << 20  # what a candidate may write under /work in all, like th
 SCRATCH_BYTES = {"/tmp": 256 << 20, "/dev/shm": 64 << 20, WORK: WORK_BYTES}  # the Docker sandbox's sizes
 # /usr comes in whole for its programs and libraries, but a host keeps its local configuration under it too
 # (pip.conf, npmrc: where tokens live); both sandboxes put an empty read-only folder over these.
-HOST_CONFIG_UNDER_USR = ("/usr/local/etc",)
-# pip reads `{sys.prefix}/pip.conf`: a Python installed with prefix /usr/local or /usr keeps its index (and token)
-# there, beside the folders the candidate needs; both sandboxes put an empty read-only file over it.
-HOST_FILES_UNDER_USR = ("/usr/pip.conf", "/usr/local/pip.conf")
+# npm reads `{prefix}/etc/npmrc`, so a node installed with prefix /usr keeps its registry token in /usr/etc.
+HOST_CONFIG_UNDER_USR = ("/usr/local/etc", "/usr/etc")
+# Credentials that tools keep at their installation's top rather than under an etc: pip reads `{sys.prefix}/pip.conf`
+# (a Python installed with prefix /usr/local or /usr), the official Rust images keep CARGO_HOME at /usr/local/cargo,
+# gcloud keeps installation-wide properties (proxy passwords) beside its code. Both sandboxes put an empty
+# read-only file over each (over its target when it is a link to a file under /usr).
+HOST_FILES_UNDER_USR = (
+    "/usr/pip.conf",
+    "/usr/local/pip.conf",
+    "/usr/local/cargo/credentials",
+    "/usr/local/cargo/credentials.toml",
+    "/usr/lib/google-cloud-sdk/properties",
+)
 INSTALLATION_FOLDERS = ("bin", "include", "lib", "lib64", "share")  # what a Python installation or venv is made of
+# An installation prefix's configuration (npm's etc/npmrc, conda's etc/conda): never needed to run, where tokens live.
+PREFIX_CONFIG = "etc"
 
 
 def hidden_host_config() -> list[str]:
@@ -52,8 +63,16 @@ def hidden_host_config() -> list[str]:
 
 
 def hidden_host_files() -> list[str]:
-    """The files of HOST_FILES_UNDER_USR this host has (links left out: a mount over one would follow it)."""
-    return [path for path in HOST_FILES_UNDER_USR if os.path.isfile(path) and not os.path.islink(path)]
+    """The files of HOST_FILES_UNDER_USR this host has, a link by the file it leads to: a mount over a link lands on
+    its target, which must therefore be in the jail (under /usr, and not in a folder already hidden). A link that
+    leads out of /usr dangles in the jail and reads nothing anyway."""
+    found: list[str] = []
+    for path in HOST_FILES_UNDER_USR:
+        real = Path(os.path.realpath(path))
+        inside = real.is_relative_to("/usr") and not any(real.is_relative_to(h) for h in hidden_host_config())
+        if real.is_file() and inside and str(real) not in found:
+            found.append(str(real))
+    return found
 
 
 _EMPTY: list[str] = []  # the empty file made by this process, if any
@@ -110,10 +129,11 @@ def base_interpreter() -> Path:
 def _add_folders(
     host: Path, inside: str, skip: tuple[str, ...], binds: list[tuple[str, str]], links: list[tuple[str, str]]
 ) -> None:
-    """Bind each folder of `host` at its place under `inside`, and remake its relative links (lib64 -> lib);
-    the files at its top stay out. pip reads `{sys.prefix}/pip.conf`, where an installation or environment of
-    one's own (pyenv, conda, a venv) keeps an index URL with its token; conda keeps `.condarc` there. Bound
-    whole, the installation showed them to every candidate at /opt/python/pip.conf, in both sandboxes.
+    """Bind each folder of `host` at its place under `inside`, and remake its relative links to folders (lib64 ->
+    lib); the files at its top, links to files, and its `etc` stay out. pip reads `{sys.prefix}/pip.conf`, where an
+    installation or environment of one's own (pyenv, conda, a venv) keeps an index URL with its token; conda keeps
+    `.condarc` there. Bound whole, the installation showed them to every candidate at /opt/python/pip.conf, in
+    both sandboxes; a pip.conf that was a relative link to a file in `share` was remade, and pip read it.
 
     A folder this engine may cross but not list (an ACL granting a user `--x` only) gives the folders an
     installation or environment is made of."""
@@ -123,10 +143,10 @@ def _add_folders(
         entries = [host / name for name in INSTALLATION_FOLDERS]
     for entry in entries:
         target = f"{inside}/{entry.name}"
-        if entry.name in skip:
+        if entry.name in skip or entry.name == PREFIX_CONFIG:
             continue
         if entry.is_symlink():
-            if not os.path.isabs(os.readlink(entry)):
+            if not os.path.isabs(os.readlink(entry)) and entry.is_dir():
                 links.append((os.readlink(entry), target))
         elif entry.is_dir():
             binds.append((str(entry), target))

@@ -287,3 +287,18 @@ def test_user_namespaces_are_refused_to_candidates(sandbox, problem):
         "clone3": errno.ENOSYS,
     }
     assert_known_vectors(sandbox, problem, rounds=1)
+
+
+def test_a_scratch_tree_thousands_of_levels_deep_costs_its_container_not_its_score(sandbox, problem):
+    """Found by a red-team pass: the runner's wipe recursed once per level, a tree 5,000 deep in /tmp raised
+    RecursionError out of it, and the candidate's honest answer became a crash (`no reply`), run again in a new
+    container. The answer stands now; what the wipe left goes with the container."""
+    deep = (
+        "import os\ndef solve(x):\n    fd, name = os.open('/tmp', os.O_RDONLY), f'case{x}'\n    for _ in range(5000):\n"
+        "        os.mkdir(name, dir_fd=fd)\n        nxt = os.open(name, os.O_RDONLY, dir_fd=fd)\n"
+        "        name = 'd'\n"
+        "        os.close(fd)\n        fd = nxt\n    return x * x\n"
+    )
+    outcome = sandbox.evaluate(problem, deep)
+    assert (outcome.error, outcome.scores) == (None, {"c0": 1.0, "c1": 1.0})
+    assert_known_vectors(sandbox, problem)

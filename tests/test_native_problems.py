@@ -274,6 +274,8 @@ def test_files_at_the_top_of_a_toolchain_stay_out(process_sandbox, tmp_path, kin
     if str(python).startswith("/usr/") or not python.is_relative_to(base) or not os.access(base, os.W_OK):
         pytest.skip("no writable Python installation outside /usr to build with here")
     planted = base / f"evolve-attack-{uuid.uuid4().hex[:8]}.conf"  # pip.conf itself would change the host's pip
+    in_etc = base / "etc" / planted.name  # a prefix's etc (an nvm node's etc/npmrc holds its token): out too
+    made_etc = not in_etc.parent.exists()
     root = write_c_problem(tmp_path / "p")
     build = "import os; os.execvp('cc', ['cc', '-O0', '-o', 'prog', 'prog.c'])"
     toml = root / "problem.toml"
@@ -281,15 +283,21 @@ def test_files_at_the_top_of_a_toolchain_stay_out(process_sandbox, tmp_path, kin
     problem = load_problem(root)
     peek = (
         f'static long peek(void) {{ FILE *f = fopen("{TOOLCHAIN_INSIDE}/0/{planted.name}", "r"); long v = 4;'
+        f' if (!f) f = fopen("{TOOLCHAIN_INSIDE}/0/etc/{planted.name}", "r");'
         ' if (f) { if (fscanf(f, "%ld", &v) != 1) v = 0; fclose(f); } return v; }'
     )
     box = process_sandbox if kind == "process" else docker_sandbox_or_skip(workers=1)
     planted.write_text("9\n")
+    in_etc.parent.mkdir(exist_ok=True)
+    in_etc.write_text("9\n")
     try:
         got = box.evaluate(problem, c_program("peek()", head=peek))
         assert got.scores == {"c0": 1.0, "c1": 0.0}, (got.error, got.stderr[-300:])
         assert_known_c_vectors(box, problem)
     finally:
         planted.unlink()
+        in_etc.unlink()
+        if made_etc:
+            in_etc.parent.rmdir()
         if box is not process_sandbox:
             box.close()

@@ -175,6 +175,59 @@ def test_pip_conf_directly_under_usr_reads_empty(kind, problem):
             path.unlink(missing_ok=True)
 
 
+@pytest.mark.parametrize("kind", ["process", "docker"])
+def test_credentials_kept_elsewhere_under_usr_or_in_the_python_installation_are_out_of_reach(kind, problem):
+    """Found by a red-team pass: a /usr/local/pip.conf that is a link to a file under /usr, npm's /usr/etc/npmrc and
+    cargo's /usr/local/cargo/credentials.toml came in with /usr in both sandboxes; in the process sandbox, a link
+    to a file at the top of the engine's Python installation was remade at /opt/python, and its `etc` came in.
+    The candidate reads each and reports what it got: empty, or not there."""
+    tag = uuid.uuid4().hex[:8]
+    base = Path(sys.base_prefix).resolve()
+    link, cargo = Path("/usr/local/pip.conf"), Path("/usr/local/cargo/credentials.toml")
+    if not os.access("/usr/local", os.W_OK) or not os.access(base, os.W_OK) or str(base).startswith("/usr/"):
+        pytest.skip("planting under /usr and in a Python installation outside /usr needs root (the root pass does)")
+    if os.path.lexists(link) or os.path.lexists(cargo):
+        pytest.skip("this host keeps a /usr/local/pip.conf or cargo credentials of its own")
+    made = [d for d in (Path("/usr/etc"), cargo.parent, base / "etc") if not d.exists()]
+    target = Path(f"/usr/local/lib/evolve-attack-{tag}.conf")
+    npmrc = Path(f"/usr/etc/evolve-attack-{tag}-npmrc")
+    top, top_target = base / f"evolve-attack-{tag}.conf", base / "share" / f"evolve-attack-{tag}.conf"
+    in_etc = base / "etc" / f"evolve-attack-{tag}.conf"
+    paths = [
+        str(link),
+        str(target),
+        str(npmrc),
+        str(cargo),
+        f"/opt/python/{top.name}",
+        f"/opt/python/etc/{in_etc.name}",
+    ]
+    code = (
+        f"def solve(x):\n    got = {{}}\n    for p in {paths!r}:\n        try:\n"
+        "            got[p] = open(p).read()\n        except OSError as e:\n            got[p] = type(e).__name__\n"
+        "    return got\n"
+    )
+    box = None
+    try:
+        for folder in made:
+            folder.mkdir()
+        for secret in (target, npmrc, cargo, top_target, in_etc):
+            secret.write_text(f"token = red-team-{tag}\n")
+        link.symlink_to(target)
+        top.symlink_to(top_target.relative_to(base))
+        box = _box(kind, 1)  # after planting: a container masks what exists when it starts
+        got = reported(box.evaluate(problem, code))
+        gone = "FileNotFoundError"
+        assert got == dict(zip(paths, ["", "", gone, "", gone, gone], strict=True)), got
+        assert_known_vectors(box, problem)
+    finally:
+        if box is not None:
+            box.close()
+        for planted in (link, top, target, npmrc, cargo, top_target, in_etc):
+            planted.unlink(missing_ok=True)
+        for folder in reversed(made):
+            folder.rmdir()
+
+
 def test_other_processes_environment_and_command_lines_are_hidden(sandbox, problem, monkeypatch):
     """A secret in the engine's environment and in another host process's environment and command line.
 
