@@ -219,7 +219,11 @@ def test_a_toolchain_outside_usr_is_bound_folder_by_folder_and_read_only(tmp_pat
     (argv0, *_), binds = tools.argv(["rustc", "x.rs"]), dict(tools.binds)
     toolchain = Path(next(host for host, inside in binds.items() if inside == f"{TOOLCHAIN_INSIDE}/0/bin")).parent
     assert "/toolchains/" in str(toolchain) and argv0 == f"{TOOLCHAIN_INSIDE}/0/bin/rustc"  # not rustup's proxy
-    folders = {str(entry): f"{TOOLCHAIN_INSIDE}/0/{entry.name}" for entry in toolchain.iterdir() if entry.is_dir()}
+    folders = {
+        str(entry): f"{TOOLCHAIN_INSIDE}/0/{entry.name}"
+        for entry in toolchain.iterdir()
+        if entry.is_dir() and entry.name != "etc"  # a prefix's configuration stays out (rustup's: shell completions)
+    }
     assert binds == {**folders, "/etc/alternatives": "/etc/alternatives"}
 
 
