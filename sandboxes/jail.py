@@ -58,8 +58,15 @@ PREFIX_CONFIG = "etc"
 
 
 def hidden_host_config() -> list[str]:
-    """The folders of HOST_CONFIG_UNDER_USR this host has (a mount needs its mount point)."""
-    return [path for path in HOST_CONFIG_UNDER_USR if os.path.isdir(path)]
+    """The folders of HOST_CONFIG_UNDER_USR this host has, a link by the folder it leads to: a mount needs a real
+    mount point, so a link (`/usr/etc -> /etc`) made bubblewrap refuse every job, and in Docker the empty folder
+    landed on the container's own /etc. A link that leads out of /usr shows nothing of the host in the jail."""
+    found: list[str] = []
+    for path in HOST_CONFIG_UNDER_USR:
+        real = Path(os.path.realpath(path))
+        if real.is_dir() and real.is_relative_to("/usr") and str(real) not in found:
+            found.append(str(real))
+    return found
 
 
 def hidden_host_files() -> list[str]:
@@ -67,9 +74,10 @@ def hidden_host_files() -> list[str]:
     its target, which must therefore be in the jail (under /usr, and not in a folder already hidden). A link that
     leads out of /usr dangles in the jail and reads nothing anyway."""
     found: list[str] = []
+    hidden = hidden_host_config()  # resolved, as `real` is: a file in a linked hidden folder is hidden already
     for path in HOST_FILES_UNDER_USR:
         real = Path(os.path.realpath(path))
-        inside = real.is_relative_to("/usr") and not any(real.is_relative_to(h) for h in hidden_host_config())
+        inside = real.is_relative_to("/usr") and not any(real.is_relative_to(h) for h in hidden)
         if real.is_file() and inside and str(real) not in found:
             found.append(str(real))
     return found

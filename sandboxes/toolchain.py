@@ -75,8 +75,8 @@ def _parts(root: Path, tool: Path, where: str) -> list[tuple[str, str]]:
     """Binds bringing in `root` at `where`: a lone file as it is; a folder by its folders and the tool itself,
     never the other files at its top. pip reads `{sys.prefix}/pip.conf` (conda `.condarc`), so a Python
     installation taken for a build's toolchain showed its index token at /opt/toolchain/N/pip.conf. A link to a
-    folder outside the toolchain stays out too, and so does its `etc` (an nvm node keeps its npm token in
-    etc/npmrc)."""
+    folder outside the toolchain stays out too, and so do its `etc` (an nvm node keeps its npm token in
+    etc/npmrc) and conda's `envs` (other environments, each with its own pip.conf and etc)."""
     if not root.is_dir():
         return [(str(root), where)]
     try:
@@ -86,7 +86,7 @@ def _parts(root: Path, tool: Path, where: str) -> list[tuple[str, str]]:
     parts = [
         (str(entry), f"{where}/{entry.name}")
         for entry in entries
-        if entry.is_dir() and entry.resolve().is_relative_to(root) and entry.name != PREFIX_CONFIG
+        if entry.is_dir() and entry.resolve().is_relative_to(root) and entry.name not in (PREFIX_CONFIG, "envs")
     ]
     return parts + ([(str(tool), f"{where}/{tool.name}")] if tool.parent == root else [])
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import shutil
 import sqlite3
+import time
 import uuid
 from pathlib import Path
 
@@ -174,6 +175,17 @@ def test_a_block_under_another_files_header_goes_to_the_file_whose_block_it_defi
         files = dict(split_files(variant.code))
         assert files["lib/params.py"] == seed["lib/params.py"] and "/ items[i][1]" in files["lib/ranking.py"]
     assert "def share" in dict(split_files(parsed[2].code))["lib/params.py"]  # no block named: the header rules
+
+
+def test_hostile_header_and_fence_lines_parse_in_linear_time(problem):
+    """Found by a red-team pass: two runs of spaces matched by adjacent quantifiers made a header-like line
+    (`==FILE:x`, 50,000 spaces, `y`) take 43 s per variant, and a fence opener followed by spaces 0.8 s per 20,000."""
+    fill = "```python\ndef fill_fraction():\n    return 1.0\n```\n"
+    spaces = " " * 50_000
+    for line in (f"==FILE:x{spaces}y", f"```{spaces}y", f"```python{spaces}y"):
+        started = time.monotonic()
+        parse_completion(problem.seed_code, f"<variant 1>\n{line}\n{fill}</variant 1>", 1)
+        assert time.monotonic() - started < 3, line[:12]
 
 
 def test_the_seed_and_the_two_file_improvement_score_exact_vectors_in_the_process_sandbox(

@@ -279,7 +279,8 @@ def test_files_at_the_top_of_a_toolchain_stay_out(process_sandbox, tmp_path, kin
         pytest.skip("no writable Python installation outside /usr to build with here")
     planted = base / f"evolve-attack-{uuid.uuid4().hex[:8]}.conf"  # pip.conf itself would change the host's pip
     in_etc = base / "etc" / planted.name  # a prefix's etc (an nvm node's etc/npmrc holds its token): out too
-    made_etc = not in_etc.parent.exists()
+    in_envs = base / "envs" / planted.name  # conda's other environments, each with its pip.conf: out too
+    made = [folder for folder in (in_etc.parent, in_envs.parent) if not folder.exists()]
     root = write_c_problem(tmp_path / "p")
     build = "import os; os.execvp('cc', ['cc', '-O0', '-o', 'prog', 'prog.c'])"
     toml = root / "problem.toml"
@@ -288,12 +289,14 @@ def test_files_at_the_top_of_a_toolchain_stay_out(process_sandbox, tmp_path, kin
     peek = (
         f'static long peek(void) {{ FILE *f = fopen("{TOOLCHAIN_INSIDE}/0/{planted.name}", "r"); long v = 4;'
         f' if (!f) f = fopen("{TOOLCHAIN_INSIDE}/0/etc/{planted.name}", "r");'
+        f' if (!f) f = fopen("{TOOLCHAIN_INSIDE}/0/envs/{planted.name}", "r");'
         ' if (f) { if (fscanf(f, "%ld", &v) != 1) v = 0; fclose(f); } return v; }'
     )
     box = process_sandbox if kind == "process" else docker_sandbox_or_skip(workers=1)
     planted.write_text("9\n")
-    in_etc.parent.mkdir(exist_ok=True)
-    in_etc.write_text("9\n")
+    for secret in (in_etc, in_envs):
+        secret.parent.mkdir(exist_ok=True)
+        secret.write_text("9\n")
     try:
         got = box.evaluate(problem, c_program("peek()", head=peek))
         assert got.scores == {"c0": 1.0, "c1": 0.0}, (got.error, got.stderr[-300:])
@@ -301,7 +304,8 @@ def test_files_at_the_top_of_a_toolchain_stay_out(process_sandbox, tmp_path, kin
     finally:
         planted.unlink()
         in_etc.unlink()
-        if made_etc:
-            in_etc.parent.rmdir()
+        in_envs.unlink()
+        for folder in made:
+            folder.rmdir()
         if box is not process_sandbox:
             box.close()

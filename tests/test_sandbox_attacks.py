@@ -228,6 +228,50 @@ def test_credentials_kept_elsewhere_under_usr_or_in_the_python_installation_are_
             folder.rmdir()
 
 
+@pytest.mark.parametrize("kind", ["process", "docker"])
+def test_a_hidden_folder_or_file_that_is_a_link_neither_stops_the_sandbox_nor_shows(kind, problem, monkeypatch):
+    """Found by a second red-team pass: a hidden config folder that was a link (`/usr/etc -> /etc`) made bubblewrap
+    refuse every job (it cannot mount on a link), and in Docker covered the container's own /etc; a credential file
+    reached through a linked hidden folder made bubblewrap fail too. Links are followed to what they lead to."""
+    import sandboxes.jail as jail
+
+    if not os.access("/usr/local", os.W_OK):
+        pytest.skip("planting links under /usr/local needs root (the root pass of .ci/run plants them)")
+    tag = uuid.uuid4().hex[:8]
+    out_of_usr = Path(f"/usr/local/evolve-attack-{tag}-etc")  # a link to the host's /etc
+    real = Path(f"/usr/local/share/evolve-attack-{tag}")  # a real config folder, reached through a link
+    linked = Path(f"/usr/local/evolve-attack-{tag}-conf")
+    secret = Path(f"/usr/local/evolve-attack-{tag}.conf")  # -> the linked folder's pip.conf
+    monkeypatch.setattr(jail, "HOST_CONFIG_UNDER_USR", (*jail.HOST_CONFIG_UNDER_USR, str(out_of_usr), str(linked)))
+    monkeypatch.setattr(jail, "HOST_FILES_UNDER_USR", (*jail.HOST_FILES_UNDER_USR, str(secret)))
+    probes = [str(secret), f"{real}/pip.conf"] + (["/etc/passwd"] if kind == "docker" else [])  # the image's own
+    code = (
+        f"def solve(x):\n    got = {{}}\n    for p in {probes!r}:\n"
+        "        try:\n            got[p] = len(open(p).read()) > 0\n"
+        "        except OSError as e:\n            got[p] = type(e).__name__\n    return got\n"
+    )
+    box = None
+    try:
+        out_of_usr.symlink_to("/etc")
+        real.mkdir()
+        (real / "pip.conf").write_text(f"index-url = https://u:token-{tag}@index.example\n")
+        linked.symlink_to(f"share/{real.name}")
+        secret.symlink_to(f"{linked.name}/pip.conf")
+        box = _box(kind, 1)
+        got = reported(box.evaluate(problem, code))
+        want = {str(secret): "FileNotFoundError", f"{real}/pip.conf": "FileNotFoundError", "/etc/passwd": True}
+        assert got == {p: want[p] for p in probes}, got
+        assert_known_vectors(box, problem)
+    finally:
+        if box is not None:
+            box.close()
+        for link in (secret, linked, out_of_usr):
+            link.unlink(missing_ok=True)
+        (real / "pip.conf").unlink(missing_ok=True)
+        if real.exists():
+            real.rmdir()
+
+
 def test_other_processes_environment_and_command_lines_are_hidden(sandbox, problem, monkeypatch):
     """A secret in the engine's environment and in another host process's environment and command line.
 

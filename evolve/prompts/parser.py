@@ -29,8 +29,8 @@ _EDIT = re.compile(
 )
 _HEADING = re.compile(r"^[ \t]*(?:#{1,6}|//)?[ \t]*\**[ \t]*variant[ \t]*(\d+)\b[^\n]*$", re.M | re.I)
 _FENCE_LINE = re.compile(r"^[ \t]*```[^\n]*$", re.M)
-_FENCE = re.compile(r"```[ \t]*(?:python|py)?[ \t]*\n(.*?)(?:```|\Z)", re.S | re.I)
-_ANY_FENCE = re.compile(r"```[ \t]*[\w+#.-]*[ \t]*\n(.*?)(?:```|\Z)", re.S | re.I)  # another language's: ```c, ```rust
+_FENCE = re.compile(r"```(?:[ \t]*(?:python|py))?[ \t]*\n(.*?)(?:```|\Z)", re.S | re.I)
+_ANY_FENCE = re.compile(r"```(?:[ \t]*[\w+#.-]+)?[ \t]*\n(.*?)(?:```|\Z)", re.S | re.I)  # another language's: ```c, ```rust
 
 
 @dataclass(frozen=True)

@@ -25,11 +25,11 @@ from evolve.filetree import TreeError, check_path, join_files, split_files, tree
 from evolve.problem.blocks import BlockError, find_blocks, has_markers
 from evolve.prompts.block_match import defined_names
 
-_ANY_FENCE = re.compile(r"```[ \t]*[\w+#.-]*[ \t]*\n(.*?)(?:```|\Z)", re.S)
+_ANY_FENCE = re.compile(r"```(?:[ \t]*[\w+#.-]+)?[ \t]*\n(.*?)(?:```|\Z)", re.S)
 
 # The header, as the prompt shows it; tolerant of the decorations small models add (###, **, `, //, a missing
 # colon or closing ===).
-_NAMED = re.compile(r"^[ \t>*#/`]*={2,4}[ \t]*FILE:?[ \t]*([^\s=`*]+)[ \t]*(?:={2,4})?[ \t*`]*$", re.M | re.I)
+_NAMED = re.compile(r"^[ \t>*#/`]*={2,4}[ \t]*FILE:?[ \t]*([^\s=`*]+)(?:[ \t]*={2,4})?[ \t*`]*$", re.M | re.I)
 
 Result = tuple[str | None, str, str | None]  # (child code or None, status, detail)
 
