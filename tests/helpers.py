@@ -146,6 +146,23 @@ def evolve_run_cmd(folder: Path, db: Path | str, policy: str, max_evaluations: i
     ]
 
 
+def hiding_sandbox(kind: str, slots: int) -> object:
+    """A process ("process") or Docker sandbox that hides the host's files, or a skip (a failure in CI)."""
+    from sandboxes.jail import find_jail
+    from sandboxes.process import ProcessSandbox
+    from tests.services import missing
+
+    if kind == "process":
+        jail, why = find_jail()
+        if jail is None:
+            missing("bubblewrap", why)
+        box = ProcessSandbox(slots=slots)
+    else:
+        box = docker_sandbox_or_skip(workers=slots)
+    assert box.hides_files, box.isolation()  # type: ignore[attr-defined]
+    return box
+
+
 def docker_sandbox_or_skip(**kwargs: object) -> object:
     """A Docker sandbox, or a skip (a failure in CI) that says why none can be had."""
     from sandboxes.docker_pool import DockerSandbox, docker_available

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import sqlite3
-import stat
 import subprocess
 import sys
 import threading
@@ -21,18 +20,16 @@ import pytest
 
 from evolve.problem import load_problem
 from evolve.problem.outcome import ErrorKind
-from sandboxes.base import Sandbox, SandboxRefused
-from sandboxes.jail import empty_file, find_jail
+from sandboxes.base import SandboxRefused
 from sandboxes.process import ProcessSandbox
 from tests.helpers import (
     KNOWN,
     assert_known_vectors,
-    docker_sandbox_or_skip,
+    hiding_sandbox,
     host_binds_seen_from_venv,
     reported,
     write_problem,
 )
-from tests.services import missing
 
 TIMEOUT = 3.0
 
@@ -42,21 +39,9 @@ def problem(tmp_path_factory):
     return load_problem(write_problem(tmp_path_factory.mktemp("attacked"), timeout=TIMEOUT))
 
 
-def _box(kind: str, slots: int) -> Sandbox:
-    if kind == "process":
-        jail, why = find_jail()
-        if jail is None:
-            missing("bubblewrap", why)
-        box = ProcessSandbox(slots=slots)
-    else:
-        box = docker_sandbox_or_skip(workers=slots)
-    assert box.hides_files, box.isolation()
-    return box
-
-
 @pytest.fixture(scope="module", params=["process", "docker"])
 def sandbox(request):
-    box = _box(request.param, 2)
+    box = hiding_sandbox(request.param, 2)
     yield box
     box.close()
 
@@ -146,130 +131,6 @@ def test_the_hosts_local_configuration_under_usr_is_out_of_reach(sandbox, proble
     assert got["listed"] in ([], "FileNotFoundError"), got
     assert got["read"] == "FileNotFoundError", got
     assert_known_vectors(sandbox, problem)
-
-
-@pytest.mark.parametrize("kind", ["process", "docker"])
-def test_pip_conf_directly_under_usr_reads_empty(kind, problem):
-    """pip reads `{sys.prefix}/pip.conf`: a Python installed under /usr/local keeps its index URL (and token) in
-    /usr/local/pip.conf, which came in with /usr. The candidate reads both such files and reports what it got."""
-    planted = [Path(p) for p in ("/usr/pip.conf", "/usr/local/pip.conf") if not os.path.lexists(p)]
-    if not os.access("/usr/local", os.W_OK):
-        pytest.skip("planting /usr/local/pip.conf needs root (the root pass of .ci/run plants it)")
-    code = (
-        "def solve(x):\n    got = {}\n    for p in ('/usr/pip.conf', '/usr/local/pip.conf'):\n        try:\n"
-        "            got[p] = open(p).read()\n        except OSError as e:\n            got[p] = type(e).__name__\n"
-        "    return got\n"
-    )
-    box = None
-    try:
-        for path in planted:
-            path.write_text("[global]\nindex-url = https://user:pip-token-5120@index.example/simple\n")
-        box = _box(kind, 1)  # after planting: a container masks what exists when it starts
-        got = reported(box.evaluate(problem, code))
-        assert got == {"/usr/pip.conf": "", "/usr/local/pip.conf": ""}, got
-        assert_known_vectors(box, problem)
-    finally:
-        if box is not None:
-            box.close()
-        for path in planted:
-            path.unlink(missing_ok=True)
-
-
-@pytest.mark.parametrize("kind", ["process", "docker"])
-def test_credentials_kept_elsewhere_under_usr_or_in_the_python_installation_are_out_of_reach(kind, problem):
-    """Found by a red-team pass: a /usr/local/pip.conf that is a link to a file under /usr, npm's /usr/etc/npmrc and
-    cargo's /usr/local/cargo/credentials.toml came in with /usr in both sandboxes; in the process sandbox, a link
-    to a file at the top of the engine's Python installation was remade at /opt/python, and its `etc` came in.
-    The candidate reads each and reports what it got: empty, or not there."""
-    tag = uuid.uuid4().hex[:8]
-    base = Path(sys.base_prefix).resolve()
-    link, cargo = Path("/usr/local/pip.conf"), Path("/usr/local/cargo/credentials.toml")
-    if not os.access("/usr/local", os.W_OK) or not os.access(base, os.W_OK) or str(base).startswith("/usr/"):
-        pytest.skip("planting under /usr and in a Python installation outside /usr needs root (the root pass does)")
-    if os.path.lexists(link) or os.path.lexists(cargo):
-        pytest.skip("this host keeps a /usr/local/pip.conf or cargo credentials of its own")
-    made = [d for d in (Path("/usr/etc"), cargo.parent, base / "etc") if not d.exists()]
-    target = Path(f"/usr/local/lib/evolve-attack-{tag}.conf")
-    npmrc = Path(f"/usr/etc/evolve-attack-{tag}-npmrc")
-    top, top_target = base / f"evolve-attack-{tag}.conf", base / "share" / f"evolve-attack-{tag}.conf"
-    in_etc = base / "etc" / f"evolve-attack-{tag}.conf"
-    paths = [
-        str(link),
-        str(target),
-        str(npmrc),
-        str(cargo),
-        f"/opt/python/{top.name}",
-        f"/opt/python/etc/{in_etc.name}",
-    ]
-    code = (
-        f"def solve(x):\n    got = {{}}\n    for p in {paths!r}:\n        try:\n"
-        "            got[p] = open(p).read()\n        except OSError as e:\n            got[p] = type(e).__name__\n"
-        "    return got\n"
-    )
-    box = None
-    try:
-        for folder in made:
-            folder.mkdir()
-        for secret in (target, npmrc, cargo, top_target, in_etc):
-            secret.write_text(f"token = red-team-{tag}\n")
-        link.symlink_to(target)
-        top.symlink_to(top_target.relative_to(base))
-        box = _box(kind, 1)  # after planting: a container masks what exists when it starts
-        got = reported(box.evaluate(problem, code))
-        gone = "FileNotFoundError"
-        assert got == dict(zip(paths, ["", "", gone, "", gone, gone], strict=True)), got
-        assert_known_vectors(box, problem)
-    finally:
-        if box is not None:
-            box.close()
-        for planted in (link, top, target, npmrc, cargo, top_target, in_etc):
-            planted.unlink(missing_ok=True)
-        for folder in reversed(made):
-            folder.rmdir()
-
-
-@pytest.mark.parametrize("kind", ["process", "docker"])
-def test_a_hidden_folder_or_file_that_is_a_link_neither_stops_the_sandbox_nor_shows(kind, problem, monkeypatch):
-    """Found by a second red-team pass: a hidden config folder that was a link (`/usr/etc -> /etc`) made bubblewrap
-    refuse every job (it cannot mount on a link), and in Docker covered the container's own /etc; a credential file
-    reached through a linked hidden folder made bubblewrap fail too. Links are followed to what they lead to."""
-    import sandboxes.jail as jail
-
-    if not os.access("/usr/local", os.W_OK):
-        pytest.skip("planting links under /usr/local needs root (the root pass of .ci/run plants them)")
-    tag = uuid.uuid4().hex[:8]
-    out_of_usr = Path(f"/usr/local/evolve-attack-{tag}-etc")  # a link to the host's /etc
-    real = Path(f"/usr/local/share/evolve-attack-{tag}")  # a real config folder, reached through a link
-    linked = Path(f"/usr/local/evolve-attack-{tag}-conf")
-    secret = Path(f"/usr/local/evolve-attack-{tag}.conf")  # -> the linked folder's pip.conf
-    monkeypatch.setattr(jail, "HOST_CONFIG_UNDER_USR", (*jail.HOST_CONFIG_UNDER_USR, str(out_of_usr), str(linked)))
-    monkeypatch.setattr(jail, "HOST_FILES_UNDER_USR", (*jail.HOST_FILES_UNDER_USR, str(secret)))
-    probes = [str(secret), f"{real}/pip.conf"] + (["/etc/passwd"] if kind == "docker" else [])  # the image's own
-    code = (
-        f"def solve(x):\n    got = {{}}\n    for p in {probes!r}:\n"
-        "        try:\n            got[p] = len(open(p).read()) > 0\n"
-        "        except OSError as e:\n            got[p] = type(e).__name__\n    return got\n"
-    )
-    box = None
-    try:
-        out_of_usr.symlink_to("/etc")
-        real.mkdir()
-        (real / "pip.conf").write_text(f"index-url = https://u:token-{tag}@index.example\n")
-        linked.symlink_to(f"share/{real.name}")
-        secret.symlink_to(f"{linked.name}/pip.conf")
-        box = _box(kind, 1)
-        got = reported(box.evaluate(problem, code))
-        want = {str(secret): "FileNotFoundError", f"{real}/pip.conf": "FileNotFoundError", "/etc/passwd": True}
-        assert got == {p: want[p] for p in probes}, got
-        assert_known_vectors(box, problem)
-    finally:
-        if box is not None:
-            box.close()
-        for link in (secret, linked, out_of_usr):
-            link.unlink(missing_ok=True)
-        (real / "pip.conf").unlink(missing_ok=True)
-        if real.exists():
-            real.rmdir()
 
 
 def test_other_processes_environment_and_command_lines_are_hidden(sandbox, problem, monkeypatch):
@@ -514,13 +375,3 @@ def test_a_python_in_a_scratch_folder_is_bound_where_no_runner_wipes(tmp_path):
     assert python.startswith(("/opt/python/", "/usr/")), python
     assert not any(inside == s or inside.startswith(s + "/") for inside in binds.values() for s in scratch)
     assert str(venv) not in binds
-
-
-def test_the_empty_file_bound_over_pip_conf_is_made_again_when_a_tmp_cleaner_removed_it():
-    """A run left alone for weeks outlives /tmp cleaners; a bind whose source is gone would stop every candidate."""
-    first = empty_file()
-    os.chmod(first, 0o644)
-    os.unlink(first)
-    second = empty_file()
-    assert second != first and os.path.getsize(second) == 0 and stat.S_IMODE(os.stat(second).st_mode) == 0o444
-    assert empty_file() == second
