@@ -61,12 +61,13 @@ def hidden_host_config() -> list[str]:
     """The folders of HOST_CONFIG_UNDER_USR this host has, a link by the folder it leads to: a mount needs a real
     mount point, so a link (`/usr/etc -> /etc`) made bubblewrap refuse every job, and in Docker the empty folder
     landed on the container's own /etc. A link that leads out of /usr shows nothing of the host in the jail."""
-    found: list[str] = []
+    found: list[Path] = []
     for path in HOST_CONFIG_UNDER_USR:
         real = Path(os.path.realpath(path))
-        if real.is_dir() and real.is_relative_to("/usr") and str(real) not in found:
-            found.append(str(real))
-    return found
+        if real.is_dir() and real.is_relative_to("/usr") and real not in found:
+            found.append(real)
+    # One inside another is hidden with it; a mount point inside the empty read-only folder could not be made.
+    return [str(f) for f in found if not any(f != other and f.is_relative_to(other) for other in found)]
 
 
 def hidden_host_files() -> list[str]:

@@ -107,7 +107,8 @@ def test_credentials_kept_elsewhere_under_usr_or_in_the_python_installation_are_
 def test_a_hidden_folder_or_file_that_is_a_link_neither_stops_the_sandbox_nor_shows(kind, problem, monkeypatch):
     """Found by a second red-team pass: a hidden config folder that was a link (`/usr/etc -> /etc`) made bubblewrap
     refuse every job (it cannot mount on a link), and in Docker covered the container's own /etc; a credential file
-    reached through a linked hidden folder made bubblewrap fail too. Links are followed to what they lead to."""
+    reached through a linked hidden folder made bubblewrap fail too, as would a hidden folder inside another. Links
+    are followed to what they lead to."""
     import sandboxes.jail as jail
 
     if not os.access("/usr/local", os.W_OK):
@@ -117,7 +118,9 @@ def test_a_hidden_folder_or_file_that_is_a_link_neither_stops_the_sandbox_nor_sh
     real = Path(f"/usr/local/share/evolve-attack-{tag}")  # a real config folder, reached through a link
     linked = Path(f"/usr/local/evolve-attack-{tag}-conf")
     secret = Path(f"/usr/local/evolve-attack-{tag}.conf")  # -> the linked folder's pip.conf
-    monkeypatch.setattr(jail, "HOST_CONFIG_UNDER_USR", (*jail.HOST_CONFIG_UNDER_USR, str(out_of_usr), str(linked)))
+    nested = Path(f"/usr/local/evolve-attack-{tag}-nested")  # -> a folder inside the linked one
+    configs = (str(out_of_usr), str(linked), str(nested))
+    monkeypatch.setattr(jail, "HOST_CONFIG_UNDER_USR", (*jail.HOST_CONFIG_UNDER_USR, *configs))
     monkeypatch.setattr(jail, "HOST_FILES_UNDER_USR", (*jail.HOST_FILES_UNDER_USR, str(secret)))
     probes = [str(secret), f"{real}/pip.conf"] + (["/etc/passwd"] if kind == "docker" else [])  # the image's own
     code = (
@@ -130,7 +133,9 @@ def test_a_hidden_folder_or_file_that_is_a_link_neither_stops_the_sandbox_nor_sh
         out_of_usr.symlink_to("/etc")
         real.mkdir()
         (real / "pip.conf").write_text(f"index-url = https://u:token-{tag}@index.example\n")
+        (real / "sub").mkdir()
         linked.symlink_to(f"share/{real.name}")
+        nested.symlink_to(f"share/{real.name}/sub")
         secret.symlink_to(f"{linked.name}/pip.conf")
         box = hiding_sandbox(kind, 1)
         got = reported(box.evaluate(problem, code))
@@ -140,11 +145,12 @@ def test_a_hidden_folder_or_file_that_is_a_link_neither_stops_the_sandbox_nor_sh
     finally:
         if box is not None:
             box.close()
-        for link in (secret, linked, out_of_usr):
+        for link in (secret, linked, nested, out_of_usr):
             link.unlink(missing_ok=True)
         (real / "pip.conf").unlink(missing_ok=True)
-        if real.exists():
-            real.rmdir()
+        for folder in (real / "sub", real):
+            if folder.exists():
+                folder.rmdir()
 
 
 def test_the_empty_file_bound_over_pip_conf_is_made_again_when_a_tmp_cleaner_removed_it():
