@@ -27,6 +27,7 @@ UID = int(os.environ.get("EVOLVE_SANDBOX_UID", "1000"))
 SCRATCH = ("/work", "/tmp", "/dev/shm", "/dev/mqueue")  # POSIX message queues live on in /dev/mqueue
 OUTPUT_CAP = 64 * 1024
 REPLY_CAP = 8 * 1024 * 1024
+CPU_SLACK_S = 0.5  # CPU time is accounted in ticks: a process stopped by its limit may show a little less
 ZYGOTE_WAIT_S = 30.0  # the zygote answers within milliseconds; silence this long means it is gone
 # Where the container's memory cgroup counts its OOM kills: cgroup v2, then v1.
 OOM_COUNTERS = ("/sys/fs/cgroup/memory.events", "/sys/fs/cgroup/memory/memory.oom_control")
@@ -154,6 +155,17 @@ def start_candidate(job, channel):
     return pidfd, reply_r, out_r, err_r
 
 
+def ended(code, cpu_s, timeout_s):
+    """How the candidate ended: its exit code or signal; a timeout where it died of its CPU limit (SIGXCPU, or the
+    hard limit's SIGKILL) having spent that CPU, which a candidate that sent itself either has not."""
+    if os.WIFEXITED(code):
+        return f"exit {os.waitstatus_to_exitcode(code)}"
+    number = os.WTERMSIG(code)
+    if number in (signal.SIGXCPU, signal.SIGKILL) and cpu_s >= zygote.cpu_limit_s(timeout_s) - CPU_SLACK_S:
+        return "timeout"
+    return f"signal {signal_name(number)}"
+
+
 def run(job, channel):
     oom_before = oom_kills()
     timeout_s = job["limits"]["timeout_s"]
@@ -191,13 +203,9 @@ def run(job, channel):
             signal.pidfd_send_signal(pidfd, signal.SIGKILL)  # it may still be root, before its uid drop
     os.close(pidfd)
     channel.sendall(b"clean")  # the zygote kills and reaps every process of the job before it answers
-    code, gone = zygote.EXIT.unpack(from_zygote(channel, b"exit")[0])
+    code, gone, cpu_s = zygote.EXIT.unpack(from_zygote(channel, b"exit")[0])
     if status is None:
-        status = (
-            f"exit {os.waitstatus_to_exitcode(code)}"
-            if os.WIFEXITED(code)
-            else ("timeout" if os.WTERMSIG(code) == signal.SIGXCPU else f"signal {signal_name(os.WTERMSIG(code))}")
-        )
+        status = ended(code, cpu_s, timeout_s)
     for fd in buffers:
         os.close(fd)
     clean = wipe() and gone  # a process that outlived the kill costs the container

@@ -24,7 +24,7 @@ from evolve.problem import Problem
 from evolve.problem.outcome import ErrorKind, EvalOutcome
 from sandboxes.abort import RunningJobs
 from sandboxes.docker_images import ImageSpec, image_for, image_toolchain, runtime_env
-from sandboxes.jail import empty_file, hidden_host_config, hidden_host_files
+from sandboxes.host_config import empty_file, hidden_host_config, hidden_host_files
 from sandboxes.scoring import make_job, outcome_from, program_filename, program_files
 
 SANDBOX_DIR = Path(__file__).resolve().parent
@@ -71,7 +71,7 @@ class WarmContainer:
         binds = [*spec.binds.items(), *image_toolchain(spec, problem).binds]
         volumes = [(str(SANDBOX_DIR), "/opt/evolve"), *binds]
         # The host's /usr brings its local configuration along: an empty read-only folder goes over it, and an
-        # empty file over its pip.conf (jail.HOST_FILES_UNDER_USR).
+        # empty file over its pip.conf (host_config.HOST_FILES_UNDER_USR).
         hidden: dict[str, str] = {}
         if ("/usr", "/usr") in binds:
             hidden = {path: "ro,size=4k" for path in hidden_host_config()}

@@ -22,7 +22,7 @@ made is refused, never run weaker.
 
 from __future__ import annotations
 
-import atexit
+import itertools
 import os
 import shutil
 import subprocess
@@ -31,74 +31,23 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from sandboxes.host_config import empty_file, hidden_host_config, hidden_host_files
+from sandboxes.jail_watch import JailPipes
 from sandboxes.seccomp import SocketRule, memfd_holding, seccomp_fd
 
 WORK, DATA = "/work", "/data"
 PYTHON_INSIDE, VENV_INSIDE = "/opt/python", "/opt/venv"
 WORK_BYTES = 256 << 20  # what a candidate may write under /work in all, like the Docker sandbox's tmpfs
 SCRATCH_BYTES = {"/tmp": 256 << 20, "/dev/shm": 64 << 20, WORK: WORK_BYTES}  # the Docker sandbox's sizes
-# /usr comes in whole for its programs and libraries, but a host keeps its local configuration under it too
-# (pip.conf, npmrc: where tokens live); both sandboxes put an empty read-only folder over these.
-# npm reads `{prefix}/etc/npmrc`, so a node installed with prefix /usr keeps its registry token in /usr/etc.
-HOST_CONFIG_UNDER_USR = ("/usr/local/etc", "/usr/etc")
-# Credentials that tools keep at their installation's top rather than under an etc: pip reads `{sys.prefix}/pip.conf`
-# (a Python installed with prefix /usr/local or /usr), the official Rust images keep CARGO_HOME at /usr/local/cargo,
-# gcloud keeps installation-wide properties (proxy passwords) beside its code. Both sandboxes put an empty
-# read-only file over each (over its target when it is a link to a file under /usr).
-HOST_FILES_UNDER_USR = (
-    "/usr/pip.conf",
-    "/usr/local/pip.conf",
-    "/usr/local/cargo/credentials",
-    "/usr/local/cargo/credentials.toml",
-    "/usr/lib/google-cloud-sdk/properties",
-)
+# Inodes per scratch mount (and per folder of a program), set by the jail's init: each costs kernel memory that
+# neither the tmpfs size nor RLIMIT_AS counts (about 1.5 KiB with its dentry); these cap it near 50 MiB a job.
+SCRATCH_INODES = {"/tmp": 16384, "/dev/shm": 1024, WORK: 8192}
+FOLDER_INODES = 4096
+DEVICES = ("null", "zero", "full", "random", "urandom")  # bound one by one: see Jail.argv
+INIT_SOURCE = (Path(__file__).parent / "jail_init.py").read_text()
 INSTALLATION_FOLDERS = ("bin", "include", "lib", "lib64", "share")  # what a Python installation or venv is made of
 # An installation prefix's configuration (npm's etc/npmrc, conda's etc/conda): never needed to run, where tokens live.
 PREFIX_CONFIG = "etc"
-
-
-def hidden_host_config() -> list[str]:
-    """The folders of HOST_CONFIG_UNDER_USR this host has, a link by the folder it leads to: a mount needs a real
-    mount point, so a link (`/usr/etc -> /etc`) made bubblewrap refuse every job, and in Docker the empty folder
-    landed on the container's own /etc. A link that leads out of /usr shows nothing of the host in the jail."""
-    found: list[Path] = []
-    for path in HOST_CONFIG_UNDER_USR:
-        real = Path(os.path.realpath(path))
-        if real.is_dir() and real.is_relative_to("/usr") and real not in found:
-            found.append(real)
-    # One inside another is hidden with it; a mount point inside the empty read-only folder could not be made.
-    return [str(f) for f in found if not any(f != other and f.is_relative_to(other) for other in found)]
-
-
-def hidden_host_files() -> list[str]:
-    """The files of HOST_FILES_UNDER_USR this host has, a link by the file it leads to: a mount over a link lands on
-    its target, which must therefore be in the jail (under /usr, and not in a folder already hidden). A link that
-    leads out of /usr dangles in the jail and reads nothing anyway."""
-    found: list[str] = []
-    hidden = hidden_host_config()  # resolved, as `real` is: a file in a linked hidden folder is hidden already
-    for path in HOST_FILES_UNDER_USR:
-        real = Path(os.path.realpath(path))
-        inside = real.is_relative_to("/usr") and not any(real.is_relative_to(h) for h in hidden)
-        if real.is_file() and inside and str(real) not in found:
-            found.append(str(real))
-    return found
-
-
-_EMPTY: list[str] = []  # the empty file made by this process, if any
-
-
-def empty_file() -> str:
-    """A read-only empty file to bind over a hidden one. Not /dev/null: the jail mounts nodev, where opening a
-    device node fails, so a candidate's `open()` there raised instead of reading nothing. Made again when gone
-    (a week-long run outlives a /tmp cleaner's age limit; a missing bind source would stop every candidate)."""
-    if _EMPTY and os.path.isfile(_EMPTY[-1]) and os.path.getsize(_EMPTY[-1]) == 0:
-        return _EMPTY[-1]
-    handle, path = tempfile.mkstemp(prefix="evolve-empty-")
-    os.close(handle)
-    os.chmod(path, 0o444)
-    atexit.register(Path(path).unlink, missing_ok=True)
-    _EMPTY.append(path)
-    return path
 
 
 @dataclass(frozen=True)
@@ -197,21 +146,27 @@ def jail_runtime() -> Runtime:
 
 @dataclass
 class JobFiles:
-    """Descriptors bubblewrap reads once as it starts (the seccomp filter, the rebuilt pyvenv.cfg); the caller
-    passes them to the child and closes them once it has started."""
+    """Descriptors bubblewrap reads once as it starts (the seccomp filter, the rebuilt pyvenv.cfg) or writes to
+    (its info, the init's report): the caller passes them to the child and closes them once it has started. The
+    read ends of `pipes` stay with the caller (sandboxes/jail_watch.py)."""
 
     seccomp: int | None = None
     venv_cfg: int | None = None
     # A native problem's toolchains outside /usr, bound read-only: (host folder, jail path); sandboxes/toolchain.py
     tools: tuple[tuple[str, str], ...] = ()
+    pipes: JailPipes | None = None
     fds: tuple[int, ...] = field(default=(), init=False)
 
     def __post_init__(self) -> None:
-        self.fds = tuple(fd for fd in (self.seccomp, self.venv_cfg) if fd is not None)
+        own = tuple(fd for fd in (self.seccomp, self.venv_cfg) if fd is not None)
+        self.fds = own + (self.pipes.write_ends if self.pipes is not None else ())
 
     def close(self) -> None:
-        for fd in self.fds:
-            os.close(fd)
+        for fd in (self.seccomp, self.venv_cfg):
+            if fd is not None:
+                os.close(fd)
+        if self.pipes is not None:
+            self.pipes.close_write_ends()
 
 
 def work_binds(host: str, inside: str) -> list[str]:
@@ -255,14 +210,24 @@ class Jail:
     def job_files(self, sockets: SocketRule, tools: tuple[tuple[str, str], ...] = ()) -> JobFiles:
         cfg = self.runtime.venv_cfg
         venv_cfg = None if cfg is None else memfd_holding("evolve-pyvenv", cfg.encode())
-        return JobFiles(seccomp_fd(sockets), venv_cfg, tools)
+        return JobFiles(seccomp_fd(sockets), venv_cfg, tools, JailPipes.make())
 
-    def argv(self, workdir: str, data_dir: Path | None, python_args: list[str], files: JobFiles) -> list[str]:
-        """bubblewrap's command line running the jail's interpreter with `python_args`, in /work."""
+    def argv(
+        self, workdir: str, data_dir: Path | None, python_args: list[str], files: JobFiles, keep_fd: int = -1
+    ) -> list[str]:
+        """bubblewrap's command line running the jail's init (sandboxes/jail_init.py) as the pid namespace's first
+        process, which runs the jail's interpreter with `python_args` in /work, passing it descriptor `keep_fd`.
+
+        Without root one user namespace, not bubblewrap's two: `--dev` (its devpts wants uid 0 mapped) and
+        `--disable-userns` each make it nest a second one, and the init's CAP_SYS_ADMIN in the inner one could not
+        remount the scratch mounts the outer one owns. So the devices are bound one by one (no pseudo-terminals),
+        and user namespaces stay refused to the candidate by the seccomp filter alone (sandboxes/seccomp.py)."""
+        assert files.pipes is not None, "a jailed job needs its pipes (Jail.job_files)"
         namespaces = ["--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
-        if not self.as_root:  # our own user namespace, and none deeper for the candidate to make
-            namespaces[:0] = ["--unshare-user", "--disable-userns"]
-        args = [self.bwrap, *namespaces, "--die-with-parent", "--new-session", "--ro-bind", "/usr", "/usr"]
+        if not self.as_root:  # our own user namespace
+            namespaces[:0] = ["--unshare-user"]
+        args = [self.bwrap, *namespaces, "--die-with-parent", "--new-session", "--as-pid-1"]
+        args += ["--info-fd", str(files.pipes.info_w), "--ro-bind", "/usr", "/usr"]
         for hidden in hidden_host_config():
             args += ["--perms", "0555", "--size", "4096", "--tmpfs", hidden, "--remount-ro", hidden]
         for hidden in hidden_host_files():
@@ -279,7 +244,12 @@ class Jail:
         for extra in ("/etc/ld.so.cache", "/etc/localtime"):
             if os.path.exists(extra):
                 args += ["--ro-bind", extra, extra]
-        args += ["--proc", "/proc", "--dev", "/dev"]
+        args += ["--proc", "/proc", "--perms", "0755", "--dir", "/dev"]
+        for device in DEVICES:
+            args += ["--dev-bind", f"/dev/{device}", f"/dev/{device}"]
+        for number, name in enumerate(("stdin", "stdout", "stderr")):
+            args += ["--symlink", f"/proc/self/fd/{number}", f"/dev/{name}"]
+        args += ["--symlink", "/proc/self/fd", "/dev/fd"]
         if data_dir is not None:
             args += ["--ro-bind", str(data_dir), DATA]
         runtime = self.runtime
@@ -299,14 +269,30 @@ class Jail:
         # the files the engine wrote for the job are bound read-only.
         for mount, size in SCRATCH_BYTES.items():
             args += ["--perms", "01777", "--size", str(size), "--tmpfs", mount]
-        args += work_binds(workdir, WORK)
+        folders = work_binds(workdir, WORK)
+        args += folders
         if runtime.library_path is not None:
             args += ["--setenv", "LD_LIBRARY_PATH", runtime.library_path]
-        if self.as_root:
-            args += ["--cap-add", "CAP_SETUID,CAP_SETGID"]
+        # The init's only: CAP_SYS_ADMIN to bound the scratch mounts' inodes, CAP_SETPCAP to drop the bounding set;
+        # as root also what the harness keeps to become the slot's uid (as root bubblewrap would keep every one).
+        # One capability per --cap-add: bubblewrap reads a comma-separated list as its first name alone.
+        caps = ["CAP_SYS_ADMIN", "CAP_SETPCAP", *(["CAP_SETUID", "CAP_SETGID"] if self.as_root else [])]
+        args += ["--cap-drop", "ALL"] + [arg for cap in caps for arg in ("--cap-add", cap)]
         if files.seccomp is not None:
             args += ["--seccomp", str(files.seccomp)]
-        return [*args, "--chdir", WORK, "--", runtime.executable, *python_args]
+        exe = runtime.executable
+        init = [exe, "-I", "-S", "-c", INIT_SOURCE, str(files.pipes.status_w), str(keep_fd), scratch_inodes(folders)]
+        return [*args, "--chdir", WORK, "--", *init, "--", exe, *python_args]
+
+
+def scratch_inodes(folder_args: list[str]) -> str:
+    """The init's MOUNTS argument: each scratch mount and each program folder's tmpfs (from `work_binds`'
+    arguments) with its inode limit."""
+    limits = dict(SCRATCH_INODES)
+    for flag, target in itertools.pairwise(folder_args):
+        if flag == "--tmpfs":
+            limits[target] = FOLDER_INODES
+    return ",".join(f"{path}={inodes}" for path, inodes in limits.items())
 
 
 PROBE = """import os, sys
@@ -315,6 +301,8 @@ assert not os.path.exists(HIDDEN), "the host's temp folder is visible"
 assert sys.prefix in ("/opt/venv", sys.base_prefix), sys.prefix
 assert os.statvfs("/work").f_blocks * os.statvfs("/work").f_frsize <= WORK_BYTES, "/work is not the jail's scratch"
 assert not os.access("/", os.W_OK), "the jail's root is writable"
+assert os.statvfs("/tmp").f_files <= TMP_INODES, "the scratch mounts' inodes are not bounded"
+assert os.getpid() == 2, "the jail's init is not the first process"
 """
 
 
@@ -341,6 +329,7 @@ def find_jail(runtime: Runtime | None = None) -> tuple[Jail | None, str]:
     try:
         with tempfile.TemporaryDirectory() as workdir:
             probe = PROBE.replace("HIDDEN", repr(workdir)).replace("WORK_BYTES", str(WORK_BYTES))
+            probe = probe.replace("TMP_INODES", str(SCRATCH_INODES["/tmp"]))
             out = subprocess.run(
                 jail.argv(workdir, None, ["-I", "-c", probe], files),
                 capture_output=True,
@@ -352,6 +341,8 @@ def find_jail(runtime: Runtime | None = None) -> tuple[Jail | None, str]:
         return None, f"bubblewrap did not start ({exc})"
     finally:
         files.close()
+        if files.pipes is not None:
+            files.pipes.close_read_ends()
     if out.returncode != 0:
         return None, _diagnosis(out.stderr)
     return jail, ""

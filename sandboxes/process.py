@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import fcntl
 import json
 import os
 import queue
@@ -46,6 +45,7 @@ from sandboxes.base import OUTPUT_CAP, SandboxRefused
 from sandboxes.cgroups import make_slot_cgroups, remove_all
 from sandboxes.engine_guard import guard_engine
 from sandboxes.jail import SCRATCH_BYTES, WORK, WORK_BYTES, JobFiles, find_jail
+from sandboxes.jail_watch import JailWatch, signal_name
 from sandboxes.process_child import (
     CLONE_NEWNET,
     CLONE_NEWUSER,
@@ -53,8 +53,10 @@ from sandboxes.process_child import (
     candidate_env,
     checked_unshare,
     child_setup,
+    cpu_limit_s,
     errno_text,
 )
+from sandboxes.process_slots import WORKDIR_PREFIX, claim_slots, remove_stale_workdirs
 from sandboxes.scoring import HARNESS_PATH, make_job, outcome_from, program_filename, program_files
 from sandboxes.seccomp import SocketRule, installer
 from sandboxes.sweep import kill_all
@@ -64,18 +66,8 @@ from sandboxes.tree_layout import lay_out
 PR_SET_CHILD_SUBREAPER = 36
 REPLY_CAP = 8 * 1024 * 1024  # a dense JSON reply costs the engine ~10x its size in objects
 GRACE_S = 1.0
-WORKDIR_PREFIX = "evolve-eval-"
 BASE_UID = 61000
-UID_RANGE = 1024
-LOCK_DIR = Path(tempfile.gettempdir()) / "vpo-evolve-slots"
 _libc = ctypes.CDLL(None, use_errno=True)
-
-
-def _signal_name(number: int) -> str:
-    try:
-        return signal.Signals(number).name
-    except ValueError:
-        return str(number)
 
 
 def _reachable_by_others(path: Path) -> bool:
@@ -95,47 +87,6 @@ def _read_capped(stream: Any, cap: int, sink: list[bytes]) -> None:
             sink.append(chunk[: cap - kept])
             kept += len(sink[-1])
     stream.close()
-
-
-def _claim_slots(count: int) -> dict[int, int]:
-    """Own `count` slot numbers for this process with an flock each (held until close or exit), so that two
-    engines on one machine never share a slot uid and never kill each other's candidates."""
-    # One folder per user: only root's engines hand out slot uids, and no user can block another's slots.
-    lock_dir = LOCK_DIR if os.geteuid() == 0 else LOCK_DIR.with_name(f"{LOCK_DIR.name}-{os.geteuid()}")
-    lock_dir.mkdir(mode=0o700, exist_ok=True)
-    info = os.lstat(lock_dir)
-    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid() or info.st_mode & 0o077:
-        raise SandboxRefused(f"process sandbox: {lock_dir} is not a private folder of ours; remove it")
-    claimed: dict[int, int] = {}
-    for slot in range(UID_RANGE):
-        if len(claimed) == count:
-            break
-        fd = os.open(lock_dir / f"slot-{slot}.lock", os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            continue
-        claimed[slot] = fd
-    if len(claimed) < count:
-        for fd in claimed.values():
-            os.close(fd)
-        raise RuntimeError(f"process sandbox: fewer than {count} free slots in {LOCK_DIR}; too many engines running")
-    return claimed
-
-
-def _remove_stale_workdirs() -> None:
-    """Work dirs left by engines that died mid-evaluation (kill -9): their names carry the engine's pid."""
-    for entry in Path(tempfile.gettempdir()).glob(f"{WORKDIR_PREFIX}*-*"):
-        pid = entry.name[len(WORKDIR_PREFIX) :].split("-", 1)[0]
-        if not pid.isdigit() or int(pid) == os.getpid():
-            continue
-        try:
-            os.kill(int(pid), 0)
-        except ProcessLookupError:
-            shutil.rmtree(entry, ignore_errors=True)
-        except OSError:
-            pass
 
 
 class ProcessSandbox:
@@ -167,8 +118,8 @@ class ProcessSandbox:
         # namespace's first process is their reaper.)
         if self._jail is None and _libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
             raise SandboxRefused(f"process sandbox: prctl(PR_SET_CHILD_SUBREAPER) failed: {errno_text()}")
-        _remove_stale_workdirs()
-        self._slot_locks = _claim_slots(slots)
+        remove_stale_workdirs()
+        self._slot_locks = claim_slots(slots)
         self._cgroups, self._why_no_cgroup = (
             make_slot_cgroups(list(self._slot_locks)) if memory_cgroup else ({}, "memory cgroups were turned off")
         )
@@ -314,10 +265,13 @@ class ProcessSandbox:
         command = [sys.executable, "-I", "-B", "_evolve_harness.py", str(reply_w)]
         files = JobFiles()
         jailed = self._jail is not None
+        watch = None
         if self._jail is not None:
             run_as, nproc = str(uid) if uid is not None else "-", str(problem.config.limits.max_processes)
             files = self._jail.job_files(self.sockets, host_toolchain(problem).binds)
-            command = self._jail.argv(workdir, problem.data_dir, [*command[1:], run_as, nproc], files)
+            command = self._jail.argv(workdir, problem.data_dir, [*command[1:], run_as, nproc], files, reply_w)
+            assert files.pipes is not None
+            watch = JailWatch(files.pipes)
         spec = ChildSpec(
             problem,
             uid,
@@ -344,10 +298,31 @@ class ProcessSandbox:
                 self._leaders.add(proc.pid)
         except (OSError, subprocess.SubprocessError) as exc:
             os.close(reply_r)
+            if watch is not None:
+                watch.close()
             raise SandboxRefused(f"process sandbox: could not set up the candidate's process: {exc}") from exc
         finally:
             os.close(reply_w)
             files.close()
+        try:
+            return self._watch(problem, proc, job, reply_r, watch, cgroup, uid, token, ticket)
+        finally:
+            if watch is not None:
+                watch.close()
+
+    def _watch(
+        self,
+        problem: Problem,
+        proc: subprocess.Popen[bytes],
+        job: dict[str, Any],
+        reply_r: int,
+        watch: JailWatch | None,
+        cgroup: Any,
+        uid: int | None,
+        token: str,
+        ticket: int,
+    ) -> tuple[Any, bytes, bytes, str]:
+        """Feed the job, wait for its end or deadline, end everything it started, and say how it ended."""
         sinks: dict[str, list[bytes]] = {"out": [], "err": [], "reply": []}
         threads = [
             threading.Thread(target=_read_capped, args=(s, cap, sinks[k]), daemon=True)
@@ -365,20 +340,30 @@ class ProcessSandbox:
             proc.stdin.close()
         except OSError:
             pass
+        if watch is not None:
+            watch.attach()
+
+        def abort() -> None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            if watch is not None:
+                watch.end()
+
         # Popen.wait(timeout) polls with sleeps of up to 50 ms; a pidfd wakes us the instant it exits.
         pidfd = os.pidfd_open(proc.pid)
         try:
-            with self._running.running(ticket, lambda: os.killpg(proc.pid, signal.SIGKILL)):
+            with self._running.running(ticket, abort):
                 ready, _, _ = select.select([pidfd], [], [], problem.config.sandbox_limits.timeout_s + GRACE_S)
         finally:
             os.close(pidfd)
+        if watch is not None:  # the whole pid namespace, whatever the job did to its init
+            watch.end()
+        status = "timeout"
         if ready:
             code = proc.wait()
-            if self._jail is not None and code > 128:  # bubblewrap reports a child killed by signal N as 128+N
-                code = 128 - code
-            status = f"exit {code}" if code >= 0 else f"signal {_signal_name(-code)}"
-        else:
-            status = "timeout"
+            status = f"exit {code}" if code >= 0 else f"signal {signal_name(-code)}"
+            report = watch.report() if watch is not None else None
+            if report is not None:  # the jail's init saw the harness end: its exact status, not bubblewrap's
+                status = report.status(cpu_limit_s(problem))
         if cgroup is not None:
             cgroup.kill()
         if self._adopts_leftovers:
@@ -398,6 +383,6 @@ class ProcessSandbox:
         except (ValueError, RecursionError):  # a deeply nested reply must not escape evaluate()
             reply = {"kind": "bad_output", "error": "the reply was not JSON (or nested too deeply)"}
         del raw
-        if status == "signal SIGXCPU":
+        if status == "signal SIGXCPU" and watch is None:  # outside the jail: the process's own CPU limit
             status = "timeout"
         return reply, b"".join(sinks["out"]), b"".join(sinks["err"]), status

@@ -44,11 +44,16 @@ class ChildSpec:
     install_filter: Callable[[], None] | None  # outside the jail: sandboxes.seccomp.installer(...)
 
 
+def cpu_limit_s(problem: Problem) -> int:
+    """The soft RLIMIT_CPU of a candidate's processes (SIGXCPU); the hard one, a second later, is SIGKILL."""
+    return int(problem.config.sandbox_limits.timeout_s) + 2
+
+
 def child_setup(spec: ChildSpec) -> Callable[[], None]:
     """The preexec_fn for one candidate's process."""
     limits = spec.problem.config.sandbox_limits  # a build and its program, one after the other
     mem = max(limits.memory_mb, 256) * 1024 * 1024
-    cpu = int(limits.timeout_s) + 2
+    cpu = cpu_limit_s(spec.problem)
     engine = os.getpid()
     hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
     nofile = NOFILE if hard == resource.RLIM_INFINITY else min(NOFILE, hard)

@@ -185,7 +185,9 @@ def outcome_from(
             problem, ErrorKind.TIMEOUT, f"exceeded {problem.config.sandbox_limits.timeout_s}s", duration_s, sandbox
         )
     elif reply is None:
-        memory = "MemoryError" in stderr or "Cannot allocate memory" in stderr or status == "signal SIGKILL"
+        # A SIGKILL is no sign of memory by itself (a candidate may kill itself, and the hard CPU limit kills so):
+        # a memory cgroup's OOM kill arrives as `status == "memory"` or `oom_cap_mb`, above.
+        memory = "MemoryError" in stderr or "Cannot allocate memory" in stderr
         kind = ErrorKind.MEMORY if memory else ErrorKind.CRASH
         outcome = EvalOutcome.failure(
             problem, kind, f"no reply ({status}); stderr: {stderr[-400:]}", duration_s, sandbox

@@ -35,7 +35,7 @@ import harness  # pre-imported so that forked candidates start warm
 import job_killer
 
 HEADER = struct.Struct("<dQQ?")  # timeout_s, memory_mb, max_file_mb, spawn
-EXIT = struct.Struct("<i?")  # the candidate's wait status, every process of the uid gone
+EXIT = struct.Struct("<i?d")  # the candidate's wait status, every process of the uid gone, CPU seconds reaped
 REPLY_FD = 3  # where the candidate finds its reply pipe
 PR_SET_CHILD_SUBREAPER = 36
 
@@ -50,6 +50,11 @@ def read_exactly(fd, size):
     return data
 
 
+def cpu_limit_s(timeout_s):
+    """The candidate's soft RLIMIT_CPU (SIGXCPU); the hard one, a second later, is SIGKILL."""
+    return int(timeout_s) + 2
+
+
 def become_candidate(fds, uid):
     """In a fresh fork of the zygote: take the limits, keep only the candidate's own descriptors, drop to
     `uid`, then run the job (or exec a fresh interpreter for it, in spawn mode). Never returns."""
@@ -59,7 +64,7 @@ def become_candidate(fds, uid):
         f.write("1000")  # the memory cgroup's OOM killer takes candidates first, never the runner or zygote
     timeout_s, memory_mb, max_file_mb, spawn = HEADER.unpack(read_exactly(job_r, HEADER.size))
     resource.setrlimit(resource.RLIMIT_NOFILE, (256, 256))
-    cpu = int(timeout_s) + 2
+    cpu = cpu_limit_s(timeout_s)
     resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
     resource.setrlimit(resource.RLIMIT_FSIZE, (max_file_mb << 20,) * 2)
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
@@ -117,11 +122,15 @@ def remove_sysv_ipc(uid):
 
 def reap_until(pid):
     """Reap every child that exits (orphans and CLONE_PARENT children of the candidate too, which would
-    otherwise hold pids until the container's limit is spent) until `pid` does; its wait status."""
+    otherwise hold pids until the container's limit is spent) until `pid` does; its wait status, and the CPU
+    seconds of everything reaped (each process's own and its reaped children's): a death by SIGXCPU is a
+    timeout only if that much CPU was spent, not because a candidate sent itself the signal."""
+    cpu_s = 0.0
     while True:
-        reaped, status = os.waitpid(-1, 0)
+        reaped, status, usage = os.wait4(-1, 0)
+        cpu_s += usage.ru_utime + usage.ru_stime
         if reaped == pid:
-            return status
+            return status, cpu_s
 
 
 def sysv_ipc_left():
@@ -151,13 +160,13 @@ def run_one(sock, fds, uid, ask_kill):
         os.close(fd)
     socket.send_fds(sock, [b"pid"], [pidfd])
     os.close(pidfd)
-    status = reap_until(pid)
+    status, cpu_s = reap_until(pid)
     if sock.recv(16) != b"clean":
         os._exit(0)  # the runner is gone
     gone = job_killer.kill_leftovers(ask_kill, uid)
     if gone and sysv_ipc_left():
         remove_sysv_ipc(uid)
-    sock.sendall(b"exit" + EXIT.pack(status, gone))
+    sock.sendall(b"exit" + EXIT.pack(status, gone, cpu_s))
 
 
 def serve(sock, uid, ask_kill):

@@ -39,3 +39,19 @@ def test_evolve_show_prints_a_stored_hostile_evaluation_as_inert_text(tmp_path: 
     assert shown.exit_code == 0, shown.output
     assert "\x1b" not in shown.output and "\x07" not in shown.output
     assert shown.output.count("?[31mscalar view 1 ok[/red] [/]") == 4  # the error, feedback, case error, stderr
+
+
+def test_evolve_inspect_prints_a_hostile_incident_as_inert_text(tmp_path: Path) -> None:
+    """An incident's message holds what failed: model output or an evaluator's error, as written."""
+    from evolve.archive import Archive
+
+    folder = write_problem(tmp_path / "p")
+    archive = Archive(tmp_path / "a.db")
+    fitness = {"components": [{"name": "c0", "bounds": [0.0, 1.0]}]}
+    run = archive.create_run("p", str(folder), "fp", {"problem": {"fitness": fitness}, "options": {}}, 0)
+    archive.add_incident(run.id, "generate", "parse", HOSTILE)
+    archive.close()
+    shown = CliRunner().invoke(app, ["inspect", str(tmp_path / "a.db")])
+    assert shown.exit_code == 0, shown.output
+    assert "\x1b" not in shown.output and "\x07" not in shown.output
+    assert "last incident: generate: parse: ?[2J?]0;owned??[31mscalar view 1 ok[/red] [/]" in shown.output

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from evolve.problem import load_problem
-from sandboxes.jail import empty_file
+from sandboxes.host_config import empty_file
 from tests.helpers import assert_known_vectors, hiding_sandbox, reported, write_problem
 
 
@@ -109,7 +109,7 @@ def test_a_hidden_folder_or_file_that_is_a_link_neither_stops_the_sandbox_nor_sh
     refuse every job (it cannot mount on a link), and in Docker covered the container's own /etc; a credential file
     reached through a linked hidden folder made bubblewrap fail too, as would a hidden folder inside another. Links
     are followed to what they lead to."""
-    import sandboxes.jail as jail
+    import sandboxes.host_config as jail
 
     if not os.access("/usr/local", os.W_OK):
         pytest.skip("planting links under /usr/local needs root (the root pass of .ci/run plants them)")

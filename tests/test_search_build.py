@@ -14,7 +14,7 @@ import pytest
 from evolve.problem import load_problem
 from evolve.runs import RunOptions, RunOverrides
 from evolve.search import SearchSetupError, build_search
-from sandboxes.process import LOCK_DIR
+from sandboxes.process_slots import LOCK_DIR
 from tests.helpers import write_square_problem
 
 

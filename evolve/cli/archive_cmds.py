@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from dataclasses import asdict
 from pathlib import Path
 from typing import Annotated, Any
@@ -73,15 +74,15 @@ def inspect(db: DbArg, as_json: Annotated[bool, typer.Option("--json")] = False)
         )
         console.print(f"  variants {s.variants}; evaluation errors {s.errors}; islands {s.islands}")
         if s.stop_reason:
-            console.print(f"  last stop: {s.stop_reason}", highlight=False, markup=False)
+            console.print(f"  last stop: {printable(s.stop_reason)}", highlight=False, markup=False)
         if s.interruptions:
             console.print(f"  interrupted (killed) {s.interruptions} time(s), resumed each time")
         if s.incidents:
             console.print(f"  incidents (cost one group or child each): {s.incidents}", markup=False)
-            console.print(f"  last incident: {s.last_incident}", highlight=False, markup=False)
+            console.print(f"  last incident: {printable(str(s.last_incident))}", highlight=False, markup=False)
         for o in s.overrides:
             changes = ", ".join(f"{k} {old!r} -> {new!r}" for k, (old, new) in o["changes"].items())
-            console.print(f"  resumed {o['at']} with {changes}", highlight=False, markup=False)
+            console.print(f"  resumed {o['at']} with {printable(changes)}", highlight=False, markup=False)
         t, y = s.telemetry, s.yields
         if t.get("tokens"):
             console.print(f"  {t['tokens']} tokens ({t['tokens_per_s'] or 0:.1f}/s while sampling)", highlight=False)
@@ -94,10 +95,10 @@ def inspect(db: DbArg, as_json: Annotated[bool, typer.Option("--json")] = False)
             highlight=False,
         )
         for row in [*s.members, *s.asks]:
-            console.print(f"  {arm_line(row)}", highlight=False, markup=False)
+            console.print(f"  {printable(arm_line(row))}", highlight=False, markup=False)
         for change in s.adaptations:
             console.print(
-                f"  adapted at group {change['group']}: {change['change']} ({change['why']})",
+                printable(f"  adapted at group {change['group']}: {change['change']} ({change['why']})"),
                 highlight=False,
                 markup=False,
             )
@@ -124,8 +125,9 @@ def best(
     program = archive.best_program(chosen, component, sign=run_signs(chosen).get(component or "", 1.0))
     if program is None:
         fail(f"{db}: no successful program{' with component ' + component if component else ''} yet")
-    if out is None:
-        print(program.code, end="" if program.code.endswith("\n") else "\n")
+    if out is None:  # the exact code, for a file; on a terminal, without its control characters
+        code = printable(program.code) if sys.stdout.isatty() else program.code
+        print(code, end="" if code.endswith("\n") else "\n")
         return
     written = _write_program(out, program.code, _program_name(chosen.config))
     console.print(f"wrote program {program.id} to {out} ({len(written)} file{'s' if len(written) > 1 else ''})")
