@@ -43,4 +43,5 @@ setpriv --reuid="$USER_NAME" --regid="$USER_NAME" --init-groups --reset-env \
   tests/test_jail_layouts.py tests/test_engine_secrets.py tests/test_candidate_limits.py tests/test_weak_refusal.py \
   tests/test_docker_leftovers.py tests/test_docker_python_placement.py tests/test_interrupt_during_evaluation.py \
   tests/test_native_hostile.py tests/test_native_files.py tests/test_multi_file.py tests/test_runtime_attacks.py \
+  tests/test_defense_audit.py \
   "$@"
