@@ -297,3 +297,20 @@ def save_tiny(directory: Path, **kwargs: object) -> Path:
     model.save_pretrained(directory)
     tokenizer.save_pretrained(directory)
     return directory
+
+
+def weak_sandbox_or_skip(**kwargs: object) -> object:
+    """A process sandbox without bubblewrap (WEAK). As root whose interpreter other uids cannot reach it refuses
+    to start, by design (it would run candidates as root; tests/test_weak_refusal.py checks that): the test is then
+    left to the unprivileged pass, which must run its file. Any other refusal is a failure."""
+    import os
+
+    from sandboxes.base import SandboxRefused
+    from sandboxes.process import ProcessSandbox
+    from tests.services import left_to_the_unprivileged_pass
+
+    try:
+        return ProcessSandbox(jail=False, **kwargs)  # type: ignore[arg-type]
+    except SandboxRefused as exc:
+        assert os.geteuid() == 0 and "as root" in str(exc), exc
+    left_to_the_unprivileged_pass("as root the WEAK sandbox refuses to run here (it would run candidates as root)")

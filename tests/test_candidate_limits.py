@@ -18,10 +18,10 @@ import pytest
 
 from evolve.problem import load_problem
 from evolve.problem.outcome import ErrorKind
-from sandboxes.base import SandboxRefused
 from sandboxes.jail import find_jail, jail_runtime
 from sandboxes.process import ProcessSandbox
 from sandboxes.seccomp import SocketRule
+from tests.helpers import weak_sandbox_or_skip
 from tests.probes import constant_program, probe_problem
 from tests.services import missing
 from tests.test_sandbox_memory import host_memory_drop
@@ -67,26 +67,45 @@ def solve(what):
 """
 REFUSED = {"unshare": 1.0, "clone": 1.0, "clone3": 38.0, "fork": 7.0, "thread": 1.0, "subprocess": 1.0}
 
-TRACING = ("ptrace", "vm_read", "xattr")
+TRACING = ("traceme", "ptrace", "vm_read", "xattr")
 # A candidate may neither trace (without root the jail's pid 1 has the candidate's uid: attached, its
 # parent-death signal was cleared and the job's pid namespace outlived the job) nor hold kernel memory in
-# extended attributes (uncounted by RLIMIT_AS and tmpfs sizes). The target is its own child, which it could
-# trace anywhere without the filter. Each number is the errno (100: it worked).
-TRACE = """import ctypes, os, signal, time
+# extended attributes (uncounted by RLIMIT_AS and tmpfs sizes). The targets are its own children, which it could
+# trace anywhere without the filter, as root too: a child asking to be traced (PTRACE_TRACEME), and a child that
+# has exec'd a program. (A child merely forked would not do as root: the harness dropped to the slot's uid without
+# exec, which leaves its process and its forks undumpable, so the kernel refused them to any tracer of that uid
+# whatever the filter said, and the root pass never saw the filter at work.) Each number is the errno (100: it
+# worked).
+TRACE = """import ctypes, os, signal
 FOUND = {}
 class IoVec(ctypes.Structure):
     _fields_ = [("base", ctypes.c_void_p), ("len", ctypes.c_size_t)]
-def _measure():
-    libc = ctypes.CDLL(None, use_errno=True)
+def _execd_child():
+    r, w = os.pipe()  # close-on-exec: the read ends once the child has exec'd (a dumpable process again)
     child = os.fork()
     if child == 0:
-        time.sleep(30)
-        os._exit(0)
+        os.close(r)
+        os.execv("/bin/sleep", ["sleep", "30"])
+    os.close(w)
+    os.read(r, 1)
+    os.close(r)
+    return child
+def _measure():
+    libc = ctypes.CDLL(None, use_errno=True)
     got = {}
+    child = os.fork()
+    if child == 0:
+        os._exit(100 if libc.ptrace(0, 0, 0, 0) == 0 else ctypes.get_errno())  # PTRACE_TRACEME
+    got["traceme"] = os.waitstatus_to_exitcode(os.waitpid(child, 0)[1])
+    child = _execd_child()
     got["ptrace"] = 100 if libc.ptrace(16, child, 0, 0) == 0 else ctypes.get_errno()  # PTRACE_ATTACH
+    os.kill(child, signal.SIGKILL)
+    os.waitpid(child, 0)
+    child = _execd_child()
+    with open(f"/proc/{child}/maps") as maps:  # the start of its first mapping: an address it surely has
+        start = int(maps.readline().split("-")[0], 16)
     buf = ctypes.create_string_buffer(8)
-    local = IoVec(ctypes.addressof(buf), 8)
-    remote = IoVec(id(FOUND), 8)
+    local, remote = IoVec(ctypes.addressof(buf), 8), IoVec(start, 8)
     read = libc.process_vm_readv(child, ctypes.byref(local), 1, ctypes.byref(remote), 1, 0)
     got["vm_read"] = 100 if read >= 0 else ctypes.get_errno()
     os.kill(child, signal.SIGKILL)
@@ -104,7 +123,7 @@ def solve(what):
         FOUND.update(_measure())
     return FOUND[what]
 """
-EPERM_ALL = {"ptrace": 1.0, "vm_read": 1.0, "xattr": 1.0}
+EPERM_ALL = {"traceme": 1.0, "ptrace": 1.0, "vm_read": 1.0, "xattr": 1.0}
 
 LEFTOVER = ("left",)
 # Leaves a process that quits its session and drops the job's token from its environment (the sweep outside
@@ -192,13 +211,12 @@ def solve(what):
 
 @pytest.fixture(scope="module", params=["jail", "weak"])
 def box(request) -> Iterator[ProcessSandbox]:
-    if request.param == "jail" and find_jail()[0] is None:
-        missing("bubblewrap", find_jail()[1])
-    try:
-        sandbox = ProcessSandbox(slots=1, jail=request.param == "jail")
-    except SandboxRefused as exc:  # root whose interpreter other uids cannot reach (tests/test_weak_refusal.py)
-        assert os.geteuid() == 0 and "as root" in str(exc), exc
-        pytest.skip("as root the WEAK sandbox refuses to run here; scripts/test-as-user.sh runs it unprivileged")
+    if request.param == "weak":
+        sandbox = weak_sandbox_or_skip(slots=1)
+    else:
+        if find_jail()[0] is None:
+            missing("bubblewrap", find_jail()[1])
+        sandbox = ProcessSandbox(slots=1)
     yield sandbox
     sandbox.close()
 

@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 import contextlib
+import shutil
+import tempfile
 import threading
 import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from evolve.problem import load_problem
 from evolve.problem.outcome import ErrorKind
 from sandboxes.docker_pool import OWNER
-from tests.helpers import SPLIT_TOML, docker_sandbox_or_skip, write_problem
+from tests.helpers import SPLIT_TOML, docker_sandbox_or_skip, reported, write_problem
 
 pytestmark = pytest.mark.docker
 TIMEOUT = 3.0
@@ -57,12 +62,33 @@ def test_a_candidate_killed_by_a_real_time_signal_crashes_alone_in_the_same_cont
     _ok(sandbox, problem)
 
 
-def test_host_files_are_not_visible(sandbox, problem, tmp_path):
-    secret = tmp_path / "host-secret.txt"
-    secret.write_text("hunter2")
-    code = f"def solve(x):\n    return open({str(secret)!r}).read()\n"
+@pytest.fixture
+def readable_secret() -> Iterator[Path]:
+    """A host file any uid may read (in a folder of its own under /tmp, 0755): only the mount view keeps it out."""
+    folder = Path(tempfile.mkdtemp(prefix="evolve-host-secret-", dir="/tmp"))
+    folder.chmod(0o755)
+    secret = folder / "host-secret.txt"
+    secret.write_text(f"hunter2-{uuid.uuid4().hex}")
+    secret.chmod(0o644)
+    yield secret
+    shutil.rmtree(folder)
+
+
+def test_host_files_are_not_visible(sandbox, problem, readable_secret):
+    """The candidate prints what it read on stdout and stderr and returns it: the secret is in no field of the
+    outcome, and the reported answer says the file is not there at all."""
+    code = (
+        "import sys\ndef solve(x):\n    try:\n"
+        f"        text = open({str(readable_secret)!r}).read()\n"
+        "    except OSError as exc:\n        text = type(exc).__name__\n"
+        "    print(text)\n    print(text, file=sys.stderr)\n    return text\n"
+    )
     outcome = sandbox.evaluate(problem, code)
-    assert "hunter2" not in (outcome.feedback or "") and not outcome.ok
+    secret = readable_secret.read_text()
+    fields = (outcome.feedback, outcome.stdout, outcome.stderr, outcome.error, repr(outcome.case_errors))
+    assert not any(secret in (field or "") for field in fields), fields
+    assert outcome.scores == {"c0": 0.0, "c1": 0.0}
+    assert reported(outcome) == "FileNotFoundError" and "FileNotFoundError" in outcome.stdout, outcome.stdout
     _ok(sandbox, problem)
 
 
@@ -226,12 +252,14 @@ def _forge_on_every_channel(sandbox, stop: threading.Event, once: bool) -> None:
 
 
 def test_a_stray_line_on_the_channel_reruns_the_job_in_a_fresh_container(sandbox, problem):
-    """The engine takes only the line carrying its job's nonce; anything else costs the container, not the score."""
+    """The engine takes only the line carrying its job's nonce; anything else costs the container, not the score.
+
+    The stray line is written while the container is idle, so it surely comes before the job's answer on the
+    channel (one pipe: first written, first read): an engine that took any answer-shaped line would score it."""
     _ok(sandbox, problem)
     (victim,) = _ours(sandbox)
-    stop = threading.Event()
-    threading.Timer(0.4, _forge_on_every_channel, args=(sandbox, stop, True)).start()
-    outcome = sandbox.evaluate(problem, "import time\ndef solve(x):\n    time.sleep(0.6)\n    return x * x\n")
+    _forge_on_every_channel(sandbox, threading.Event(), True)
+    outcome = sandbox.evaluate(problem, GOOD)
     assert outcome.scores == {"c0": 1.0, "c1": 1.0}, outcome.error
     assert victim.id not in [c.id for c in _ours(sandbox)]
     for code, want in (("def solve(x):\n    return 4\n", {"c0": 1.0, "c1": 0.0}), (GOOD, {"c0": 1.0, "c1": 1.0})):
@@ -241,6 +269,7 @@ def test_a_stray_line_on_the_channel_reruns_the_job_in_a_fresh_container(sandbox
 def test_stray_lines_twice_make_the_answer_bad_output(sandbox, problem):
     _ok(sandbox, problem)
     stop = threading.Event()
+    _forge_on_every_channel(sandbox, stop, True)  # before the job's answer; the thread forges in the next container
     forger = threading.Thread(target=_forge_on_every_channel, args=(sandbox, stop, False))
     forger.start()
     try:

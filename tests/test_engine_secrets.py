@@ -28,7 +28,7 @@ import pytest
 from sandboxes.jail import find_jail
 from tests.layouts import env_for, layout_venv
 from tests.probes import probe_problem
-from tests.services import missing
+from tests.services import left_to_the_unprivileged_pass, missing
 
 PROBES = ("environ", "cmdline", "fd", "answers", "control")
 # The markers travel reversed in the candidate's code, so no process holding that code matches them.
@@ -141,7 +141,7 @@ def test_without_a_jail_the_candidate_finds_no_engine_secret_or_does_not_run(wor
         lines = out.stderr.strip().splitlines()
         assert out.returncode == 2 and len(lines) == 1 and "as root" in lines[0], out.stderr
         assert "install bubblewrap" in lines[0] and out.stdout == "", out.stderr
-        return
+        left_to_the_unprivileged_pass("as root the WEAK sandbox refuses to run the attack here")
     assert out.returncode == 0, out.stderr[-2000:]
     got = json.loads(out.stdout)
     assert "WEAK" in got["isolation"], got
@@ -168,16 +168,28 @@ print(json.dumps(found))
 """
 
 
+def _without_capabilities() -> None:
+    """Between fork and exec: empty the bounding set, so that the program exec'd holds no capability, even as root
+    (a uid 0 process gets only what the bounding set allows at exec)."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    for cap in range(64):
+        if libc.prctl(24, cap, 0, 0, 0) != 0 and ctypes.get_errno() != 22:  # PR_CAPBSET_DROP; EINVAL: no such cap
+            os._exit(99)
+
+
 @pytest.mark.parametrize("mode, readable", [("plain", [True, True]), ("guarded", [False, False])])
 def test_the_engine_guard_hides_its_environment_and_arguments_from_its_own_uid(mode, readable):
     """Another process of the engine's own uid (a WEAK candidate, if it shared the engine's user namespace)
-    reads both from a plain engine, neither from a guarded one."""
-    if os.geteuid() == 0:
-        pytest.skip("root reads every process's entries; scripts/test-as-user.sh runs this unprivileged")
+    reads both from a plain engine, neither from a guarded one. As root, engine and reader run without
+    capabilities (what root's reader would otherwise bypass the guard with), so the root pass checks the guard too:
+    the same uid, neither privileged, as an unprivileged engine and its candidate are."""
     env_marker, arg_marker = f"env-{uuid.uuid4().hex}", f"arg-{uuid.uuid4().hex}"
     env = {**os.environ, "EVOLVE_TEST_SECRET": env_marker}
+    drop = _without_capabilities if os.geteuid() == 0 else None
     engine = subprocess.Popen(
-        [sys.executable, "-c", ENGINE, mode, arg_marker], stdout=subprocess.PIPE, text=True, env=env
+        [sys.executable, "-c", ENGINE, mode, arg_marker], stdout=subprocess.PIPE, text=True, env=env, preexec_fn=drop
     )
     try:
         assert engine.stdout is not None and engine.stdout.readline() == "ready\n"
@@ -186,6 +198,7 @@ def test_the_engine_guard_hides_its_environment_and_arguments_from_its_own_uid(m
             capture_output=True,
             text=True,
             timeout=60,
+            preexec_fn=drop,
         )
         assert json.loads(out.stdout) == readable, out.stderr
     finally:

@@ -9,7 +9,7 @@ import sqlite3
 
 from evolve.archive import code_hash
 from evolve.children import Child, EvaluationResult
-from evolve.loop import SearchLoop
+from evolve.loop import SearchLoop, run_search
 from policies.replay import ReplayPolicy
 from sandboxes.process import ProcessSandbox
 from tests.helpers import SQUARE_SEED, square_run
@@ -157,6 +157,80 @@ def test_the_commit_stage_stores_typed_evaluations_counts_new_programs_and_stops
         assert loop.stats.evaluations == 3 and loop.stats.new_valid == 2 and loop.control.reserved == 3
         assert loop.control.reason == "target 1.0 reached" and loop.control.sampling_cut.is_set()
         assert loop.population.best is not None and loop.population.best.scalar == 1.0
+    finally:
+        loop.sandbox.close()
+        loop.archive.close()
+
+
+# Writes a log of STDERR_NOISE bytes first, then the traceback of the error it raises: the traceback is the tail.
+STDERR_NOISE = 12 * 1024
+LOUD_CRASH = f"""import sys, traceback
+def solve(x):
+    sys.stderr.write("FIRST-BYTES-OF-THE-LOG\\n" + "noise\\n" * ({STDERR_NOISE} // 6))
+    try:
+        raise ValueError("the-last-line-of-the-traceback")
+    except ValueError:
+        traceback.print_exc()
+        raise
+"""
+
+
+def test_the_stored_stderr_is_the_tail_where_the_traceback_is(tmp_path):
+    """More than STORED_OUTPUT bytes of stderr, then a traceback: the archive keeps the last 8 KiB (the prompt of a
+    child of this program shows them), so the traceback's last line is there and the log's first bytes are not."""
+    from evolve.commit import STORED_OUTPUT
+
+    loop = wired(tmp_path, [answer(SQUARE, FOUR)])
+    try:
+
+        async def score_and_commit():
+            result = await loop.evaluation.score_seed(child(block(LOUD_CRASH), None))
+            assert result is not None and len(result.outcome.stderr) > STORED_OUTPUT + 1024, len(result.outcome.stderr)
+            await loop.commits.commit([result])
+
+        asyncio.run(score_and_commit())
+        con = sqlite3.connect(tmp_path / "a.db")
+        [(pid, stderr, error_kind)] = con.execute(
+            "SELECT e.program_id, e.stderr, e.error_kind FROM evaluations e"
+        ).fetchall()
+        assert error_kind == "crash", error_kind
+        assert len(stderr) == STORED_OUTPUT, len(stderr)
+        assert stderr.rstrip().endswith("ValueError: the-last-line-of-the-traceback"), stderr[-300:]
+        assert "FIRST-BYTES-OF-THE-LOG" not in stderr
+        assert loop.archive.parent_context(pid).stderr == stderr  # what a child's prompt is shown
+    finally:
+        loop.sandbox.close()
+        loop.archive.close()
+
+
+def distinct_answers(count: int, first: int) -> list[str]:
+    """Completions whose variants are all new programs (each wrong on one input of its own)."""
+    bodies = [f"def solve(x):\n    return x * x if x != {first + i} else 0\n" for i in range(2 * count)]
+    return [answer(bodies[2 * i], bodies[2 * i + 1]) for i in range(count)]
+
+
+def test_a_resume_leaves_the_variants_of_earlier_groups_as_they_were(tmp_path):
+    """A run stopped at its budget and resumed with a larger one: the variants stored before the resume keep their
+    status and program (only a pending one, never evaluated, may change: it is evaluated or found a duplicate).
+    Resume once relabelled every evaluated variant `duplicate`, which no loop or soak test noticed."""
+    from dataclasses import replace
+
+    loop = wired(tmp_path, distinct_answers(8, 100), group_size=2, max_evaluations=5, workers=2)
+    try:
+        assert run_search(loop) == "evaluation budget reached"
+        con = sqlite3.connect(tmp_path / "a.db")
+        query = "SELECT id, status, program_id FROM variants ORDER BY id"
+        before = con.execute(query).fetchall()
+        pending = [row for row in before if row[1] == "ok" and row[2] is None]
+        settled = [row for row in before if row not in pending]
+        assert sum(1 for row in settled if row[1] == "ok") >= 4, before  # evaluated children (the seed is none)
+        budget = replace(loop.options, max_evaluations=9)
+        policy = ReplayPolicy(distinct_answers(8, 200))
+        resumed = SearchLoop(loop.problem, loop.archive, policy, loop.sandbox, loop.run, budget)
+        assert run_search(resumed) == "evaluation budget reached"
+        after = {row[0]: row[1:] for row in con.execute(query)}
+        assert [(i, *after[i]) for i, _, _ in settled] == settled
+        assert any(after[i][1] is not None for i, _, _ in pending), after  # the resume evaluated pending children
     finally:
         loop.sandbox.close()
         loop.archive.close()

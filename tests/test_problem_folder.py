@@ -157,6 +157,12 @@ def test_blocks_roundtrip_keeps_outside_text():
 
 
 def test_missing_folder_raises_problem_error(tmp_path):
-    with pytest.raises(ProblemError, match="not a directory"):
+    with pytest.raises(ProblemError, match="not a directory") as err:
         load_problem(tmp_path / "absent")
-    assert GOOD_SEED
+    assert str(tmp_path / "absent") in str(err.value)
+    folder = write_problem(tmp_path / "p")
+    assert load_problem(folder).seed_code == GOOD_SEED  # the folder loads with everything in place
+    (folder / "problem.toml").unlink()
+    with pytest.raises(ProblemError, match="missing") as err:
+        load_problem(folder)
+    assert str(folder / "problem.toml") in str(err.value)

@@ -30,6 +30,7 @@ from tests.helpers import (
     reported,
     write_problem,
 )
+from tests.services import left_to_the_unprivileged_pass
 
 TIMEOUT = 3.0
 
@@ -96,8 +97,9 @@ def test_expected_answers_archive_and_home_are_out_of_reach(sandbox, problem, se
         "    except OSError as e:\n        got['home_dir'] = type(e).__name__\n    return got\n"
     )
     got = reported(sandbox.evaluate(problem, code))
-    for name in ("home", "archive", "evaluator"):
-        assert got[name] in ("FileNotFoundError", "PermissionError"), (name, got[name])
+    # Not there at all: a PermissionError would come from uid separation alone (as root the slot's uid cannot cross
+    # /root or pytest's 0700 folders), which a mount view that let the host's files in would still give.
+    assert {name: got[name] for name in paths} == dict.fromkeys(paths, "FileNotFoundError"), got
     assert secrets_on_host["home"].name not in str(got["home_dir"])
     # The attack as it was found: import the evaluator by absolute path and answer from its table.
     cheat = (
@@ -362,7 +364,7 @@ def test_without_bubblewrap_the_process_sandbox_says_weak_and_run_refuses_split_
     allowed = subprocess.run([*command, "--allow-weak-sandbox"], capture_output=True, text=True, timeout=120, env=env)
     if box is None:
         assert "as root" in out.stderr and allowed.returncode == 2 and "as root" in allowed.stderr, allowed.stderr
-        return
+        left_to_the_unprivileged_pass("as root the WEAK sandbox refuses before the split-problem rule is asked")
     assert "WEAK" in out.stderr and "--allow-weak-sandbox" in out.stderr
     assert "WEAK" not in allowed.stderr and "replay" in allowed.stderr  # past the check, stopped by the policy
 

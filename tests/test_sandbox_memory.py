@@ -20,10 +20,10 @@ import pytest
 
 from evolve.problem import load_problem
 from evolve.problem.outcome import ErrorKind
-from sandboxes.base import SandboxRefused
 from sandboxes.cgroups import PREFIX, find_parent
 from sandboxes.jail import find_jail
 from sandboxes.process import ProcessSandbox
+from tests.helpers import weak_sandbox_or_skip
 from tests.services import missing
 from tests.test_sandbox_redteam import MIN_EVAL, MIN_KNOWN, MIN_TOML, folder
 
@@ -213,11 +213,7 @@ def test_python_numpy_and_multiprocessing_still_run_in_the_jail(box, problem):
 
 def test_memfds_are_refused_outside_the_jail_too(problem):
     """Without bubblewrap the candidate's process installs the same seccomp filter itself before exec."""
-    try:
-        box = ProcessSandbox(slots=1, jail=False)
-    except SandboxRefused as exc:  # root whose interpreter other uids cannot reach: WEAK refuses to start
-        assert os.geteuid() == 0 and "as root" in str(exc), exc
-        pytest.skip("as root the WEAK sandbox refuses to run here; scripts/test-as-user.sh runs it unprivileged")
+    box = weak_sandbox_or_skip(slots=1)
     try:
         with host_memory_drop() as drop:
             outcome = box.evaluate(problem, MEMFD_HOG)

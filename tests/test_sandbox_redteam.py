@@ -18,10 +18,9 @@ import pytest
 from evolve.problem import ProblemError, load_problem
 from evolve.problem.config import FitnessSection
 from evolve.problem.outcome import ErrorKind
-from sandboxes.base import SandboxRefused
 from sandboxes.jail import find_jail
 from sandboxes.process import ProcessSandbox
-from tests.helpers import docker_sandbox_or_skip
+from tests.helpers import docker_sandbox_or_skip, weak_sandbox_or_skip
 from tests.services import missing
 
 MIN_TOML = """
@@ -322,20 +321,12 @@ def solve(x):
 """
 
 
-def _weak_box_or_skip() -> ProcessSandbox:
-    try:
-        return ProcessSandbox(slots=1, jail=False)
-    except SandboxRefused as exc:  # root whose interpreter other uids cannot reach: WEAK refuses to start
-        assert os.geteuid() == 0 and "as root" in str(exc), exc
-        pytest.skip("as root the WEAK sandbox refuses to run here (it would run candidates as root)")
-
-
 @pytest.mark.parametrize("backend", ["docker", "process-without-jail"])
 def test_a_process_whose_leader_thread_exited_does_not_outlive_its_job(tmp_path, backend):
     """Its other threads keep running under a "Z" state: were it skipped as dead, it would rewrite every later
     candidate's program into a perfect one."""
     problem = load_problem(folder(tmp_path / "p", MIN_TOML.format(extra=", fail_value = 1e6"), MIN_EVAL))
-    box = docker_sandbox_or_skip(workers=1) if backend == "docker" else _weak_box_or_skip()
+    box = docker_sandbox_or_skip(workers=1) if backend == "docker" else weak_sandbox_or_skip(slots=1)
     try:
         assert box.evaluate(problem, ZOMBIE_LEADER).scores == {"c0": 2.0, "c1": 6.0}
         for _ in range(3):

@@ -21,6 +21,7 @@ from evolve.problem import load_problem
 from sandboxes.base import SandboxRefused
 from sandboxes.process import ProcessSandbox
 from tests.helpers import write_problem
+from tests.services import left_to_the_unprivileged_pass
 
 UID_PROBE = "def solve(x):\n    import os\n    return x * x if os.geteuid() != 0 else -1\n"
 
@@ -56,7 +57,7 @@ def one_line(out: subprocess.CompletedProcess) -> str:
 def test_weak_never_runs_a_candidate_as_root(problem_dir):
     try:
         box = ProcessSandbox(slots=1, jail=False)
-    except SandboxRefused as exc:
+    except SandboxRefused as exc:  # as root, refusing is what this test asks for: it runs nothing as root
         assert os.geteuid() == 0, exc
         assert "as root" in str(exc) and "install bubblewrap" in str(exc) and sys.executable in str(exc)
         return
@@ -75,7 +76,7 @@ def test_a_weak_sandbox_is_refused_for_a_split_problem_unless_allowed(command, p
     if weak_refused_as_root():
         assert "as root" in refused and "install bubblewrap" in refused, refused
         assert "as root" in one_line(evolve(tmp_path, *args, "--allow-weak-sandbox"))
-        return
+        left_to_the_unprivileged_pass("as root the WEAK sandbox refuses before the split-problem rule is asked")
     assert "WEAK" in refused and "bubblewrap is not installed" in refused, refused
     assert "--allow-weak-sandbox" in refused and "expected answers" in refused, refused
     allowed = evolve(tmp_path, *args, "--allow-weak-sandbox")
