@@ -3,13 +3,14 @@
 Refused with EPERM (numbers per machine below):
 - add_key, request_key, keyctl: kernel keyrings outlive processes and are keyed by uid, so one job could leave
   keys for a later job of its slot;
-- memfd_create, memfd_secret, shmget, msgget, vmsplice: memory held through them needs no mapping once written
-  (a memfd or SysV segment filled with write(), message queues, user pages pinned in a pipe and then unmapped),
-  so RLIMIT_AS never sees it. Where no memory cgroup bounds the job they would let one process hold any amount
+- memfd_create, memfd_secret, shmget, msgget, semget, vmsplice: memory held through them needs no mapping once
+  written (a memfd or SysV segment filled with write(), message queues, semaphore sets, user pages pinned in a
+  pipe and then unmapped), so RLIMIT_AS never sees it; a red-team candidate held 3 GB of semaphore sets under
+  memory_mb = 512, and outside the jail's IPC namespace they outlived the engine. Where no memory cgroup bounds the job they would let one process hold any amount
   of the host's memory. Python never needs them;
-- ptrace, process_vm_readv/writev, pidfd_getfd, kcmp: without root the jail's pid 1 (bubblewrap) has the
-  candidate's uid and no capabilities, so a candidate could attach to it, clear its parent-death signal and
-  keep the whole pid namespace alive after the job (a red-team attack did). No candidate needs to trace;
+- ptrace, process_vm_readv/writev, pidfd_getfd, kcmp: a candidate has no business with another process's memory
+  or descriptors (bubblewrap's own init, once the jail's pid 1, was attached to this way and kept the job's pid
+  namespace alive after the job). No candidate needs to trace;
 - setxattr, lsetxattr, fsetxattr, setxattrat: user.* extended attributes on a tmpfs are kernel memory that
   neither RLIMIT_AS nor the tmpfs size counts (1.5 GiB held in 3 s under memory_mb = 256). shutil's copy
   functions ignore EPERM from them;
@@ -65,7 +66,7 @@ class _Numbers:
 _MACHINES = {
     "x86_64": _Numbers(
         0xC000003E,
-        (248, 249, 250, 319, 447, 29, 68, 278, 425, 426, 427, 101, 310, 311, 312, 438, 188, 189, 190, 463),
+        (248, 249, 250, 319, 447, 29, 68, 64, 278, 425, 426, 427, 101, 310, 311, 312, 438, 188, 189, 190, 463),
         clone=56,
         unshare=272,
         clone3=435,
@@ -74,7 +75,7 @@ _MACHINES = {
     ),
     "aarch64": _Numbers(
         0xC00000B7,
-        (217, 218, 219, 279, 447, 194, 186, 75, 425, 426, 427, 117, 270, 271, 272, 438, 5, 6, 7, 463),
+        (217, 218, 219, 279, 447, 194, 186, 190, 75, 425, 426, 427, 117, 270, 271, 272, 438, 5, 6, 7, 463),
         clone=220,
         unshare=97,
         clone3=435,

@@ -90,10 +90,12 @@ def solve(x):
     except PermissionError:
         memfd = "refused"
     shm = libc.shmget(0, 1 << 20, 0o1000 | 0o600), ctypes.get_errno()  # IPC_PRIVATE, IPC_CREAT
+    sem = libc.semget(0, 32000, 0o1000 | 0o600), ctypes.get_errno()  # a set of semaphores: kernel memory too
     with multiprocessing.get_context("fork").Pool(2) as pool:
         pooled = pool.map(abs, [-1, -2])
-    seen = (float(numpy.arange(10.0) @ numpy.ones(10)), memfd, shm, resource.getrlimit(resource.RLIMIT_NOFILE), pooled)
-    return x * x if seen == (45.0, "refused", (-1, 1), (256, 256), [1, 2]) else str(seen)
+    limit = resource.getrlimit(resource.RLIMIT_NOFILE)
+    seen = (float(numpy.arange(10.0) @ numpy.ones(10)), memfd, shm, sem, limit, pooled)
+    return x * x if seen == (45.0, "refused", (-1, 1), (-1, 1), (256, 256), [1, 2]) else str(seen)
 """
 
 
