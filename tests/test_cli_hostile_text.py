@@ -33,12 +33,16 @@ def test_evolve_show_prints_a_stored_hostile_evaluation_as_inert_text(tmp_path: 
     run = archive.create_run("p", str(folder), "fp", {}, 0)
     evaluation = {"scores": {"c0": 0.0}, "scalar": 0.0, "duration_s": 0.1, "error_kind": "crash", "error": HOSTILE}
     evaluation |= {"feedback": HOSTILE, "stderr": HOSTILE, "case_errors": {"c0": HOSTILE}}
+    # a simple-form candidate writes its own reply, cascade stages and their metric names and values included
+    evaluation |= {"stages": [{"stage": 1, "metrics": {HOSTILE: 1.5, "note": "a-string"}}]}
     pid, _ = store_program(archive, run.id, CANDIDATE, evaluation=evaluation)
     archive.close()
     shown = CliRunner().invoke(app, ["show", str(tmp_path / "a.db"), str(pid)])
     assert shown.exit_code == 0, shown.output
     assert "\x1b" not in shown.output and "\x07" not in shown.output
-    assert shown.output.count("?[31mscalar view 1 ok[/red] [/]") == 4  # the error, feedback, case error, stderr
+    # the error, feedback, case error, stderr and the stage's metric name
+    assert shown.output.count("?[31mscalar view 1 ok[/red] [/]") == 5, shown.output
+    assert "scalar view 1 ok[/red] [/] 1.5, note a-string" in shown.output
 
 
 def test_evolve_inspect_prints_a_hostile_incident_as_inert_text(tmp_path: Path) -> None:

@@ -133,6 +133,11 @@ def best(
     console.print(f"wrote program {program.id} to {out} ({len(written)} file{'s' if len(written) > 1 else ''})")
 
 
+def _number_text(value: object) -> str:
+    """A stored metric: a number in 6 significant digits, anything else (a short string) as it is."""
+    return f"{value:.6g}" if isinstance(value, int | float) else str(value)
+
+
 def show(db: DbArg, program_id: int) -> None:
     """A program's code, diff against its parent, score vector and lineage."""
     archive = open_archive(db)
@@ -161,9 +166,9 @@ def show(db: DbArg, program_id: int) -> None:
             console.print(f"case {case} failed: {printable(error[:300])}", highlight=False, markup=False)
         if ev.stderr and ev.stderr.strip():
             console.print(f"stderr (tail): {printable(ev.stderr.strip()[-1500:])}", highlight=False, markup=False)
-        for stage in ev.stages or []:
-            metrics = ", ".join(f"{k} {v:.6g}" for k, v in stage.get("metrics", {}).items())
-            console.print(f"stage {stage.get('stage')}: {metrics}", highlight=False, markup=False)
+        for stage in ev.stages or []:  # names and values as the candidate's own reply gave them (simple form)
+            metrics = ", ".join(f"{k} {_number_text(v)}" for k, v in stage.get("metrics", {}).items())
+            console.print(printable(f"stage {stage.get('stage')}: {metrics}"), highlight=False, markup=False)
     chain = archive.lineage(program.id)
     console.print(
         "lineage: "
