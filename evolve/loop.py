@@ -247,7 +247,7 @@ class SearchLoop:
     async def _train(self) -> None:
         """Pause generation, let the recent groups' evaluations land, update and publish the policy.
 
-        Ctrl-C or SIGTERM during an update gives it up between two samples (a thread cannot be cancelled, so the
+        Ctrl-C or SIGTERM during an update gives it up between two groups (a thread cannot be cancelled, so the
         trainer asks `interrupt_requested`): it rolls back like a failed one, the run stops within one sample's
         forward and backward pass, and the group count is kept so that the resumed run trains after one group.
         The thread is still awaited: closing the policy under its backward pass would crash the process."""

@@ -25,6 +25,7 @@ import numpy as np
 from policies.advantages import make_estimator
 from policies.groups import TrainingGroup
 from policies.shaping import select
+from policies.shared_prompt import completion_logprobs
 
 ShouldStop = Callable[[], bool]  # asked between samples: True gives the update up (`UpdateAbandoned`)
 
@@ -34,7 +35,7 @@ def never() -> bool:
 
 
 class UpdateAbandoned(Exception):
-    """The update was given up between two samples because the run is stopping (Ctrl-C, SIGTERM). The weights
+    """The update was given up between two groups because the run is stopping (Ctrl-C, SIGTERM). The weights
     and optimizer state are then part-way through the update: the caller restores them (`ArchiveTrainer.step`)."""
 
 
@@ -84,6 +85,7 @@ class Sample:
     temperature: float
     advantage: float
     old_logprobs: Any = None
+    group: int = 0  # samples of one group share their prompt: its forward pass runs once for all of them
 
 
 @dataclass
@@ -187,7 +189,9 @@ class PolicyTrainer:
             if s.group not in prompts:
                 prompts[s.group] = self.tokenizer(self.render(g.prompt), add_special_tokens=False).input_ids
             n = len(c.token_ids) if cfg.max_completion_tokens is None else cfg.max_completion_tokens
-            out.append(Sample(prompts[s.group], c.token_ids[:n], c.logprobs[:n], c.temperature, s.advantage))
+            out.append(
+                Sample(prompts[s.group], c.token_ids[:n], c.logprobs[:n], c.temperature, s.advantage, group=s.group)
+            )
         set_rewards = [float(v) for r in selection.shaped for v in r.max(axis=1).mean(axis=1)]
         if set_rewards:
             stats.set_reward_mean, stats.set_reward_std = float(np.mean(set_rewards)), float(np.std(set_rewards))
@@ -197,21 +201,22 @@ class PolicyTrainer:
     # ---- forward ----------------------------------------------------------------------------------------
     def token_logprobs(self, sample: Sample) -> Any:
         """Logprobs of the completion tokens under the current weights, at the sampling temperature."""
-        import torch
+        return self.bucket_logprobs([sample])[0]
 
-        ids = torch.tensor([sample.prompt_ids + sample.completion_ids], device=self.device)
-        n = len(sample.completion_ids)
-        logits = self.model(input_ids=ids, logits_to_keep=n + 1).logits[0, :n].float()
-        logp = torch.log_softmax(logits / max(sample.temperature, 1e-5), dim=-1)
-        return logp.gather(1, torch.tensor(sample.completion_ids, device=self.device)[:, None]).squeeze(1)
+    def bucket_logprobs(self, bucket: Sequence[Sample]) -> list[Any]:
+        """Logprobs of each sample's completion tokens; the samples share one prompt and temperature, which
+        runs once for all of them (policies/shared_prompt.py)."""
+        first = bucket[0]
+        completions = [s.completion_ids for s in bucket]
+        return completion_logprobs(self.model, first.prompt_ids, completions, first.temperature, self.device)
 
     # ---- update -----------------------------------------------------------------------------------------
     def update(
         self, groups: Sequence[TrainingGroup], skipped: dict[str, int] | None = None, should_stop: ShouldStop = never
     ) -> UpdateStats:
-        """One update on the groups. `should_stop` is asked before every sample's forward pass (a forward and
-        backward pass take seconds per sample on a CPU, the whole update minutes), so that a run being stopped
-        waits for one sample at most; a yes raises `UpdateAbandoned`."""
+        """One update on the groups. `should_stop` is asked before each group's forward pass (one pass over its
+        prompt and all its completions of the minibatch: seconds on a CPU, the whole update longer), so that a
+        run being stopped waits for one group at most; a yes raises `UpdateAbandoned`."""
         import torch
 
         stats = UpdateStats(skipped=dict(skipped or {}))
@@ -224,9 +229,10 @@ class PolicyTrainer:
         if self.config.epochs > 1 or len(samples) > self.config.minibatch:
             self.model.eval()
             with torch.no_grad():
-                for s in samples:
+                for bucket in by_prompt(samples):
                     _check(should_stop)
-                    s.old_logprobs = self.token_logprobs(s)
+                    for s, logprobs in zip(bucket, self.bucket_logprobs(bucket), strict=True):
+                        s.old_logprobs = logprobs
         self.model.train()
         totals = {"loss": 0.0, "clipped": 0.0, "kl": 0.0, "is": 0.0, "tokens": 0}
         for _ in range(self.config.epochs):
@@ -235,9 +241,9 @@ class PolicyTrainer:
                 chunk = [samples[i] for i in order[start : start + self.config.minibatch]]
                 n_tokens = sum(len(s.completion_ids) for s in chunk)
                 self.optimizer.zero_grad()
-                for s in chunk:
+                for bucket in by_prompt(chunk):
                     _check(should_stop)
-                    self._accumulate(s, n_tokens, totals)
+                    self._accumulate(bucket, n_tokens, totals)
                 torch.nn.utils.clip_grad_norm_([p for p in self.model.parameters() if p.requires_grad], 1.0)
                 self.optimizer.step()
                 stats.optimizer_steps += 1
@@ -250,35 +256,39 @@ class PolicyTrainer:
             raise FloatingPointError("the update produced a non-finite loss")
         return stats
 
-    def _accumulate(self, s: Sample, n_tokens: int, totals: dict[str, float]) -> None:
+    def _accumulate(self, bucket: list[Sample], n_tokens: int, totals: dict[str, float]) -> None:
+        """The loss of one prompt's samples, with one forward and one backward pass through the shared prompt."""
         import torch
 
-        new = self.token_logprobs(s)
-        old = new.detach() if s.old_logprobs is None else s.old_logprobs
-        sampler = torch.tensor(s.sampler_logprobs, device=self.device, dtype=new.dtype)
-        adv = torch.full_like(new, s.advantage)
-        per_token, clipped, is_weight = ppo_clip_loss(
-            new,
-            old,
-            sampler,
-            adv,
-            clip_low=self.config.clip_low,
-            clip_high=self.config.clip_high,
-            is_cap=self.config.is_cap,
-        )
-        loss = per_token.sum()
-        if self.config.kl_coef > 0:
+        loss = torch.zeros((), device=self.device)
+        refs: list[Any] = [None] * len(bucket)
+        if self.config.kl_coef > 0:  # the base model's logprobs (adapter off); skipped entirely at coefficient 0
             with torch.no_grad(), self.model.disable_adapter():
-                ref = self.token_logprobs(s)
-            delta = ref - new
-            kl = torch.exp(delta) - delta - 1.0  # k3 estimator, >= 0
-            loss = loss + self.config.kl_coef * kl.sum()
-            totals["kl"] += float(kl.sum())
+                refs = self.bucket_logprobs(bucket)
+        for s, new, ref in zip(bucket, self.bucket_logprobs(bucket), refs, strict=True):
+            old = new.detach() if s.old_logprobs is None else s.old_logprobs
+            sampler = torch.tensor(s.sampler_logprobs, device=self.device, dtype=new.dtype)
+            adv = torch.full_like(new, s.advantage)
+            per_token, clipped, is_weight = ppo_clip_loss(
+                new,
+                old,
+                sampler,
+                adv,
+                clip_low=self.config.clip_low,
+                clip_high=self.config.clip_high,
+                is_cap=self.config.is_cap,
+            )
+            loss = loss + per_token.sum()
+            if ref is not None:
+                delta = ref - new
+                kl = torch.exp(delta) - delta - 1.0  # k3 estimator, >= 0
+                loss = loss + self.config.kl_coef * kl.sum()
+                totals["kl"] += float(kl.sum())
+            totals["loss"] += float(per_token.detach().sum())
+            totals["clipped"] += float(clipped.sum())
+            totals["is"] += float(is_weight.sum())
+            totals["tokens"] += len(s.completion_ids)
         (loss / n_tokens).backward()
-        totals["loss"] += float(per_token.detach().sum())
-        totals["clipped"] += float(clipped.sum())
-        totals["is"] += float(is_weight.sum())
-        totals["tokens"] += len(s.completion_ids)
 
     def save(self, directory: Path) -> Path:
         directory.mkdir(parents=True, exist_ok=True)
@@ -286,6 +296,14 @@ class PolicyTrainer:
         return directory
 
 
+def by_prompt(samples: Sequence[Sample]) -> list[list[Sample]]:
+    """The samples in buckets of one group (one prompt) and one sampling temperature, in first-seen order."""
+    buckets: dict[tuple[int, float], list[Sample]] = {}
+    for s in samples:
+        buckets.setdefault((s.group, s.temperature), []).append(s)
+    return list(buckets.values())
+
+
 def _check(should_stop: ShouldStop) -> None:
     if should_stop():
-        raise UpdateAbandoned("the run is stopping: the policy update was abandoned between two samples")
+        raise UpdateAbandoned("the run is stopping: the policy update was abandoned between two groups")
