@@ -139,6 +139,21 @@ class ArchiveTrainer:
             local = TransformersPolicy.load(trainer_model)
         self.trainer = PolicyTrainer(local.model, local.tokenizer, local.render, config)
         local.model = self.trainer.model  # an in-process policy samples from the adapter-wrapped model
+        self._train_on_from_latest()
+
+    def _train_on_from_latest(self) -> None:
+        """A resumed run trains on from its newest version, not from the base again. The sampler gets it back from
+        `restore_latest_adapter`; the trainer's weights are its own when they are a copy (llama.cpp samples from a
+        GGUF, the trainer trains a bf16 copy), and a fresh LoRA there made the next version base + one step,
+        dropping every earlier update. (AdamW's moments are not kept across a restart: they start again.)"""
+        from peft import set_peft_model_state_dict
+        from safetensors.torch import load_file
+
+        saved = [v for v in self._versions() if v.adapter_path]
+        latest = max(saved, key=lambda v: v.number, default=None)
+        weights = None if latest is None else Path(latest.adapter_path) / "adapter_model.safetensors"
+        if weights is not None and weights.is_file():
+            set_peft_model_state_dict(self.trainer.model, load_file(str(weights), device=str(self.trainer.device)))
 
     def _versions(self) -> list[PolicyVersion]:
         return member_versions(self.archive, self.run_id, self.member, self.first)

@@ -79,3 +79,30 @@ def test_a_training_run_on_the_llama_policy_records_the_version_of_each_completi
     assert policy.version == max(numbers) or policy.version == max(numbers) + 1
     assert (tmp_path / "adapters" / f"v{max(numbers)}" / "adapter.gguf").is_file()
     policy.close()
+
+
+def test_a_resumed_training_run_trains_on_from_its_newest_version(tmp_path, tiny_gguf):
+    """The trainer's bf16 copy of a llama.cpp policy starts from the newest adapter on resume, not from a fresh
+    LoRA (the next version would have been the base plus one step)."""
+    from peft import get_peft_model_state_dict
+    from safetensors.torch import load_file
+
+    problem, archive, run, options = square_run(tmp_path, max_evaluations=8, train_every=1)
+    policy = make_policy(f"llama:{tiny_gguf}")
+    trainer = ArchiveTrainer(
+        archive, run.id, list(problem.components), options.variants, policy, TrainConfig(), tmp_path / "adapters"
+    )
+    run_search(SearchLoop(problem, archive, policy, ProcessSandbox(2), run, options, trainer.step))
+    policy.close()
+    latest = max(archive.policy_versions(run.id), key=lambda v: v.number)
+    saved = load_file(f"{latest.adapter_path}/adapter_model.safetensors")
+    assert any(float(w.abs().sum()) > 0 for k, w in saved.items() if "lora_B" in k)  # trained: B moved from zero
+    again = make_policy(f"llama:{tiny_gguf}")  # the resumed process: a new sampler, a new trainer
+    resumed = ArchiveTrainer(
+        archive, run.id, list(problem.components), options.variants, again, TrainConfig(), tmp_path / "adapters"
+    )
+    restored = get_peft_model_state_dict(resumed.trainer.model)
+    assert restored.keys() == saved.keys()
+    for key, weight in saved.items():
+        torch.testing.assert_close(restored[key], weight, msg=key)
+    again.close()
