@@ -4,6 +4,9 @@ Both train the same LoRA (rank 16, all linear projections) of a tiny Qwen2 (h128
 CPU, on one group of 8 completions of 256 tokens after a 64-token prompt, one optimizer step, no KL. TRL's
 step includes generating its completions, so the time it spends in `_generate_and_score_completions` is
 measured and taken off. Needs the `bench` extra (trl). Usage: python -m benchmarks.trainer_step [--repeats 3]
+
+`--embedded`: the real thing instead, one group of the embedded model and the update on it (see `embedded`),
+ending with `trainer_step update_s=... sample_s=... ratio=...`.
 """
 
 from __future__ import annotations
@@ -117,58 +120,72 @@ def trl(repeats: int) -> list[float]:
     return [s - g for s, g in zip(steps[1:], generation[1:], strict=False)]
 
 
-def embedded(repeats: int) -> None:
-    """One update of the embedded 0.5B model (bf16) on 8 x 256 completion tokens: seconds and peak memory."""
-    import resource
+def embedded(policy_spec: str, group_size: int, max_new_tokens: int) -> None:
+    """One real group and one update on it, as a run with `--train-every 1` makes them: the roman_numerals prompt,
+    G completions sampled by the fast sampler (llama.cpp on the embedded GGUF), scored, then one VPO update of
+    the bf16 copy on that same group, its adapter saved, exported and loaded into the sampler. The ratio is the
+    update's seconds (all of that) over the seconds the group took to sample."""
+    from collections import defaultdict
+    from dataclasses import replace
 
+    from benchmarks.closed_loop_arm import ArmSettings, TimedTrainer, arm_options
+    from evolve.archive import Archive
+    from evolve.loop import SearchLoop, run_search
     from evolve.problem import load_problem
-    from evolve.prompts import PromptInputs, build_prompt
-    from policies.transformers_policy import TransformersPolicy
+    from evolve.runs import open_run
+    from evolve.search import train_config
+    from policies.factory import make_policy
+    from sandboxes.factory import make_sandbox
 
-    policy = TransformersPolicy.load("embedded")
-    problem = load_problem(Path(__file__).resolve().parents[1] / "problems" / "circle_packing")
-    prompt = build_prompt(
-        PromptInputs(problem.config.description, problem.seed_code, {"n26": 2.1}, None, [], 3, "full")
+    seconds: dict[str, float] = defaultdict(float)
+    problem = load_problem(Path(__file__).resolve().parents[1] / "problems" / "roman_numerals")
+    settings = ArmSettings(policy=policy_spec, skip_zero_advantage=False, held_out_groups=0, workers=1)
+    options = replace(
+        arm_options(problem, "vpo", 0, settings, None),
+        max_groups=1,
+        group_size=group_size,
+        max_new_tokens=max_new_tokens,
+        fit_tokens_to_code=False,
+        stop_when_solved=False,
     )
-    trainer = PolicyTrainer(
-        policy.model,
-        policy.tokenizer,
-        policy.render,
-        TrainConfig(method="vpo", lora_rank=RANK, lora_alpha=2 * RANK, minibatch=G),
+    work = Path(tempfile.mkdtemp(prefix="trainer-step-"))
+    archive = Archive(work / "step.db")
+    run, _ = open_run(archive, problem, options)
+    policy = make_policy(policy_spec)
+    sandbox = make_sandbox("process", workers=1)
+    config = replace(train_config(options), lora_rank=settings.lora_rank, lora_alpha=2 * settings.lora_rank)
+    trainer = TimedTrainer(
+        archive, run.id, list(problem.components), options.variants, policy, config, work / "adapters", seconds=seconds
     )
-    rng = np.random.default_rng(0)
-    prompt_tokens = len(policy.tokenizer(policy.render(prompt)).input_ids)
-    times = []
-    for r in range(repeats):
-        completions = [
-            TrainingCompletion(
-                i,
-                [int(t) for t in rng.integers(100, 20000, COMPLETION_TOKENS)],
-                [-1.0] * COMPLETION_TOKENS,
-                0.8,
-                rng.random((3, 5)),
-            )
-            for i in range(G)
-        ]
-        start = time.perf_counter()
-        trainer.update([TrainingGroup(r, prompt, completions)])
-        times.append(time.perf_counter() - start)
-    peak_gib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+    loop = SearchLoop(problem, archive, policy, sandbox, run, options, trainer.step)
+    run_search(loop)
+    summary = archive.summarize(run, {})
+    sample_s = float(summary.telemetry.get("generation_s") or 0.0)
+    tokens = int(summary.telemetry.get("tokens") or 0)
+    update_s = seconds["update_step"]
     print(
-        f"embedded_update median_s={statistics.median(times):.1f} runs={len(times)} peak_rss_gib={peak_gib:.1f} "
-        f"prompt_tokens={prompt_tokens} completion_tokens={G}x{COMPLETION_TOKENS} device={trainer.device}"
+        f"parts: sampled {tokens} tokens in {sample_s:.1f} s; update {update_s:.1f} s (trainer step "
+        f"{update_s - seconds['save'] - seconds['publish']:.1f} s, save {seconds['save']:.1f} s, publish to the "
+        f"sampler {seconds['publish']:.1f} s); updates {loop.stats.train_updates}"
     )
+    print(f"trainer_step update_s={update_s:.1f} sample_s={sample_s:.1f} ratio={update_s / max(sample_s, 1e-9):.2f}")
+    archive.close()
+    policy.close()
+    sandbox.close()
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--embedded", action="store_true", help="time our update on the embedded 0.5B model instead")
+    ap.add_argument("--embedded", action="store_true", help="one real group and update of the embedded model instead")
+    ap.add_argument("--policy", default="llama:embedded", help="with --embedded: the sampler")
+    ap.add_argument("--group-size", type=int, default=4)
+    ap.add_argument("--max-new-tokens", type=int, default=300)
     args = ap.parse_args()
-    torch.set_num_threads(2)
     if args.embedded:
-        embedded(args.repeats)
+        embedded(args.policy, args.group_size, args.max_new_tokens)
         return
+    torch.set_num_threads(2)
     mine = ours(args.repeats)
     theirs = trl(args.repeats)
     table = Table(title=f"one update: {G} completions x {COMPLETION_TOKENS} tokens, LoRA r{RANK}, tiny Qwen2, CPU")
