@@ -3,6 +3,10 @@ completions, parse them into variants and store the group; the new children come
 
 Each step is named, so that an unexpected exception in it becomes a `StageFailure` that costs this group only;
 the loop records it as an incident and goes on. A group cut short by Ctrl-C (or a reached goal) is never stored.
+
+Parsing runs on a worker thread, and Ctrl-C must not wait for it: each completion's parse is bounded (its size
+and its CPU time, evolve/prompts/parse_limits.py), no single step of it holds the GIL for long, and the run's
+interrupt flag is asked at every check of the deadline, so a group being parsed is dropped at once.
 """
 
 from __future__ import annotations
@@ -10,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -27,6 +31,7 @@ from evolve.policy_calls import PolicyMember
 from evolve.problem import Problem
 from evolve.prompts import (
     ParsedVariant,
+    ParseInterrupted,
     PromptInputs,
     build_prompt,
     completion_budget,
@@ -71,13 +76,17 @@ class ParsedGroup:
     new: list[NewVariant]
 
 
-def parse_texts(parent_code: str, texts: list[str], m: int) -> list[list[tuple[ParsedVariant, str | None]]]:
+def parse_texts(
+    parent_code: str, texts: list[str], m: int, stop: Callable[[], bool] | None = None
+) -> list[list[tuple[ParsedVariant, str | None]]]:
     """Each completion's variants with the normalised hash of each parsed child: the group's CPU-heavy part,
-    pure so that it runs off the event loop (on a worker thread)."""
-    return [
-        [(v, None if v.code is None else code_hash(v.code)) for v in parse_completion(parent_code, text, m)]
-        for text in texts
-    ]
+    pure so that it runs off the event loop (on a worker thread). `stop` (the run's interrupt flag) ends it with
+    `ParseInterrupted` within one check of the parser's deadline."""
+    out = []
+    for text in texts:
+        variants = parse_completion(parent_code, text, m, stop=stop)
+        out.append([(v, None if v.code is None else code_hash(v.code)) for v in variants])
+    return out
 
 
 class GroupSampler:
@@ -94,10 +103,13 @@ class GroupSampler:
         stats: LoopStats,
         known: KnownCode,
         incidents: Incidents,
+        interrupted: Callable[[], bool] | None = None,
     ) -> None:
+        """`interrupted`: whether Ctrl-C or SIGTERM came (asked from the parsing thread); a parse it stops drops
+        the group being parsed."""
         self.problem, self.archive, self.run_id, self.options = problem, archive, run_id, options
         self.population, self.selector, self.stats, self.known = population, selector, stats, known
-        self.incidents = incidents
+        self.incidents, self.interrupted = incidents, interrupted
         # Children claimed by a group that is still being stored or queued: they count as pending work, so that
         # groups finished meanwhile (whose copies of them are duplicates) do not count towards a stall.
         self.unqueued = 0
@@ -132,7 +144,8 @@ class GroupSampler:
             self.incidents.ok(stage)
             stage = "parse"
             texts = [g.text for g in group]
-            variants = await asyncio.to_thread(parse_texts, prompted.codes[parent.id], texts, self.options.variants)
+            parent_code = prompted.codes[parent.id]
+            variants = await asyncio.to_thread(parse_texts, parent_code, texts, self.options.variants, self.interrupted)
             parsed = self._parse_group(member, group, variants, version_id)
             counts = Counter(row.status for rows in parsed.variants for row in rows)
             known = [len(g.token_ids) for g in group if g.token_ids is not None]
@@ -156,6 +169,8 @@ class GroupSampler:
             self.incidents.ok(stage)
         except asyncio.CancelledError:
             raise
+        except ParseInterrupted:
+            return None  # Ctrl-C while parsing: the group is dropped, as one cut short while sampling is
         except Exception as exc:
             if stage == "store" and parsed is not None:  # these children were never stored: forget their hashes
                 self.known.forget(v.digest for v in parsed.new)
@@ -222,13 +237,16 @@ class GroupSampler:
 
     def resumed_children(self) -> Iterator[Child]:
         """On resume: the stored variants whose evaluations never landed, parsed again. A variant whose code is
-        known meanwhile is marked a duplicate (or its parse status) instead; an unreadable one is an incident."""
+        known meanwhile is marked a duplicate (or its parse status) instead; an unreadable one is an incident.
+        Ctrl-C ends the resume at its next parse check: the variants not reached stay pending."""
         for pending in self.archive.pending_variants(self.run_id):
             try:
                 parent = self.archive.program(pending.parent_id)
                 if parent is None:
                     raise LookupError(f"parent {pending.parent_id} of variant {pending.variant_id} is missing")
-                parsed = parse_completion(parent.code, pending.completion_text, self.options.variants)
+                parsed = parse_completion(
+                    parent.code, pending.completion_text, self.options.variants, stop=self.interrupted
+                )
                 slot = parsed[pending.slot] if pending.slot < len(parsed) else None
                 scalar = parent.evaluation.scalar if parent.evaluation is not None else None
                 code = slot.code if slot is not None else None
@@ -237,6 +255,8 @@ class GroupSampler:
                     status = "duplicate" if code else (slot.status if slot is not None else "parse_error")
                     self.archive.set_variant(pending.variant_id, status=status)
                     continue
+            except ParseInterrupted:
+                return
             except Exception as exc:  # one unreadable pending variant must not stop the resume
                 self.incidents.record(StageFailure("parse", exc))
                 continue

@@ -140,6 +140,7 @@ class SearchLoop:
             self.stats,
             known,
             self.incidents,
+            interrupted=self.control.interrupt_requested,
         )
         self.commits = CommitStage(
             problem,
@@ -312,6 +313,7 @@ class SearchLoop:
                 return self.control.reason  # Ctrl-C while the seed ran: it stays to be evaluated on resume
             for child in self.sampler.resumed_children():  # after the workers start: the queue is bounded
                 await self.evaluation.put(child)
+                await asyncio.sleep(0)  # each child was parsed again (up to its deadline): let a Ctrl-C in
             while self._may_generate():
                 # Training pauses generation, so it needs a single generator; HTTP policies take several.
                 concurrency = min(m.policy.max_concurrency for m in self.members)

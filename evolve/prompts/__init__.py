@@ -8,10 +8,12 @@ from evolve.prompts.builder import (
     completion_stop,
     resolve_edit_format,
 )
+from evolve.prompts.parse_limits import ParseInterrupted
 from evolve.prompts.parser import ParsedVariant, parse_completion
 
 __all__ = [
     "TEMPLATES",
+    "ParseInterrupted",
     "ParsedVariant",
     "PromptInputs",
     "build_prompt",

@@ -19,6 +19,8 @@ import ast
 import re
 from collections.abc import Sequence
 
+from evolve.prompts.parse_limits import UNLIMITED, Deadline
+
 # Top-level definitions in the languages programs come in: Python, Rust, C/C++ function heads.
 _DEFINES = re.compile(
     r"^(?:async[ \t]+def|def|class)[ \t]+(\w+)"
@@ -34,12 +36,16 @@ def defined_names(code: str) -> set[str]:
     return {next(g for g in m.groups() if g) for m in _DEFINES.finditer(code)}
 
 
-def match_blocks(blocks: Sequence[str], pieces: Sequence[str], python: bool) -> list[str] | None:
+def match_blocks(
+    blocks: Sequence[str], pieces: Sequence[str], python: bool, deadline: Deadline = UNLIMITED
+) -> list[str] | None:
     """Each block's new text (a block no piece names keeps its text), or None when the pieces cannot all be placed
-    on exactly one block each (see the module docstring)."""
+    on exactly one block each (see the module docstring). Each piece may parse every block again (a renamed
+    function's): the deadline is checked per piece."""
     names = [defined_names(b) for b in blocks]
     new: dict[int, str] = {}
     for piece in pieces:
+        deadline.check()
         parts = _python_parts(piece, names) if python else _whole(piece, names)
         if parts is None and python:
             parts = _renamed(piece, blocks)

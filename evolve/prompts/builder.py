@@ -37,10 +37,12 @@ RECENT_CAP = 1200  # characters of one recent attempt shown
 FULL_REWRITE_MAX_LINES = 40  # editable code up to this long is rewritten whole under edit_format "auto"
 TEMPLATES = ("standard", "directed")
 
+# A line's own indentation only (`[^\S\n]`, whitespace but newlines): `^\s*` ran on from every line start over all
+# the blank lines after it, so a program (a child: model output) of 10,000 blank lines took 3 s per prompt.
 TELLTALES = (
-    ("rust", re.compile(r"^\s*(?:pub\s+)?fn\s+\w+\s*[(<]", re.M)),
-    ("cpp", re.compile(r"^\s*#\s*include\s*<(?:iostream|vector|string|algorithm)>|std::", re.M)),
-    ("c", re.compile(r"^\s*#\s*include\s*[<\"]", re.M)),
+    ("rust", re.compile(r"^[^\S\n]*(?:pub\s+)?fn\s+\w+\s*[(<]", re.M)),
+    ("cpp", re.compile(r"^[^\S\n]*#\s*include\s*<(?:iostream|vector|string|algorithm)>|std::", re.M)),
+    ("c", re.compile(r"^[^\S\n]*#\s*include\s*[<\"]", re.M)),
 )
 
 # One kind of change per variant slot (the `directed` template); cycled when m exceeds the list.

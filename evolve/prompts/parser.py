@@ -5,6 +5,15 @@ whitespace, re-indenting the replacement), or fenced code that rewrites the edit
 touches code outside the EVOLVE blocks is rejected, and so is a result whose block structure differs from the
 parent's (a marker added, removed, nested or moved): `bad_blocks`. Such a program would break every later
 prompt built from it. Every variant comes back with a status, never an exception.
+
+Model output is hostile text (8 KB of spaces and tabs once held a run's core for 35 minutes), so every rule reads
+it in linear time, and the whole parse is bounded (evolve/prompts/parse_limits.py: a size cap and a deadline).
+The edits are found by scanning for their markers (evolve/prompts/edit_scan.py). The patterns below stay regexes
+because each is linear as written: no two of its quantifiers can take the same run of characters (so a failed
+attempt gives a run back once, not once per way of splitting it), a lazy body (`_TAG`'s, a fence's) tries its
+end only where a `<` or a backtick stands, reading just the whitespace and word after it, and the line patterns
+start only at line starts. tests/test_parser_hostile.py times each on 256 KB of hostile text. An engine with a
+guarantee (RE2) was not needed for that, lacks the lookaheads `_TAG` uses, and is a compiled dependency.
 """
 
 from __future__ import annotations
@@ -12,22 +21,19 @@ from __future__ import annotations
 import ast
 import re
 import textwrap
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from evolve.filetree import is_tree
 from evolve.problem.blocks import START, BlockError, find_blocks, frame_changes, replace_blocks
 from evolve.prompts.block_match import functions, match_blocks
+from evolve.prompts.edit_scan import find_edits
+from evolve.prompts.parse_limits import PARSE_SECONDS, UNLIMITED, Deadline, ParseTimeout, oversize
 
 _TAG = re.compile(r"<\s*variant\s*(\d+)\s*>(.*?)(?=<\s*/\s*variant\s*\d*\s*>|<\s*variant\s*\d+\s*>|\Z)", re.S | re.I)
-# The search text never runs past the next SEARCH marker: a SEARCH with no divider before the next one is no
-# edit. Unbounded, each of k such markers scanned to the end of the text for a divider (k times the text's
-# length: a megabyte of repeated markers parsed for hours).
-_EDIT = re.compile(
-    r"<{5,9}\s*SEARCH[^\n]*\n((?:(?!<{5,9}\s*SEARCH).)*?)\n?={5,9}[^\n]*\n(.*?)"  # search, divider, replacement
-    r"(?:\n?>{5,9}\s*REPLACE[^\n]*|(?=<{5,9}\s*SEARCH)|\Z)",  # closing marker, next edit, or end of text
-    re.S,
-)
-_HEADING = re.compile(r"^[ \t]*(?:#{1,6}|//)?[ \t]*\**[ \t]*variant[ \t]*(\d+)\b[^\n]*$", re.M | re.I)
+# Each optional decoration takes the spaces after it. Written as three runs of spaces around an optional `#` and
+# `*`, a line of n spaces was tried in every way of cutting it in three (n cubed: 1,000 spaces 1.8 s, 3,000 47 s).
+_HEADING = re.compile(r"^[ \t]*(?:(?:#{1,6}|//)[ \t]*)?(?:\*+[ \t]*)?variant[ \t]*(\d+)\b[^\n]*$", re.M | re.I)
 _FENCE_LINE = re.compile(r"^[ \t]*```[^\n]*$", re.M)
 _FENCE = re.compile(r"```(?:[ \t]*(?:python|py))?[ \t]*\n(.*?)(?:```|\Z)", re.S | re.I)
 # Another language's fence (```c, ```rust). Neither pattern lets two quantifiers share a run of spaces: a fence
@@ -84,8 +90,13 @@ def _indent(line: str) -> str:
 
 
 def _fuzzy_find(code: str, search: str) -> tuple[int, int, str, str] | None:
-    """Match `search` line by line ignoring indentation; returns (start, end, found_indent, search_indent)."""
-    want = [ln for ln in search.split("\n")]
+    """Match `search` line by line ignoring indentation; returns (start, end, found_indent, search_indent).
+
+    The first run of lines whose stripped texts equal the search's is found by one `str.find` over the stripped
+    lines joined by newlines (no stripped line holds one, so a hit starts and ends on line boundaries): linear,
+    where comparing at every line was the code's lines times the search's (a hostile search of thousands of
+    lines that almost match)."""
+    want = search.split("\n")
     while want and not want[-1].strip():
         want.pop()
     while want and not want[0].strip():
@@ -93,15 +104,16 @@ def _fuzzy_find(code: str, search: str) -> tuple[int, int, str, str] | None:
     if not want:
         return None
     lines = code.split("\n")
-    key = [ln.strip() for ln in want]
+    stripped = "\n" + "\n".join(ln.strip() for ln in lines) + "\n"
+    at = stripped.find("\n" + "\n".join(ln.strip() for ln in want) + "\n")
+    if at < 0:
+        return None
+    i = stripped.count("\n", 0, at)  # the hit's first line
     offsets = [0]
     for ln in lines:
         offsets.append(offsets[-1] + len(ln) + 1)
-    for i in range(len(lines) - len(want) + 1):
-        if all(lines[i + j].strip() == key[j] for j in range(len(want))):
-            end = offsets[i + len(want)] - 1
-            return offsets[i], end, _indent(lines[i]), _indent(want[0])
-    return None
+    end = offsets[i + len(want)] - 1
+    return offsets[i], end, _indent(lines[i]), _indent(want[0])
 
 
 def _reindent(text: str, old: str, new: str) -> str:
@@ -113,8 +125,11 @@ def _reindent(text: str, old: str, new: str) -> str:
     return "\n".join(out)
 
 
-def _apply_edits(code: str, edits: list[tuple[str, str]]) -> tuple[str | None, str, str | None]:
+def _apply_edits(
+    code: str, edits: list[tuple[str, str]], deadline: Deadline = UNLIMITED
+) -> tuple[str | None, str, str | None]:
     for search, replace in edits:
+        deadline.check()  # each edit costs the code's length: thousands of them are checked one by one
         search, replace = _strip_fences(search), _strip_fences(replace)
         if not search.strip():
             return None, "apply_error", "empty SEARCH section"
@@ -149,15 +164,16 @@ def _bare_code(body: str, python: bool) -> str | None:
     return code
 
 
-def _full_rewrite(parent: str, body: str) -> tuple[str | None, str, str | None]:
+def _full_rewrite(parent: str, body: str, deadline: Deadline = UNLIMITED) -> tuple[str | None, str, str | None]:
     python = is_python(parent)
     fence = _FENCE if python else _ANY_FENCE  # a Python answer's ```bash aside is not its code
     fences = [f for f in fence.findall(body) if f.strip()]
     blocks = [b.text for b in find_blocks(parent)]
     python_blocks = len(blocks) > 1 and all(map(is_python, blocks))  # pieces are then placed statement by statement
+    deadline.check()
     if not fences:
         bare = _bare_code(body, python)
-        if bare is None or (len(blocks) != 1 and match_blocks(blocks, [bare], python_blocks) is None):
+        if bare is None or (len(blocks) != 1 and match_blocks(blocks, [bare], python_blocks, deadline) is None):
             return None, "parse_error", "no SEARCH/REPLACE edit and no fenced code"
         fences = [bare]
     if len(fences) == 1 and START in fences[0]:
@@ -166,7 +182,7 @@ def _full_rewrite(parent: str, body: str) -> tuple[str | None, str, str | None]:
         except BlockError as exc:
             return None, "parse_error", str(exc)
     if len(blocks) > 1:  # blocks known by the names they define: some left out, merged or reordered
-        matched = match_blocks(blocks, fences, python_blocks)
+        matched = match_blocks(blocks, fences, python_blocks, deadline)
         if matched is not None:
             return replace_blocks(parent, matched), "ok", None
     if len(fences) < len(blocks):
@@ -174,21 +190,24 @@ def _full_rewrite(parent: str, body: str) -> tuple[str | None, str, str | None]:
     return replace_blocks(parent, [f.rstrip("\n") + "\n" for f in fences[: len(blocks)]]), "ok", None
 
 
-def parse_variant(parent: str, body: str, slot: int) -> ParsedVariant:
-    """One variant's status and code; any surprise inside the parser costs this variant, never the caller."""
+def parse_variant(parent: str, body: str, slot: int, deadline: Deadline = UNLIMITED) -> ParsedVariant:
+    """One variant's status and code; any surprise inside the parser costs this variant, never the caller (the
+    deadline's `ParseTimeout` and `ParseInterrupted` excepted: they end the whole completion's parse)."""
     try:
-        return _parse_variant(parent, body, slot)
+        return _parse_variant(parent, body, slot, deadline)
     except (BlockError, ValueError, RecursionError, MemoryError) as exc:
         return ParsedVariant(slot, "parse_error", None, f"{type(exc).__name__}: {str(exc)[:200]}")
 
 
-def _parse_variant(parent: str, body: str, slot: int) -> ParsedVariant:
+def _parse_variant(parent: str, body: str, slot: int, deadline: Deadline) -> ParsedVariant:
     if is_tree(parent):  # a program of several files: edits name their file (evolve/prompts/tree_edits.py)
-        return _parse_tree_variant(parent, body, slot)
-    edits = _EDIT.findall(body)
-    code, status, detail = _apply_edits(parent, edits) if edits else _full_rewrite(parent, body)
+        return _parse_tree_variant(parent, body, slot, deadline)
+    edits = find_edits(body)
+    deadline.check()
+    code, status, detail = _apply_edits(parent, edits, deadline) if edits else _full_rewrite(parent, body, deadline)
     if code is None:
         return ParsedVariant(slot, status, None, detail)
+    deadline.check()
     code, renamed = _restore_renamed_function(parent, code)
     if code == parent:
         return ParsedVariant(slot, "unchanged", None, "the variant changes nothing")
@@ -203,12 +222,13 @@ def _parse_variant(parent: str, body: str, slot: int) -> ParsedVariant:
     return ParsedVariant(slot, "ok", code, renamed)
 
 
-def _parse_tree_variant(parent: str, body: str, slot: int) -> ParsedVariant:
+def _parse_tree_variant(parent: str, body: str, slot: int, deadline: Deadline) -> ParsedVariant:
     from evolve.prompts.tree_edits import edit_tree, tree_changes, tree_syntax_error
 
-    code, status, detail = edit_tree(parent, body)
+    code, status, detail = edit_tree(parent, body, deadline)
     if code is None:
         return ParsedVariant(slot, status, None, detail)
+    deadline.check()
     if code == parent:
         return ParsedVariant(slot, "unchanged", None, "the variant changes nothing")
     broken = frame_changes(parent, code) or tree_changes(parent, code)
@@ -248,9 +268,30 @@ def _restore_renamed_function(parent: str, code: str) -> tuple[str, str | None]:
     return renamed, f"renamed {new_name} back to {old_name}"
 
 
-def parse_completion(parent: str, text: str, m: int) -> list[ParsedVariant]:
-    """Always m entries: missing variants come back as parse errors."""
-    bodies = split_variants(text, m)
-    out = [parse_variant(parent, body, k) for k, body in enumerate(bodies)]
+def parse_completion(
+    parent: str, text: str, m: int, *, stop: Callable[[], bool] | None = None, seconds: float | None = None
+) -> list[ParsedVariant]:
+    """Always m entries: missing variants come back as parse errors. A completion larger than
+    MAX_COMPLETION_CHARS, or one that takes longer than `seconds` of CPU time to parse (PARSE_SECONDS unless
+    given), is not read: every entry is a parse error that says why. `stop` (the run's interrupt flag) is asked
+    at every check of the deadline; when it says yes, `ParseInterrupted` is raised (the caller drops the group)."""
+    too_large = oversize(text)
+    if too_large is not None:
+        return _unread(m, too_large)
+    deadline = Deadline(PARSE_SECONDS if seconds is None else seconds, stop)
+    try:
+        deadline.check()
+        bodies = split_variants(text, m)
+        out = []
+        for k, body in enumerate(bodies):
+            deadline.check()
+            out.append(parse_variant(parent, body, k, deadline))
+        deadline.check()  # the last variant's checks (its syntax above all) ran past the limit: the same rule
+    except ParseTimeout as exc:
+        return _unread(m, str(exc))
     out += [ParsedVariant(k, "parse_error", None, "variant missing") for k in range(len(out), m)]
     return out
+
+
+def _unread(m: int, why: str) -> list[ParsedVariant]:
+    return [ParsedVariant(k, "parse_error", None, why) for k in range(m)]

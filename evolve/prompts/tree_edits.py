@@ -24,11 +24,14 @@ from collections.abc import Mapping, Sequence
 from evolve.filetree import TreeError, check_path, join_files, split_files, tree_files
 from evolve.problem.blocks import BlockError, find_blocks, has_markers
 from evolve.prompts.block_match import defined_names
+from evolve.prompts.edit_scan import find_edits
+from evolve.prompts.parse_limits import UNLIMITED, Deadline
 
 _ANY_FENCE = re.compile(r"```(?:[ \t]*[\w+#.-]+)?[ \t]*\n(.*?)(?:```|\Z)", re.S)
 
 # The header, as the prompt shows it; tolerant of the decorations small models add (###, **, `, //, a missing
-# colon or closing ===).
+# colon or closing ===). Linear: it starts only at a line start, and no two of its quantifiers can take the same
+# run of characters (the path takes no space, `=`, `*` or backtick; the optional `===` needs its `=`).
 _NAMED = re.compile(r"^[ \t>*#/`]*={2,4}[ \t]*FILE:?[ \t]*([^\s=`*]+)(?:[ \t]*={2,4})?[ \t*`]*$", re.M | re.I)
 
 Result = tuple[str | None, str, str | None]  # (child code or None, status, detail)
@@ -52,8 +55,7 @@ def path_lines_as_headers(body: str, paths: Sequence[str]) -> str:
     a fence is code (a comment) and stays."""
     if not paths:
         return body
-    alternatives = "|".join(re.escape(p) for p in sorted(paths, key=len, reverse=True))
-    named = re.compile(rf"^[ \t>*#/`]*({alternatives})[ \t*`:]*$")
+    known = set(paths)
     out: list[str] = []
     fenced, opener = False, -1
     for line in body.split("\n"):
@@ -61,33 +63,43 @@ def path_lines_as_headers(body: str, paths: Sequence[str]) -> str:
             fenced, opener = not fenced, len(out)
             out.append(line)
             continue
-        found = named.match(line)
+        found = _named_path(line, known)
         if found is None or (fenced and opener != len(out) - 1):
             out.append(line)
         elif fenced:  # the fence's first line: the header goes before the fence
-            out.insert(opener, f"=== FILE: {found.group(1)} ===")
+            out.insert(opener, f"=== FILE: {found} ===")
         else:
-            out.append(f"=== FILE: {found.group(1)} ===")
+            out.append(f"=== FILE: {found} ===")
     return "\n".join(out)
 
 
-def edit_tree(parent: str, body: str) -> Result:
+def _named_path(line: str, paths: set[str]) -> str | None:
+    """The path `line` names by itself, decorated or not (`**lib/params.py:**`), or None. Stripping is exact: a
+    path's characters (filetree.check_path) are none of the decorations. A regex of every path as alternatives
+    tried them all at each space of a long indentation (the paths times the spaces)."""
+    name = line.lstrip(" \t>*#/`").rstrip(" \t*`:")
+    return name if name in paths else None
+
+
+def edit_tree(parent: str, body: str, deadline: Deadline = UNLIMITED) -> Result:
     """The child of a program of several files that one variant's text makes (see the module docstring)."""
-    from evolve.prompts.parser import _EDIT, _apply_edits, _full_rewrite  # the one-text rules, per file
+    from evolve.prompts.parser import _apply_edits, _full_rewrite  # the one-text rules, per file
 
     sections = named_sections(path_lines_as_headers(body, [path for path, _ in split_files(parent)]))
+    deadline.check()
     if len(sections) == 1:  # no file named: the joined text is edited as one program
-        edits = _EDIT.findall(body)
-        return _apply_edits(parent, edits) if edits else _full_rewrite(parent, body)
+        edits = find_edits(body)
+        return _apply_edits(parent, edits, deadline) if edits else _full_rewrite(parent, body, deadline)
     files = dict(split_files(parent))
-    preamble = sections[0][1]
+    preamble = find_edits(sections[0][1])
     code = parent
-    if _EDIT.findall(preamble):  # edits before the first header: found wherever they apply
-        code, status, detail = _apply_edits(parent, _EDIT.findall(preamble))
+    if preamble:  # edits before the first header: found wherever they apply
+        code, status, detail = _apply_edits(parent, preamble, deadline)
         if code is None:
             return code, status, detail
         files = dict(split_files(code))
     for path, text in sections[1:]:
+        deadline.check()  # each file's part costs that file's length: thousands of headers are checked one by one
         assert path is not None
         try:
             check_path(path)
@@ -95,14 +107,16 @@ def edit_tree(parent: str, body: str) -> Result:
             return None, "parse_error", f"an edit names a path outside the program: {exc}"
         if path not in files:
             return None, "parse_error", f"an edit names {path!r}, which is not a file of the program"
-        edits = _EDIT.findall(text)
+        edits = find_edits(text)
         if not edits and not _echoes(files[path], text):
             path = _owner_by_names(path, text, files)
         if not has_markers(files[path]):
             if _echoes(files[path], text):  # small models copy every file shown: an unchanged copy is no edit
                 continue
             return None, "outside_block", f"{path} has no EVOLVE blocks: it cannot change"
-        new, status, detail = _apply_edits(files[path], edits) if edits else _full_rewrite(files[path], text)
+        new, status, detail = (
+            _apply_edits(files[path], edits, deadline) if edits else _full_rewrite(files[path], text, deadline)
+        )
         if new is None:
             return None, status, f"{path}: {detail}"
         files[path] = new
