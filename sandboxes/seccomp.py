@@ -6,8 +6,8 @@ Refused with EPERM (numbers per machine below):
 - memfd_create, memfd_secret, shmget, msgget, semget, vmsplice: memory held through them needs no mapping once
   written (a memfd or SysV segment filled with write(), message queues, semaphore sets, user pages pinned in a
   pipe and then unmapped), so RLIMIT_AS never sees it; a red-team candidate held 3 GB of semaphore sets under
-  memory_mb = 512, and outside the jail's IPC namespace they outlived the engine. Where no memory cgroup bounds the job they would let one process hold any amount
-  of the host's memory. Python never needs them;
+  memory_mb = 512, and outside the jail's IPC namespace they outlived the engine. Where no memory cgroup bounds
+  the job they would let one process hold any amount of the host's memory. Python never needs them;
 - ptrace, process_vm_readv/writev, pidfd_getfd, kcmp: a candidate has no business with another process's memory
   or descriptors (bubblewrap's own init, once the jail's pid 1, was attached to this way and kept the job's pid
   namespace alive after the job). No candidate needs to trace;
