@@ -3,32 +3,38 @@
 Fixed before looking at any result (written here first, then run):
 - **Arms.** `none` (the untrained policy), `grpo` and `vpo`: the same search (`evolve run`'s machinery, see
   closed_loop_arm.py) on the same problem and seed, the same sampling settings (each problem's own `[search]`,
-  the ask fixed, no stall stop), the same wall time per arm (`--minutes`); the trained arms update the policy
-  every `--update-every` groups (LoRA rank 8, learning rate 1e-4, one optimizer step per group of 4: small
-  steps), and every update (the trainer step, saving the adapter, exporting it to GGUF and loading it into the
-  sampler) runs inside the arm's clock. Model loading is outside it and reported. Policy: the embedded
-  Qwen2.5-Coder-0.5B-Instruct on llama.cpp (`llama:embedded`), trained through its bf16 copy.
+  the ask fixed, no stall stop), the same number of groups per arm (`--groups`, 16: the budget is in samples,
+  as the VPO paper and ThetaEvolve compare policies, so that a busy or slow machine changes the wall time, not
+  the answer); the trained arms update the policy every `--update-every` groups (LoRA rank 8, learning rate
+  1e-4, one optimizer step per group of 4: small steps). Wall time per part (sampling, evaluation, update, save,
+  publish) is reported beside. Policy: the embedded Qwen2.5-Coder-0.5B-Instruct on llama.cpp
+  (`llama:embedded`), trained through its bf16 copy.
+- **Resumable.** Every finished arm is written to `--work`'s results.json at once; an arm cut off (Ctrl-C, a
+  reboot, the end of a sitting) resumes from its own archive under `--work/arms/`; `--report` prints what the
+  results file holds at any time. Run it niced in the background: `nice -n 19 python -m benchmarks.closed_loop
+  --problems ... &`.
 - **Reward shaping** (policies/shaping.py), the same for both trained arms: zero-advantage groups skipped,
   copies (echoes of the parent, duplicates) rewarded -0.5, each component stretched over its group
   (`--lazy-penalty`, `--reward-normalisation`, `--keep-zero-advantage` change it for a run of the study).
 - **Problems, by rule.** Candidates, in this order: minimizer, tour_heuristic, durations, spread_points,
   bin_packing (benchmarks/problems and problems/, none written or tuned for this experiment). A candidate is kept
-  when the untrained policy (`none`), run for the same `--minutes` on the probe seed 100 (outside the
+  when the untrained policy (`none`), run for the same `--groups` on the probe seed 100 (outside the
   benchmark's seeds 0, 1, 2, ...), makes at least 2 new valid children and ends below the problem's best known
   value (the scalar at every component's best declared bound). The study takes the first 3 kept. `--probe`
   runs this rule and prints the `--problems` value to use; the choice looks at the `none` arm only.
 - **Held out.** Each arm's final policy answers `held_out_groups` groups from the seed of a problem that no arm
   trains on, `roman_numerals` (string processing: unlike the candidates), with the same sampling draws for every
   arm; reported as best of its k answers over that seed's scalar.
-- **Reported.** Per arm, mean ± sd over problems x seeds: best/seed at the budget and its curve over time (at
-  each tenth of the budget), new valid children per 1,000 tokens, archive diversity (mean pairwise distance of
+- **Reported.** Per arm, mean ± sd over problems x seeds: best/seed at the budget and its curve over groups, new
+  valid children per group, new valid children per 1,000 tokens, archive diversity (mean pairwise distance of
   the valid programs' score vectors scaled by their bounds), held-out best@k over seed; wall time per part. Last
   the line `closed_loop none=... grpo=... vpo=... (best/seed, mean±sd over problems x seeds)` and the paired
   differences VPO-none and VPO-GRPO over (problem, seed) pairs with a 95% bootstrap interval.
 
-Usage: python -m benchmarks.closed_loop --probe [--minutes 20]
-       python -m benchmarks.closed_loop --problems minimizer,tour_heuristic,durations [--seeds 3] [--minutes 20]
-           [--update-every 1] [--out results.json]
+Usage: python -m benchmarks.closed_loop --probe [--groups 16]
+       python -m benchmarks.closed_loop --problems minimizer,tour_heuristic [--seeds 3] [--groups 16]
+           [--update-every 1] [--work benchmarks/results/closed_loop]
+       python -m benchmarks.closed_loop --report [--work ...]
 """
 
 from __future__ import annotations
@@ -36,7 +42,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import tempfile
+import shutil
 import time
 from dataclasses import asdict, fields
 from pathlib import Path
@@ -55,6 +61,7 @@ ARMS = ("none", "grpo", "vpo")
 STUDY_PROBLEMS = 3
 MIN_NEW_VALID = 2
 COLUMNS = ("best_ratio", "valid_per_1k_tokens", "copy_share", "diversity", "held_out_ratio", "groups", "updates")
+WORK = ROOT / "benchmarks" / "results" / "closed_loop"
 
 
 def folder(name: str) -> Path:
@@ -64,26 +71,27 @@ def folder(name: str) -> Path:
     raise SystemExit(f"no problem {name!r} in benchmarks/problems or problems/")
 
 
-def probe(settings: ArmSettings, candidates: list[str], out: Path | None) -> None:
-    """The rule: the untrained arm on the probe seed; keep a candidate that makes new children and stalls."""
-    kept, rows = [], []
+def probe(settings: ArmSettings, candidates: list[str], work: Path) -> None:
+    """The rule: the untrained arm on the probe seed; keep a candidate that makes new children and stalls. Each
+    candidate's row goes to `work/probe.json` as it ends; a candidate cut off resumes from its archive."""
+    out = work / "probe.json"
+    rows = json.loads(out.read_text()) if out.is_file() else []
     for name in candidates:
-        with tempfile.TemporaryDirectory() as tmp:
-            r = run_arm(folder(name), "none", PROBE_SEED, settings, Path(tmp), None)
+        if sum(row["kept"] for row in rows) == STUDY_PROBLEMS:
+            break
+        if any(row["problem"] == load_problem(folder(name)).name for row in rows):
+            continue
+        r = run_arm(folder(name), "none", PROBE_SEED, settings, work / "probe" / name, None)
         ceiling = best_known(load_problem(folder(name)))
         keep = r.new_valid >= MIN_NEW_VALID and r.best_scalar < ceiling
-        rows.append(asdict(r) | {"best_known": ceiling, "kept": keep})
+        rows.append(asdict(r) | {"best_known": ceiling, "kept": keep, "name": name})
+        out.write_text(json.dumps(rows, indent=1))
         print(
             f"probe {name}: {r.new_valid} new valid children, best {r.best_scalar:.4g} (seed {r.seed_scalar:.4g}, "
             f"best known {ceiling:.4g}) -> {'kept' if keep else 'left out'}; seconds {r.seconds}",
             flush=True,
         )
-        if keep:
-            kept.append(name)
-        if len(kept) == STUDY_PROBLEMS:
-            break
-    if out:
-        out.write_text(json.dumps(rows, indent=1))
+    kept = [row.get("name", row["problem"]) for row in rows if row["kept"]]
     print(f"probe chose --problems {','.join(kept)}")
 
 
@@ -108,11 +116,14 @@ def report(results: list[ArmResult], settings: ArmSettings) -> None:
         cells = [ms([getattr(r, c) for r in rows]) for c in COLUMNS]
         cells[4] += f" (k={k})"
         print(f"{arm:5} | " + " | ".join(cells))
-    print("best/seed over time (mean over problems x seeds, at each tenth of the budget):")
+    print("best/seed after each group, and new valid children per group (means over problems x seeds):")
     for arm, rows in by_arm.items():
         if rows:
-            curve = np.mean([r.curve for r in rows], axis=0)
-            print(f"  {arm:5} " + " ".join(f"{v:.3f}" for v in curve))
+            width = min(len(r.curve) for r in rows)
+            curve = np.mean([r.curve[:width] for r in rows], axis=0)
+            valid = np.mean([r.valid_per_group[:width] for r in rows], axis=0)
+            print(f"  {arm:5} best  " + " ".join(f"{v:.3f}" for v in curve))
+            print(f"  {arm:5} valid " + " ".join(f"{v:.1f}" for v in valid))
     print("wall seconds per part (mean over runs):")
     for arm, rows in by_arm.items():
         keys = sorted({k for r in rows for k in r.seconds})
@@ -121,7 +132,7 @@ def report(results: list[ArmResult], settings: ArmSettings) -> None:
     for r in results:
         pairs[(r.problem, r.seed)][r.arm] = r.best_ratio
     line = "closed_loop " + " ".join(f"{a}={ms([r.best_ratio for r in by_arm[a]])}" for a in ARMS)
-    line += " (best/seed, mean±sd over problems x seeds)"
+    line += f" groups={min((r.groups for r in results), default=0)} (best/seed, mean±sd over problems x seeds)"
     for other in ("none", "grpo"):
         diffs = [p["vpo"] - p[other] for p in pairs.values() if "vpo" in p and other in p]
         if diffs:
@@ -130,13 +141,21 @@ def report(results: list[ArmResult], settings: ArmSettings) -> None:
     print(line)
 
 
+def load_results(path: Path) -> list[ArmResult]:
+    """The finished arms a results file holds (none when it is missing)."""
+    if not path.is_file():
+        return []
+    return [ArmResult(**row) for row in json.loads(path.read_text())]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--probe", action="store_true", help="run the problem rule on the probe seed and stop")
+    ap.add_argument("--report", action="store_true", help="print the report of the finished arms and stop")
     ap.add_argument("--problems", default=None, help="comma-separated, as the probe chose them")
     ap.add_argument("--candidates", default=",".join(CANDIDATES), help="what the probe tries, in order (a pilot: one)")
     ap.add_argument("--seeds", type=int, default=3)
-    ap.add_argument("--minutes", type=float, default=ArmSettings.minutes, help="wall time per arm")
+    ap.add_argument("--groups", type=int, default=ArmSettings.groups, help="the budget of every arm, in groups")
     ap.add_argument("--update-every", type=int, default=ArmSettings.update_every, help="groups between updates")
     ap.add_argument("--arms", default=",".join(ARMS))
     ap.add_argument("--policy", default=ArmSettings.policy)
@@ -145,12 +164,12 @@ def main() -> None:
     ap.add_argument("--reward-normalisation", default=ArmSettings.reward_normalisation)
     ap.add_argument("--keep-zero-advantage", action="store_true")
     ap.add_argument("--held-out-groups", type=int, default=ArmSettings.held_out_groups)
-    ap.add_argument("--out", type=Path, default=None, help="write every arm's figures as JSON")
+    ap.add_argument("--work", type=Path, default=WORK, help="results.json and the arms' archives (resumed from)")
     args = ap.parse_args()
     torch.set_num_threads(len(os.sched_getaffinity(0)))  # the trainer's threads: the cores this process may use
     settings = ArmSettings(
         policy=args.policy,
-        minutes=args.minutes,
+        groups=args.groups,
         update_every=args.update_every,
         learning_rate=args.learning_rate,
         skip_zero_advantage=not args.keep_zero_advantage,
@@ -158,22 +177,31 @@ def main() -> None:
         reward_normalisation=args.reward_normalisation,
         held_out_groups=args.held_out_groups,
     )
+    results_path = args.work / "results.json"
+    if args.report:
+        report(load_results(results_path), settings)
+        return
     if args.probe:
-        probe(settings, args.candidates.split(","), args.out)
+        args.work.mkdir(parents=True, exist_ok=True)
+        probe(settings, args.candidates.split(","), args.work)
         return
     if not args.problems:
         raise SystemExit("--problems: give the problems the probe chose (python -m benchmarks.closed_loop --probe)")
-    started, results = time.time(), []
+    args.work.mkdir(parents=True, exist_ok=True)
+    started, results = time.time(), load_results(results_path)
+    done = {(r.problem, r.seed, r.arm) for r in results}
     for name in args.problems.split(","):
         for seed in range(args.seeds):
             for arm in args.arms.split(","):
-                with tempfile.TemporaryDirectory() as tmp:
-                    r = run_arm(folder(name), arm, seed, settings, Path(tmp), folder(HELD_OUT))
+                if (load_problem(folder(name)).name, seed, arm) in done:
+                    continue
+                work = args.work / "arms" / f"{name}-s{seed}-{arm}"
+                r = run_arm(folder(name), arm, seed, settings, work, folder(HELD_OUT))
                 results.append(r)
-                shown = {f.name: getattr(r, f.name) for f in fields(r) if f.name not in ("curve",)}
+                shown = {f.name: getattr(r, f.name) for f in fields(r) if f.name not in ("curve", "valid_per_group")}
                 print(f"{name} seed {seed} {arm}: {shown} ({time.time() - started:.0f}s)", flush=True)
-                if args.out:
-                    args.out.write_text(json.dumps([asdict(x) for x in results], indent=1))
+                results_path.write_text(json.dumps([asdict(x) for x in results], indent=1))
+                shutil.rmtree(work / "adapters", ignore_errors=True)  # ~10 MB a version; the archive stays
     report(results, settings)
     print(f"elapsed {time.time() - started:.0f}s")
 

@@ -1,11 +1,11 @@
-"""One arm of `benchmarks/closed_loop.py`: a real search on one problem and seed for a fixed wall time, with no
-training or with GRPO or VPO updates every few groups, and what it is measured by.
+"""One arm of `benchmarks/closed_loop.py`: a real search on one problem and seed for a fixed number of groups,
+with no training or with GRPO or VPO updates every few groups, and what it is measured by.
 
 The arm is `evolve run`'s own machinery (SearchLoop, the process sandbox, a SQLite archive, ArchiveTrainer
-publishing each LoRA version into the llama.cpp sampler). Its clock is the loop's `max_time_s`: it starts when the
-loop does (after the models are loaded, the same for every arm apart from the trainer's copy, timed separately)
-and it runs through sampling, evaluation and every update, so an update's time is taken from the arm's budget.
-The time limit cuts the group in flight, as `evolve run --max-time` does, the same for every arm.
+publishing each LoRA version into the llama.cpp sampler). Its budget is in groups (`max_groups`), the same for
+every arm, so the answer does not depend on how busy or fast the machine is (on a CPU an update's seconds measure
+the hardware, not the method); wall time per part is reported beside it. An arm resumes from its archive: run
+again on the same folder, the loop goes on from its last group, the trainer from its newest adapter.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ import time
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from datetime import datetime
 from itertools import combinations
 from pathlib import Path
 from typing import Any
@@ -28,13 +27,12 @@ from evolve.loop import SearchLoop, run_search
 from evolve.problem import Problem, load_problem
 from evolve.runs import RunOptions, open_run
 from evolve.search import train_config
-from evolve.training import ArchiveTrainer
+from evolve.training import ArchiveTrainer, restore_latest_adapter
 from policies.base import Policy
 from policies.factory import make_policy
 from policies.trainer import never
 from sandboxes.factory import make_sandbox
 
-CURVE_POINTS = 10  # best/seed at 10%, 20%, ... 100% of the arm's time
 HELD_OUT_SEED = 10_000  # + the arm's seed: every arm's final policy answers the same held-out draws
 
 
@@ -43,7 +41,7 @@ class ArmSettings:
     """What every arm shares (sampling settings come from each problem's own `[search]`)."""
 
     policy: str = "llama:embedded"
-    minutes: float = 20.0
+    groups: int = 16  # the budget of every arm
     update_every: int = 1  # groups between updates of the trained arms
     learning_rate: float = 1e-4  # LoRA: about ten times a full fine-tune's 1e-5, one Adam step per update
     lora_rank: int = 8
@@ -62,7 +60,8 @@ class ArmResult:
     seed_scalar: float
     best_scalar: float
     best_ratio: float  # best / seed: the headline figure
-    curve: list[float]  # best/seed at each CURVE_POINTS fraction of the arm's time
+    curve: list[float]  # best/seed after each group
+    valid_per_group: list[int]  # new valid children each group brought
     new_valid: int
     tokens: int
     valid_per_1k_tokens: float
@@ -117,14 +116,15 @@ class TimedTrainer(ArchiveTrainer):
             self.seconds["save"] += time.monotonic() - started
 
 
-def arm_options(problem: Problem, arm: str, seed: int, s: ArmSettings, max_time_s: float | None) -> RunOptions:
-    """The same options for every arm but the training ones; the ask is fixed and only the clock ends a run."""
+def arm_options(problem: Problem, arm: str, seed: int, s: ArmSettings) -> RunOptions:
+    """The same options for every arm but the training ones; the ask is fixed and only the group budget ends a
+    run (a solved problem too: an arm that solves it early keeps its best)."""
     return RunOptions.for_problem(
         problem.config.search,
         problem.config.training,
         workers=s.workers,
         max_evaluations=10**9,
-        max_time_s=max_time_s,
+        max_groups=s.groups,
         seed=seed,
         policy=s.policy,
         sandbox="process",
@@ -140,13 +140,17 @@ def arm_options(problem: Problem, arm: str, seed: int, s: ArmSettings, max_time_
 
 
 def run_arm(folder: Path, arm: str, seed: int, s: ArmSettings, work: Path, held_out: Path | None) -> ArmResult:
+    """Run (or resume, from `work/arm.db`) one arm to its group budget, and measure it."""
     seconds: dict[str, float] = defaultdict(float)
     started = time.monotonic()
     problem = load_problem(folder)
+    work.mkdir(parents=True, exist_ok=True)
     archive = Archive(work / "arm.db")
-    options = arm_options(problem, arm, seed, s, s.minutes * 60)
-    run, _ = open_run(archive, problem, options)
+    options = arm_options(problem, arm, seed, s)
+    run, resumed = open_run(archive, problem, options)
     policy = make_policy(s.policy)
+    if resumed:  # the sampler serves the newest version again; ArchiveTrainer takes its weights up itself
+        restore_latest_adapter(archive, run.id, policy)
     sandbox = make_sandbox("process", workers=s.workers)
     step = None
     if arm != "none":
@@ -163,7 +167,7 @@ def run_arm(folder: Path, arm: str, seed: int, s: ArmSettings, work: Path, held_
     seconds["search_wall"] = time.monotonic() - started
     summary = archive.summarize(run, signs(problem.components))
     archive.close()
-    result = _figures(work / "arm.db", problem, run.id, s.minutes * 60)
+    result = _figures(work / "arm.db", problem, run.id)
     seconds["sampling"] = float(summary.telemetry.get("generation_s") or 0.0)
     seconds["update"] = seconds["update_step"] - seconds["save"] - seconds["publish"]
     result = replace(
@@ -175,8 +179,8 @@ def run_arm(folder: Path, arm: str, seed: int, s: ArmSettings, work: Path, held_
         valid_per_1k_tokens=float(summary.yields.get("per_1k_tokens") or 0.0),
         new_valid=int(summary.yields.get("new_valid") or 0),
         copy_share=float(summary.yields.get("unchanged") or 0.0) + float(summary.yields.get("duplicate") or 0.0),
-        groups=loop.stats.groups,
-        updates=loop.stats.train_updates,
+        groups=len(result.curve),
+        updates=len(archive_versions(work / "arm.db", run.id)),
         update_failures=loop.stats.train_failures,
         reason=reason,
     )
@@ -196,7 +200,7 @@ def held_out_best(policy: Policy, folder: Path, seed: int, s: ArmSettings, work:
     problem = load_problem(folder)
     archive = Archive(work / "held_out.db")
     options = replace(
-        arm_options(problem, "none", HELD_OUT_SEED + seed, s, None),
+        arm_options(problem, "none", HELD_OUT_SEED + seed, s),
         max_groups=s.held_out_groups,
         stop_when_solved=False,
     )
@@ -222,30 +226,52 @@ def held_out_best(policy: Policy, folder: Path, seed: int, s: ArmSettings, work:
     return (max(children) / seed_scalar if children else 0.0), int(answers)
 
 
-def _figures(db: Path, problem: Problem, run_id: int, budget_s: float) -> ArmResult:
-    """Best/seed at the budget and over time, and the archive's diversity: the mean pairwise distance between
-    the valid programs' score vectors, each component scaled to [0, 1] by its declared bounds."""
+def archive_versions(db: Path, run_id: int) -> list[int]:
+    """The trained policy versions of a run (a resumed arm counts those of every sitting)."""
+    con = sqlite3.connect(db)
+    try:
+        rows = con.execute(
+            "SELECT number FROM policy_versions WHERE run_id = ? AND adapter_path IS NOT NULL", (run_id,)
+        ).fetchall()
+    finally:
+        con.close()
+    return [n for (n,) in rows]
+
+
+def _figures(db: Path, problem: Problem, run_id: int) -> ArmResult:
+    """Best/seed at the budget and after each group, new valid children per group, and the archive's diversity:
+    the mean pairwise distance between the valid programs' score vectors, each scaled to [0, 1] by its bounds."""
+    import json
+
     con = sqlite3.connect(db)
     rows = con.execute(
-        "SELECT p.parent_id, e.scores, e.scalar, e.error_kind, e.started_at, e.finished_at, e.duration_s "
+        "SELECT p.id, p.parent_id, e.scores, e.scalar, e.error_kind, e.duration_s "
         "FROM programs p JOIN evaluations e ON e.program_id = p.id WHERE p.run_id = ? ORDER BY e.id",
         (run_id,),
     ).fetchall()
+    made_by = dict(  # each program's group: the first prompt whose completion proposed it
+        con.execute(
+            "SELECT v.program_id, min(c.prompt_id) FROM variants v JOIN completions c ON c.id = v.completion_id "
+            "WHERE v.program_id IS NOT NULL GROUP BY v.program_id"
+        ).fetchall()
+    )
+    prompts = [i for (i,) in con.execute("SELECT id FROM prompts WHERE run_id = ? ORDER BY id", (run_id,))]
     con.close()
-    import json
-
-    seed = next(r for r in rows if r[0] is None)
-    seed_scalar = float(seed[2])
-    t0 = datetime.fromisoformat(seed[4] or seed[5])
-    valid = [r for r in rows if r[3] is None and r[2] is not None]
-    best = max(float(r[2]) for r in valid)
-    landed = sorted(((datetime.fromisoformat(r[5]) - t0).total_seconds(), float(r[2])) for r in valid if r[5])
-    curve = []
-    for i in range(1, CURVE_POINTS + 1):
-        by = budget_s * i / CURVE_POINTS
-        curve.append(max([v for t, v in landed if t <= by] or [seed_scalar]) / seed_scalar)
+    seed = next(r for r in rows if r[1] is None)
+    seed_scalar = float(seed[3])
+    valid = [r for r in rows if r[4] is None and r[3] is not None]
+    best = max(float(r[3]) for r in valid)
+    group_of = {prompt: i for i, prompt in enumerate(prompts)}
+    per_group: list[list[float]] = [[] for _ in prompts]
+    for r in valid:
+        if r[1] is not None and made_by.get(r[0]) in group_of:
+            per_group[group_of[made_by[r[0]]]].append(float(r[3]))
+    curve, running = [], seed_scalar
+    for values in per_group:
+        running = max([running, *values])
+        curve.append(running / seed_scalar)
     bounds = oriented_bounds(problem.components)
-    vectors = np.array([oriented_array(problem.components, json.loads(r[1])) for r in valid])
+    vectors = np.array([oriented_array(problem.components, json.loads(r[2])) for r in valid])
     lo = np.array([b[0] if b else vectors[:, i].min() for i, b in enumerate(bounds)])
     hi = np.array([b[1] if b else vectors[:, i].max() for i, b in enumerate(bounds)])
     unit = (vectors - lo) / np.where(hi > lo, hi - lo, 1.0)
@@ -259,6 +285,7 @@ def _figures(db: Path, problem: Problem, run_id: int, budget_s: float) -> ArmRes
         best_scalar=best,
         best_ratio=best / seed_scalar,
         curve=curve,
+        valid_per_group=[len(v) for v in per_group],
         new_valid=0,
         tokens=0,
         valid_per_1k_tokens=0.0,
@@ -267,7 +294,7 @@ def _figures(db: Path, problem: Problem, run_id: int, budget_s: float) -> ArmRes
         groups=0,
         updates=0,
         update_failures=0,
-        seconds={"evaluation": round(sum(float(r[6] or 0.0) for r in rows), 1)},
+        seconds={"evaluation": round(sum(float(r[5] or 0.0) for r in rows), 1)},
     )
 
 

@@ -120,11 +120,13 @@ def trl(repeats: int) -> list[float]:
     return [s - g for s, g in zip(steps[1:], generation[1:], strict=False)]
 
 
-def embedded(policy_spec: str, group_size: int, max_new_tokens: int) -> None:
-    """One real group and one update on it, as a run with `--train-every 1` makes them: the roman_numerals prompt,
+def embedded(policy_spec: str, group_size: int, max_new_tokens: int, groups: int) -> None:
+    """Real groups and an update on each, as a run with `--train-every 1` makes them: the roman_numerals prompt,
     G completions sampled by the fast sampler (llama.cpp on the embedded GGUF), scored, then one VPO update of
-    the bf16 copy on that same group, its adapter saved, exported and loaded into the sampler. The ratio is the
-    update's seconds (all of that) over the seconds the group took to sample."""
+    the bf16 copy on that same group, its adapter saved, exported and loaded into the sampler. The ratio is an
+    update's seconds (all of that) over the seconds its group took to sample; the last line is the last group's
+    (the first update also pays torch's one-time warm-up, which a run pays once)."""
+    import sqlite3
     from collections import defaultdict
     from dataclasses import replace
 
@@ -141,8 +143,8 @@ def embedded(policy_spec: str, group_size: int, max_new_tokens: int) -> None:
     problem = load_problem(Path(__file__).resolve().parents[1] / "problems" / "roman_numerals")
     settings = ArmSettings(policy=policy_spec, skip_zero_advantage=False, held_out_groups=0, workers=1)
     options = replace(
-        arm_options(problem, "vpo", 0, settings, None),
-        max_groups=1,
+        arm_options(problem, "vpo", 0, settings),
+        max_groups=groups,
         group_size=group_size,
         max_new_tokens=max_new_tokens,
         fit_tokens_to_code=False,
@@ -153,22 +155,36 @@ def embedded(policy_spec: str, group_size: int, max_new_tokens: int) -> None:
     run, _ = open_run(archive, problem, options)
     policy = make_policy(policy_spec)
     sandbox = make_sandbox("process", workers=1)
-    config = replace(train_config(options), lora_rank=settings.lora_rank, lora_alpha=2 * settings.lora_rank)
+    config = replace(  # versions_back=0: each update learns from the group just sampled, and from it alone
+        train_config(options), lora_rank=settings.lora_rank, lora_alpha=2 * settings.lora_rank, versions_back=0
+    )
     trainer = TimedTrainer(
         archive, run.id, list(problem.components), options.variants, policy, config, work / "adapters", seconds=seconds
     )
-    loop = SearchLoop(problem, archive, policy, sandbox, run, options, trainer.step)
+    parts: list[dict[str, float]] = []
+
+    def step(*args: object) -> object:
+        before = dict(seconds)
+        try:
+            return trainer.step(*args)  # type: ignore[arg-type]
+        finally:
+            parts.append({k: seconds[k] - before.get(k, 0.0) for k in ("update_step", "save", "publish")})
+
+    loop = SearchLoop(problem, archive, policy, sandbox, run, options, step)
     run_search(loop)
-    summary = archive.summarize(run, {})
-    sample_s = float(summary.telemetry.get("generation_s") or 0.0)
-    tokens = int(summary.telemetry.get("tokens") or 0)
-    update_s = seconds["update_step"]
-    print(
-        f"parts: sampled {tokens} tokens in {sample_s:.1f} s; update {update_s:.1f} s (trainer step "
-        f"{update_s - seconds['save'] - seconds['publish']:.1f} s, save {seconds['save']:.1f} s, publish to the "
-        f"sampler {seconds['publish']:.1f} s); updates {loop.stats.train_updates}"
-    )
-    print(f"trainer_step update_s={update_s:.1f} sample_s={sample_s:.1f} ratio={update_s / max(sample_s, 1e-9):.2f}")
+    con = sqlite3.connect(work / "step.db")
+    sampled = con.execute("SELECT generation_s, tokens FROM prompts WHERE run_id = ? ORDER BY id", (run.id,)).fetchall()
+    con.close()
+    for i, (part, (sample_s, tokens)) in enumerate(zip(parts, sampled, strict=False)):
+        update_s = part["update_step"]
+        print(
+            f"group {i + 1}: sampled {tokens} tokens in {sample_s:.1f} s; update {update_s:.1f} s (trainer step "
+            f"{update_s - part['save'] - part['publish']:.1f} s, save {part['save']:.1f} s, publish to the sampler "
+            f"{part['publish']:.1f} s)"
+        )
+    if parts:
+        ratio = update_s / max(sample_s, 1e-9)
+        print(f"trainer_step update_s={update_s:.1f} sample_s={sample_s:.1f} ratio={ratio:.2f}")
     archive.close()
     policy.close()
     sandbox.close()
@@ -181,9 +197,10 @@ def main() -> None:
     ap.add_argument("--policy", default="llama:embedded", help="with --embedded: the sampler")
     ap.add_argument("--group-size", type=int, default=4)
     ap.add_argument("--max-new-tokens", type=int, default=300)
+    ap.add_argument("--groups", type=int, default=2, help="with --embedded: groups, each followed by its update")
     args = ap.parse_args()
     if args.embedded:
-        embedded(args.policy, args.group_size, args.max_new_tokens)
+        embedded(args.policy, args.group_size, args.max_new_tokens, args.groups)
         return
     torch.set_num_threads(2)
     mine = ours(args.repeats)
