@@ -90,6 +90,10 @@ HOSTILE: dict[str, Callable[[int], str]] = {
     "bare path, spaces before": lambda n: fill(" ", n) + "lib/a.py x",
     "bare paths repeated": lambda n: fill("**lib/a.py:**\n", n),
     "markers in fences": lambda n: fill("# EVOLVE-BLOCK-END\n```\n", n),
+    # bare code that Python parses statement by statement (a red team's: one ast.parse of 256 KB took 1.5 s)
+    "short statements": lambda n: fill("a\n", n),
+    "if statements": lambda n: fill("if a:a\n", n),
+    "tuple lines": lambda n: "(" + fill("x,\n", n) + ")",
 }
 
 
@@ -174,13 +178,13 @@ def test_hostile_program_text_is_read_in_linear_time_by_the_prompt_and_block_rul
         assert_linear(kind, job)
 
 
-LARGEST = 256 * 1024  # MAX_COMPLETION_CHARS: the most text any of these patterns is given from one completion
+LARGEST = 64 * 1024  # MAX_COMPLETION_CHARS: the most text any of these patterns is given from one completion
 REGEX_MOST_S = 0.05  # one call on the largest text: a few ms on an idle machine, this on a loaded one
 
 
 def test_no_single_regex_call_holds_the_gil_for_long_on_the_largest_completion() -> None:
     """Ctrl-C's handler runs only between the main thread's bytecodes, and a worker thread inside one `re` call
-    keeps the GIL: every pattern that reads model output, on 256 KB of each hostile input, returns within
+    keeps the GIL: every pattern that reads model output, on 64 KB of each hostile input, returns within
     milliseconds, and so does the whole edit scan."""
     from evolve.filetree import _HEADER
     from evolve.problem.blocks import _MARKER
@@ -258,6 +262,23 @@ def test_a_completion_over_the_size_cap_is_not_read() -> None:
             f"the completion holds {len(text):,} characters, over the {MAX_COMPLETION_CHARS:,} read; it is not read"
         )
     assert parse_completion(PARENT, text[:MAX_COMPLETION_CHARS], 1)[0].status == "ok"
+
+
+def test_a_completion_over_the_line_cap_is_not_read() -> None:
+    """Short lines are what make Python's own parser slow (one `ast.parse` of 256 KB of `a` lines took 1.5 s, and
+    nothing can interrupt it), so lines are capped as well as characters."""
+    from evolve.prompts.parse_limits import MAX_COMPLETION_LINES
+
+    text = DIFF + "\n" * (MAX_COMPLETION_LINES - DIFF.count("\n"))  # one line over
+    parsed = parse_completion(PARENT, text, 1)
+    assert [(v.status, v.detail) for v in parsed] == [
+        (
+            "parse_error",
+            f"the completion holds {MAX_COMPLETION_LINES + 1:,} lines, over the "
+            f"{MAX_COMPLETION_LINES:,} read; it is not read",
+        )
+    ]
+    assert parse_completion(PARENT, text[:-1], 1)[0].status == "ok"
 
 
 def test_the_deadline_is_checked_per_edit_and_an_interrupt_ends_the_parse() -> None:

@@ -21,7 +21,11 @@ import time
 from collections.abc import Callable
 
 PARSE_SECONDS = 1.0  # CPU seconds one completion may take to parse; past them it is not read
-MAX_COMPLETION_CHARS = 256 * 1024  # a larger completion is not read (a model's answer is a few thousand)
+# A larger completion is not read (a model's answer is a few thousand characters). The cap is on lines too:
+# `ast.parse` of 256 KB of one-letter statements took 0.6-1.5 s in one call (no check can run inside it, and a
+# red-team run then took 2-5 s to stop on SIGTERM); 64 KB of dense code or 4,096 short lines take under 0.1 s.
+MAX_COMPLETION_CHARS = 64 * 1024
+MAX_COMPLETION_LINES = 4096  # ~12k tokens at least: more than any configured max_new_tokens reads
 
 
 class ParseTimeout(Exception):
@@ -52,6 +56,9 @@ UNLIMITED = Deadline(math.inf)  # for callers that parse one piece by itself (te
 
 def oversize(text: str) -> str | None:
     """Why `text` is too large to be read, or None."""
-    if len(text) <= MAX_COMPLETION_CHARS:
-        return None
-    return f"the completion holds {len(text):,} characters, over the {MAX_COMPLETION_CHARS:,} read; it is not read"
+    if len(text) > MAX_COMPLETION_CHARS:
+        return f"the completion holds {len(text):,} characters, over the {MAX_COMPLETION_CHARS:,} read; it is not read"
+    lines = text.count("\n") + 1
+    if lines > MAX_COMPLETION_LINES:
+        return f"the completion holds {lines:,} lines, over the {MAX_COMPLETION_LINES:,} read; it is not read"
+    return None

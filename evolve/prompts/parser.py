@@ -12,7 +12,7 @@ The edits are found by scanning for their markers (evolve/prompts/edit_scan.py).
 because each is linear as written: no two of its quantifiers can take the same run of characters (so a failed
 attempt gives a run back once, not once per way of splitting it), a lazy body (`_TAG`'s, a fence's) tries its
 end only where a `<` or a backtick stands, reading just the whitespace and word after it, and the line patterns
-start only at line starts. tests/test_parser_hostile.py times each on 256 KB of hostile text. An engine with a
+start only at line starts. tests/test_parser_hostile.py times each on 64 KB of hostile text. An engine with a
 guarantee (RE2) was not needed for that, lacks the lookaheads `_TAG` uses, and is a compiled dependency.
 """
 
