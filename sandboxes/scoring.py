@@ -6,11 +6,13 @@ Docker sandboxes score identically.
 
 from __future__ import annotations
 
+import math
 from functools import cache
 from pathlib import Path
 from typing import Any
 
 from evolve.filetree import TreeError, split_files
+from evolve.fitness import scalar_view
 from evolve.problem import Problem
 from evolve.problem.outcome import ErrorKind, EvalOutcome
 from sandboxes.simple_form import check_simple, simple_job_extras
@@ -108,6 +110,12 @@ def interpret(problem: Problem, reply: Any, duration_s: float, sandbox: str) -> 
         outcome = _score_split(problem, reply.get("outputs"), duration_s, sandbox)
     else:
         outcome = check_simple(problem, reply, duration_s, sandbox)
+    if outcome.ok and not math.isfinite(scalar_view(problem.components, outcome.scores)):
+        # Finite components whose weighted sum overflows (two of 1e308): an infinite best would stay best forever.
+        shown = ", ".join(f"{k} {v:.6g}" for k, v in list(outcome.scores.items())[:4])
+        outcome = EvalOutcome.failure(
+            problem, ErrorKind.INVALID, f"the scores' scalar view is not finite ({shown})", duration_s, sandbox
+        )
     outcome.build_s = build_seconds(reply.get("build_s"), duration_s)
     return outcome
 

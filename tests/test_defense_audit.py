@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from evolve.problem import load_problem
+from evolve.problem.outcome import ErrorKind
 from sandboxes.jail import find_jail
 from sandboxes.process import ProcessSandbox
 from sandboxes.sweep import kill_all
@@ -243,4 +244,29 @@ def test_whatever_is_in_the_jobs_cgroup_when_it_ends_is_killed(problem):
     finally:
         stray.kill()
         stray.wait()
+        box.close()
+
+
+PASS_THROUGH_EVAL = """
+def cases():
+    return [{"name": "c0", "input": 2, "expected": 4}, {"name": "c1", "input": 3, "expected": 9}]
+
+def score(case, output):
+    return float(output)  # an evaluator that passes the candidate's own number through, unclamped
+"""
+
+
+def test_finite_scores_whose_scalar_overflows_are_invalid(tmp_path):
+    """Two components of 1e308 are each finite, but their weighted sum is not: stored, that infinite scalar was the
+    run's best for ever (a red team's). Such a result is `invalid` now; large finite results still count."""
+    problem = load_problem(write_problem(tmp_path / "pass-through", evaluate=PASS_THROUGH_EVAL))
+    box = hiding_sandbox("process", slots=1)
+    try:
+        for value in ("1e308", "-1e308"):
+            outcome = box.evaluate(problem, f"def solve(x):\n    return {value}\n")
+            assert outcome.error_kind == ErrorKind.INVALID, (value, outcome.error_kind, outcome.scores)
+            assert "scalar view is not finite" in (outcome.error or ""), outcome.error
+        fine = box.evaluate(problem, "def solve(x):\n    return 1e300\n")
+        assert (fine.error_kind, fine.scores) == (None, {"c0": 1e300, "c1": 1e300})
+    finally:
         box.close()
