@@ -3,10 +3,12 @@ libraries, but a host keeps local configuration there too (pip.conf, npmrc: wher
 
 from __future__ import annotations
 
-import atexit
 import os
+import stat
 import tempfile
 from pathlib import Path
+
+from sandboxes.base import SandboxRefused
 
 # /usr comes in whole for its programs and libraries, but a host keeps its local configuration under it too
 # (pip.conf, npmrc: where tokens live); both sandboxes put an empty read-only folder over these.
@@ -52,18 +54,30 @@ def hidden_host_files() -> list[str]:
     return found
 
 
-_EMPTY: list[str] = []  # the empty file made by this process, if any
-
-
 def empty_file() -> str:
     """A read-only empty file to bind over a hidden one. Not /dev/null: the jail mounts nodev, where opening a
-    device node fails, so a candidate's `open()` there raised instead of reading nothing. Made again when gone
-    (a week-long run outlives a /tmp cleaner's age limit; a missing bind source would stop every candidate)."""
-    if _EMPTY and os.path.isfile(_EMPTY[-1]) and os.path.getsize(_EMPTY[-1]) == 0:
-        return _EMPTY[-1]
-    handle, path = tempfile.mkstemp(prefix="evolve-empty-")
+    device node fails, so a candidate's `open()` there raised instead of reading nothing.
+
+    One per user, at a fixed name in a private folder (0700, ours, checked): every engine of the user shares it,
+    and an engine that ends without its exit handlers (kill -9, or an interrupted run's os._exit) leaves nothing
+    behind (a file per run piled up in /tmp). Made again when gone or changed (a week-long run outlives a /tmp
+    cleaner's age limit; a missing bind source would stop every candidate); written under a temporary name and
+    renamed into place, so that engines starting together never see a half-made one."""
+    uid = os.geteuid()
+    folder = Path(tempfile.gettempdir()) / f"vpo-evolve-empty-{uid}"
+    folder.mkdir(mode=0o700, exist_ok=True)
+    info = os.lstat(folder)
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != uid or info.st_mode & 0o077:
+        raise SandboxRefused(f"sandbox: {folder} is not a private folder of this user's; remove it")
+    path = folder / "empty"
+    try:
+        found = os.lstat(path)
+        if stat.S_ISREG(found.st_mode) and found.st_size == 0 and found.st_uid == uid:
+            return str(path)
+    except FileNotFoundError:
+        pass
+    handle, staging = tempfile.mkstemp(dir=folder, prefix="empty-")
     os.close(handle)
-    os.chmod(path, 0o444)
-    atexit.register(Path(path).unlink, missing_ok=True)
-    _EMPTY.append(path)
-    return path
+    os.chmod(staging, 0o444)
+    os.replace(staging, path)
+    return str(path)

@@ -159,5 +159,20 @@ def test_the_empty_file_bound_over_pip_conf_is_made_again_when_a_tmp_cleaner_rem
     os.chmod(first, 0o644)
     os.unlink(first)
     second = empty_file()
-    assert second != first and os.path.getsize(second) == 0 and stat.S_IMODE(os.stat(second).st_mode) == 0o444
+    assert os.path.getsize(second) == 0 and stat.S_IMODE(os.stat(second).st_mode) == 0o444
     assert empty_file() == second
+
+
+def test_engines_that_end_without_exit_handlers_leave_no_empty_file_behind():
+    """An interrupted `evolve run` leaves by os._exit and a killed one by SIGKILL: neither runs atexit handlers, and
+    each left a /tmp/evolve-empty-* file (a red team counted 32). Every engine of a user now shares one file."""
+    import subprocess
+    import sys
+    import tempfile
+
+    code = "import os\nfrom sandboxes.host_config import empty_file\nprint(empty_file())\nos._exit(0)\n"
+    subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)  # the folder and file, if new
+    before = set(os.listdir(tempfile.gettempdir()))
+    made = {subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout.strip()}
+    made.add(subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout.strip())
+    assert set(os.listdir(tempfile.gettempdir())) - before == set() and len(made) == 1, made
