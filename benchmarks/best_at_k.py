@@ -1,0 +1,185 @@
+"""Does an update make the policy better at the problem? best@k before and after, outside the search loop.
+
+The offline twin of the VPO paper's measure, free of the search's own noise (which parent is picked, what the
+archive holds). From the untrained arm's archive of a problem (`--db`): train a VPO and a GRPO policy on the same
+groups (`evolve train` on a copy of the archive each, `--steps` updates); then, for a fixed set of parent prompts
+(`--prompts`, the archive's own prompts, evenly spaced over the run, one per parent) of that problem and of a
+problem none of them trained on (`--held-out-db`, another run's archive), sample K completions from each policy,
+the untrained one included, with the same seed per prompt for every policy. Every variant is parsed against its
+parent and the new ones are evaluated in the process sandbox.
+
+Reported per policy and problem: best@k over the parent for k = 1..K (the best child's scalar among the first k
+completions minus the parent's, 0 when no child beats it, in units of the scalar's declared range where the
+problem declares one), the share of new valid children among the variants, and the share of copies (unchanged
+or duplicate variants). Last lines: `best_at_k none=... grpo=... vpo=... k=K` for the trained problem and
+`best_at_k_held_out ...` for the other.
+
+Usage: python -m benchmarks.best_at_k --db A.db --held-out-db B.db [--k 12] [--prompts 8] [--steps 2]
+           [--policy llama:embedded] [--out best_at_k.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sqlite3
+import subprocess
+import sys
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from evolve.archive import Archive
+from evolve.archive.codehash import code_hash
+from evolve.fitness import scalar_bounds, scalar_view
+from evolve.problem import Problem, load_problem
+from evolve.prompts import parse_completion
+from policies.base import SamplingParams
+from policies.factory import make_policy
+from sandboxes.factory import make_sandbox
+
+POLICIES = ("none", "grpo", "vpo")
+
+
+@dataclass(frozen=True)
+class Parent:
+    """One fixed prompt: the archive's own text, its parent's code and scalar."""
+
+    prompt: str
+    code: str
+    scalar: float
+
+
+@dataclass
+class Measured:
+    policy: str
+    problem: str
+    gains: list[list[float]] = field(default_factory=list)  # per prompt: best@k gain for k = 1..K
+    variants: int = 0
+    new_valid: int = 0
+    copies: int = 0
+
+    def best_at(self, k: int) -> float:
+        return float(np.mean([g[k - 1] for g in self.gains])) if self.gains else float("nan")
+
+
+def parents(db: Path, count: int) -> tuple[Problem, list[Parent], dict]:
+    """`count` prompts of the archive's (first) run, evenly spaced, one per parent, and the run's options."""
+    con = sqlite3.connect(db)
+    try:
+        run_id, folder, config = con.execute("SELECT id, problem_dir, config FROM runs ORDER BY id LIMIT 1").fetchone()
+        rows = con.execute(
+            "SELECT pr.text, pr.parent_id, e.scalar FROM prompts pr JOIN evaluations e ON e.program_id = pr.parent_id "
+            "WHERE pr.run_id = ? AND e.scalar IS NOT NULL ORDER BY pr.id",
+            (run_id,),
+        ).fetchall()
+    finally:
+        con.close()
+    first: dict[int, tuple[str, float]] = {}
+    for text, pid, scalar in rows:
+        first.setdefault(pid, (text, float(scalar)))
+    ids = list(first)
+    picked = [ids[int(i)] for i in np.linspace(0, len(ids) - 1, min(count, len(ids)))] if ids else []
+    archive = Archive(db)  # the program's code through the archive: a program of several files is a tree there
+    try:
+        chosen = [Parent(first[pid][0], archive.program(pid).code, first[pid][1]) for pid in picked]  # type: ignore[union-attr]
+    finally:
+        archive.close()
+    return load_problem(Path(folder)), chosen, json.loads(config).get("options", {})
+
+
+def train(db: Path, method: str, steps: int, policy: str, work: Path) -> Path:
+    """A copy of the archive trained `steps` times by `evolve train`; the newest adapter's folder."""
+    copy = work / f"{method}.db"
+    shutil.copy(db, copy)
+    command = [sys.executable, "-m", "evolve.cli", "train", str(copy), "--method", method, "--steps", str(steps)]
+    command += ["--policy", policy, "--adapters-dir", str(work / f"{method}.adapters")]
+    subprocess.run(command, check=True)
+    con = sqlite3.connect(copy)
+    try:
+        (adapter,) = con.execute(
+            "SELECT adapter_path FROM policy_versions WHERE adapter_path IS NOT NULL ORDER BY number DESC LIMIT 1"
+        ).fetchone()
+    finally:
+        con.close()
+    return Path(adapter)
+
+
+def measure(name: str, policy, problem: Problem, prompts: list[Parent], options: dict, k: int, sandbox) -> Measured:
+    """K completions per prompt (seeded by the prompt's index), their new children evaluated."""
+    out = Measured(name, problem.name)
+    bounds = scalar_bounds(problem.components)
+    scale = (bounds[1] - bounds[0]) if bounds and bounds[1] > bounds[0] else 1.0
+    m = int(options.get("variants", 3))
+    for index, parent in enumerate(prompts):
+        params = SamplingParams(
+            temperature=float(options.get("temperature", 0.8)),
+            top_p=float(options.get("top_p", 0.95)),
+            max_new_tokens=int(options.get("max_new_tokens", 512)),
+            seed=1000 + index,
+        )
+        seen = {code_hash(parent.code)}
+        best, gains = parent.scalar, []
+        for generated in policy.generate(parent.prompt, params, k):
+            for variant in parse_completion(parent.code, generated.text, m):
+                out.variants += 1
+                if variant.code is None:
+                    out.copies += variant.status == "unchanged"
+                    continue
+                digest = code_hash(variant.code)
+                if digest in seen:
+                    out.copies += 1
+                    continue
+                seen.add(digest)
+                outcome = sandbox.evaluate(problem, variant.code)
+                if outcome.ok:
+                    out.new_valid += 1
+                    best = max(best, scalar_view(problem.components, outcome.scores))
+            gains.append((best - parent.scalar) / scale)
+        out.gains.append(gains)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--db", type=Path, required=True, help="the untrained arm's archive: trained on and measured")
+    ap.add_argument("--held-out-db", type=Path, required=True, help="another problem's archive: measured only")
+    ap.add_argument("--k", type=int, default=12)
+    ap.add_argument("--prompts", type=int, default=8)
+    ap.add_argument("--steps", type=int, default=2, help="updates of each trained policy")
+    ap.add_argument("--policy", default="llama:embedded")
+    ap.add_argument("--out", type=Path, default=None)
+    args = ap.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="best-at-k-"))
+    adapters = {method: train(args.db, method, args.steps, args.policy, work) for method in ("grpo", "vpo")}
+    sets = {"trained": parents(args.db, args.prompts), "held_out": parents(args.held_out_db, args.prompts)}
+    sandbox = make_sandbox("process", workers=2)
+    results: list[Measured] = []
+    for name in POLICIES:
+        policy = make_policy(args.policy)
+        if name in adapters:
+            policy.publish(adapters[name], 1)  # type: ignore[attr-defined]
+        for problem, prompts, options in sets.values():
+            results.append(measure(name, policy, problem, prompts, options, args.k, sandbox))
+            r = results[-1]
+            print(
+                f"{name} on {problem.name}: best@1 {r.best_at(1):.4f} best@{args.k} {r.best_at(args.k):.4f}, "
+                f"new valid {r.new_valid}/{r.variants}, copies {r.copies}/{r.variants}",
+                flush=True,
+            )
+        policy.close()
+    sandbox.close()
+    if args.out:
+        args.out.write_text(json.dumps([asdict(r) for r in results], indent=1))
+    labels = (("best_at_k", sets["trained"][0].name), ("best_at_k_held_out", sets["held_out"][0].name))
+    for label, problem_name in labels:
+        rows = {r.policy: r for r in results if r.problem == problem_name}
+        cells = " ".join(f"{p}={rows[p].best_at(args.k):.4f}" for p in POLICIES)
+        print(f"{label} {cells} k={args.k} problem={problem_name}")
+
+
+if __name__ == "__main__":
+    main()
