@@ -18,12 +18,11 @@ import pytest
 
 from evolve.problem import load_problem
 from evolve.problem.outcome import ErrorKind
-from sandboxes.jail import find_jail, jail_runtime
+from sandboxes.jail import jail_runtime
 from sandboxes.process import ProcessSandbox
 from sandboxes.seccomp import SocketRule
-from tests.helpers import weak_sandbox_or_skip
+from tests.helpers import hiding_sandbox, weak_sandbox_or_skip
 from tests.probes import constant_program, probe_problem
-from tests.services import missing
 from tests.test_sandbox_memory import host_memory_drop
 
 NAMESPACES = ("unshare", "clone", "clone3", "fork", "thread", "subprocess")
@@ -211,12 +210,7 @@ def solve(what):
 
 @pytest.fixture(scope="module", params=["jail", "weak"])
 def box(request) -> Iterator[ProcessSandbox]:
-    if request.param == "weak":
-        sandbox = weak_sandbox_or_skip(slots=1)
-    else:
-        if find_jail()[0] is None:
-            missing("bubblewrap", find_jail()[1])
-        sandbox = ProcessSandbox(slots=1)
+    sandbox = weak_sandbox_or_skip(slots=1) if request.param == "weak" else hiding_sandbox("process", slots=1)
     yield sandbox
     sandbox.close()
 

@@ -180,12 +180,7 @@ def test_the_sweep_kills_an_orphan_that_left_the_jobs_session(sweep_by):
 
 @pytest.fixture(scope="module", params=["jail", "weak"])
 def box(request) -> Iterator[ProcessSandbox]:
-    if request.param == "weak":
-        sandbox = weak_sandbox_or_skip(slots=1)
-    else:
-        if find_jail()[0] is None:
-            missing("bubblewrap", find_jail()[1])
-        sandbox = ProcessSandbox(slots=1)
+    sandbox = weak_sandbox_or_skip(slots=1) if request.param == "weak" else hiding_sandbox("process", slots=1)
     yield sandbox
     sandbox.close()
 
