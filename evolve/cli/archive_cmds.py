@@ -14,10 +14,10 @@ from rich.table import Table
 from evolve.archive import Archive, ArchiveError
 from evolve.archive.models import Run
 from evolve.cli.common import DbArg, console, duration_text, fail, plain, printable, vector_table
+from evolve.cli.report_cmds import serve, write_html
 from evolve.filetree import TreeError, is_tree, program_diff, write_tree
 from evolve.fitness import signs
 from evolve.report.aggregate import run_components
-from evolve.report.cli import serve, write_html
 from evolve.report.export import write_evaluations_csv
 from evolve.report.queries import export_rows
 

@@ -1,4 +1,5 @@
-"""`evolve report --html` and `evolve serve`: the command-line ends of the report package."""
+"""`evolve report --html` and `evolve serve`: the command-line ends of the report package (its pages and server
+know nothing of the command line)."""
 
 from __future__ import annotations
 
