@@ -38,10 +38,11 @@ setpriv --reuid="$USER_NAME" --regid="$USER_NAME" --init-groups --reset-env \
   env HOME="$HOME_DIR" PATH="$PATH" PYTHONPATH="$PWD" EVOLVE_REQUIRE_SERVICES="${EVOLVE_REQUIRE_SERVICES:-0}" \
   EVOLVE_LAYOUT_WORK_DIR="$LAYOUT_DIR" \
   "$PY" -m pytest -q -p no:cacheprovider tests/test_sandbox_attacks.py tests/test_host_config_attacks.py \
-  tests/test_sandbox_hostile.py tests/test_sandbox_redteam.py \
+  tests/test_sandbox_hostile.py tests/test_sandbox_redteam.py tests/test_sandbox_redteam_residue.py \
   tests/test_docker_sandbox.py tests/test_sandbox_memory.py \
   tests/test_jail_layouts.py tests/test_engine_secrets.py tests/test_candidate_limits.py tests/test_weak_refusal.py \
   tests/test_docker_leftovers.py tests/test_docker_python_placement.py tests/test_interrupt_during_evaluation.py \
   tests/test_native_hostile.py tests/test_native_files.py tests/test_multi_file.py tests/test_runtime_attacks.py \
+  tests/test_multi_file_store.py \
   tests/test_jail_init.py tests/test_defense_audit.py \
   "$@"
