@@ -25,6 +25,7 @@ from evolve.problem.outcome import ErrorKind, EvalOutcome
 from sandboxes.abort import RunningJobs
 from sandboxes.docker_images import ImageSpec, image_for, image_toolchain, runtime_env
 from sandboxes.host_config import empty_file, hidden_host_config, hidden_host_files
+from sandboxes.jail import SCRATCH_INODES, WORK
 from sandboxes.scoring import make_job, outcome_from, program_filename, program_files
 
 SANDBOX_DIR = Path(__file__).resolve().parent
@@ -46,7 +47,7 @@ def memory_cap_mb(memory_mb: int) -> int:
 
 def work_mount(problem: Problem) -> str:
     """Options of the /work tmpfs. Docker mounts tmpfs noexec; a native problem runs the program it built there."""
-    return "size=256m,mode=1777" + (",exec" if problem.config.native else "")
+    return f"size=256m,mode=1777,nr_inodes={SCRATCH_INODES[WORK]}" + (",exec" if problem.config.native else "")
 
 
 def docker_available() -> str | None:
@@ -88,7 +89,12 @@ class WarmContainer:
             init=True,
             network_mode="none",
             read_only=True,
-            tmpfs={"/work": work_mount(problem), "/tmp": "size=256m,mode=1777", "/dev/shm": "size=64m", **hidden},
+            tmpfs={
+                "/work": work_mount(problem),
+                "/tmp": f"size=256m,mode=1777,nr_inodes={SCRATCH_INODES['/tmp']}",
+                "/dev/shm": f"size=64m,nr_inodes={SCRATCH_INODES['/dev/shm']}",
+                **hidden,
+            },
             mem_limit=f"{memory_cap_mb(limits.memory_mb)}m",
             memswap_limit=f"{memory_cap_mb(limits.memory_mb)}m",  # the same: no swap to spill into
             nano_cpus=1_000_000_000,
