@@ -55,3 +55,16 @@ def test_shared_prompt_logprobs_and_gradients_equal_each_sequence_alone(model):
     assert any(g.abs().sum() > 0 for g in want_grads.values())  # the comparison has something to compare
     for name, want in want_grads.items():
         torch.testing.assert_close(got_grads[name], want, rtol=1e-4, atol=1e-6, msg=name)
+
+
+def test_a_group_past_the_token_budget_is_run_in_several_passes():
+    """One pass holds every completion's logits until its backward: a group of long completions (4 x 2,048 tokens)
+    held 24 GB and was OOM-killed. Buckets keep one group and one temperature, and at most the budget's tokens."""
+    from policies.trainer import Sample, by_prompt
+
+    def sample(group: int, tokens: int, temperature: float = 0.8) -> Sample:
+        return Sample([1, 2], [3] * tokens, [-1.0] * tokens, temperature, 0.5, group=group)
+
+    samples = [sample(0, 600), sample(1, 10), sample(0, 600), sample(0, 300), sample(0, 2000), sample(0, 5, 1.2)]
+    sizes = [[len(s.completion_ids) for s in bucket] for bucket in by_prompt(samples, budget=1024)]
+    assert sizes == [[600], [600, 300], [2000], [10], [5]]
