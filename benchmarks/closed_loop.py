@@ -190,8 +190,8 @@ def main() -> None:
     args.work.mkdir(parents=True, exist_ok=True)
     started, results = time.time(), load_results(results_path)
     done = {(r.problem, r.seed, r.arm) for r in results}
-    for name in args.problems.split(","):
-        for seed in range(args.seeds):
+    for seed in range(args.seeds):  # seed outermost: partial results pair every problem's arms early
+        for name in args.problems.split(","):
             for arm in args.arms.split(","):
                 if (load_problem(folder(name)).name, seed, arm) in done:
                     continue

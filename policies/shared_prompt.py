@@ -4,8 +4,9 @@ A group's G completions share one prompt of 800-1,400 tokens, and are themselves
 per completion (and once more with the adapter off for the KL reference), the prompt was most of an update's
 arithmetic. Here the prompt runs once; its keys and values (which depend on the adapter, so the gradient flows
 back through them) are repeated for the G completions, which run as one right-padded batch. The vocabulary
-projection is applied to each completion's real rows only: a [G, L, vocabulary] logits tensor of a 150k-token
-vocabulary would hold about 0.7 GB for G=4, L=300.
+projection is applied to each completion's real rows only (a [G, L, vocabulary] logits tensor of a 150k-token
+vocabulary would hold about 0.7 GB for G=4, L=300), a chunk at a time, and its logits are not kept for the
+backward pass (policies/head_logprobs.py).
 
 The result equals running each prompt + completion alone (tests/test_shared_prompt.py checks logprobs and
 gradients in float32), because a completion attends to the prompt's keys and values and to its own earlier
@@ -15,6 +16,8 @@ tokens only: padding sits after every real token, and the attention mask hides i
 from __future__ import annotations
 
 from typing import Any
+
+from policies.head_logprobs import token_logprobs
 
 
 def _parts(model: Any) -> tuple[Any, Any]:
@@ -53,6 +56,16 @@ def completion_logprobs(
     out = []
     for i, length in enumerate(lengths):
         rows = torch.cat([last_prompt_state, states.last_hidden_state[i, : length - 1]])
-        logp = torch.log_softmax(head(rows).float() / max(temperature, 1e-5), dim=-1)
-        out.append(logp.gather(1, batch[i, :length, None]).squeeze(1))
+        out.append(_logprobs(head, rows, batch[i, :length], temperature))
     return out
+
+
+def _logprobs(head: Any, rows: Any, targets: Any, temperature: float) -> Any:
+    """The targets' logprobs; through `head_logprobs` (no logits kept for the backward pass) when the head is a
+    frozen linear map without bias, as in every model this project trains, else plain autograd."""
+    import torch
+
+    if getattr(head, "bias", None) is None and not head.weight.requires_grad:
+        return token_logprobs(rows, head.weight, targets, temperature)
+    logp = torch.log_softmax(head(rows).float() / max(temperature, 1e-5), dim=-1)
+    return logp.gather(1, targets[:, None]).squeeze(1)
