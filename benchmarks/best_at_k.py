@@ -15,7 +15,8 @@ or duplicate variants). Last lines: `best_at_k none=... grpo=... vpo=... k=K` fo
 `best_at_k_held_out ...` for the other.
 
 Usage: python -m benchmarks.best_at_k --db A.db --held-out-db B.db [--k 12] [--prompts 8] [--steps 2]
-           [--policy llama:embedded] [--out best_at_k.json]
+           [--learning-rate 1e-4] [--policy llama:embedded] [--out best_at_k.json] [--work DIR]
+An interrupted run resumes from `--work` (the trained copies and each policy's finished measurements are kept).
 """
 
 from __future__ import annotations
@@ -91,13 +92,17 @@ def parents(db: Path, count: int) -> tuple[Problem, list[Parent], dict]:
     return load_problem(Path(folder)), chosen, json.loads(config).get("options", {})
 
 
-def train(db: Path, method: str, steps: int, policy: str, work: Path) -> Path:
-    """A copy of the archive trained `steps` times by `evolve train`; the newest adapter's folder."""
-    copy = work / f"{method}.db"
-    shutil.copy(db, copy)
-    command = [sys.executable, "-m", "evolve.cli", "train", str(copy), "--method", method, "--steps", str(steps)]
-    command += ["--policy", policy, "--adapters-dir", str(work / f"{method}.adapters")]
-    subprocess.run(command, check=True)
+def train(db: Path, method: str, steps: int, policy: str, learning_rate: float, work: Path) -> Path:
+    """A copy of the archive trained `steps` times by `evolve train`; the newest adapter's folder. A copy trained
+    before (an interrupted run of this benchmark resumed with the same `--work`) is not trained again."""
+    copy, done = work / f"{method}.db", work / f"{method}.trained"
+    if not done.exists():
+        shutil.copy(db, copy)
+        command = [sys.executable, "-m", "evolve.cli", "train", str(copy), "--method", method, "--steps", str(steps)]
+        command += ["--policy", policy, "--adapters-dir", str(work / f"{method}.adapters")]
+        command += ["--learning-rate", str(learning_rate)]
+        subprocess.run(command, check=True)
+        done.touch()
     con = sqlite3.connect(copy)
     try:
         (adapter,) = con.execute(
@@ -151,20 +156,32 @@ def main() -> None:
     ap.add_argument("--prompts", type=int, default=8)
     ap.add_argument("--steps", type=int, default=2, help="updates of each trained policy")
     ap.add_argument("--policy", default="llama:embedded")
+    ap.add_argument("--learning-rate", type=float, default=1e-4, help="as the closed-loop study's arms")
     ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--work", type=Path, default=None, help="kept between runs: an interrupted run resumes there")
     args = ap.parse_args()
-    work = Path(tempfile.mkdtemp(prefix="best-at-k-"))
-    adapters = {method: train(args.db, method, args.steps, args.policy, work) for method in ("grpo", "vpo")}
+    work = args.work or Path(tempfile.mkdtemp(prefix="best-at-k-"))
+    work.mkdir(parents=True, exist_ok=True)
+    kept = work / "measured.json"
+    done = {(r["policy"], r["problem"]): Measured(**r) for r in json.loads(kept.read_text())} if kept.exists() else {}
+    adapters = {
+        method: train(args.db, method, args.steps, args.policy, args.learning_rate, work) for method in ("grpo", "vpo")
+    }
     sets = {"trained": parents(args.db, args.prompts), "held_out": parents(args.held_out_db, args.prompts)}
     sandbox = make_sandbox("process", workers=2)
     results: list[Measured] = []
     for name in POLICIES:
+        if all((name, problem.name) in done for problem, _, _ in sets.values()):
+            results += [done[(name, problem.name)] for problem, _, _ in sets.values()]
+            continue
         policy = make_policy(args.policy)
         if name in adapters:
             policy.publish(adapters[name], 1)  # type: ignore[attr-defined]
         for problem, prompts, options in sets.values():
-            results.append(measure(name, policy, problem, prompts, options, args.k, sandbox))
-            r = results[-1]
+            r = done.get((name, problem.name)) or measure(name, policy, problem, prompts, options, args.k, sandbox)
+            results.append(r)
+            done[(r.policy, r.problem)] = r
+            kept.write_text(json.dumps([asdict(x) for x in done.values()], indent=1))
             print(
                 f"{name} on {problem.name}: best@1 {r.best_at(1):.4f} best@{args.k} {r.best_at(args.k):.4f}, "
                 f"new valid {r.new_valid}/{r.variants}, copies {r.copies}/{r.variants}",
