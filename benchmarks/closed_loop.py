@@ -196,7 +196,10 @@ def main() -> None:
                 if (load_problem(folder(name)).name, seed, arm) in done:
                     continue
                 work = args.work / "arms" / f"{name}-s{seed}-{arm}"
-                r = run_arm(folder(name), arm, seed, settings, work, folder(HELD_OUT))
+                try:
+                    r = run_arm(folder(name), arm, seed, settings, work, folder(HELD_OUT))
+                except KeyboardInterrupt as stop:  # the arm's archive keeps it: the same command resumes it
+                    raise SystemExit(f"stopped ({stop or 'interrupted'}); run the same command to resume") from None
                 results.append(r)
                 shown = {f.name: getattr(r, f.name) for f in fields(r) if f.name not in ("curve", "valid_per_group")}
                 print(f"{name} seed {seed} {arm}: {shown} ({time.time() - started:.0f}s)", flush=True)

@@ -164,6 +164,11 @@ def run_arm(folder: Path, arm: str, seed: int, s: ArmSettings, work: Path, held_
     loop = SearchLoop(problem, archive, policy, sandbox, run, options, step)
     started = time.monotonic()
     reason = run_search(loop)
+    if loop.control.interrupted.is_set():  # Ctrl-C or SIGTERM: the arm is not done; its archive resumes it
+        policy.close()
+        sandbox.close()
+        archive.close()
+        raise KeyboardInterrupt(f"{folder.name} {arm} seed {seed} interrupted: {reason}")
     seconds["search_wall"] = time.monotonic() - started
     summary = archive.summarize(run, signs(problem.components))
     archive.close()
