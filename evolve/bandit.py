@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 ALLOCATIONS = ("bandit", "uniform", "weights")
+COST_UNIT = {"tokens": 1000.0, "seconds": 10.0}  # one unit of a group's cost: 1k tokens, or 10 s of sampling
 PRIOR_COST = 1.0  # units of cost the prior is worth
 MAX_FLOOR = 0.1
 

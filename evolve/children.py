@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
+from evolve.archive.records import VariantRow
 from evolve.problem.outcome import EvalOutcome
 from evolve.selection import Member
 
@@ -41,6 +42,24 @@ class GroupCost:
 
 
 @dataclass(frozen=True)
+class NewVariant:
+    """A variant that parsed into code not seen before: the child it becomes once its group is stored."""
+
+    completion: int  # index of its completion in the group
+    slot: int
+    code: str
+    digest: str
+
+
+@dataclass(frozen=True)
+class Admitted:
+    """A parsed group as the archive stores it: each variant's row (duplicates marked), and its new children."""
+
+    variants: list[list[VariantRow]]  # by completion, in slot order
+    new: list[NewVariant]
+
+
+@dataclass(frozen=True)
 class GroupResult:
     """One stored group: its new children (to be queued), the parent they came from, and how its variants parsed."""
 
@@ -52,6 +71,7 @@ class GroupResult:
     member: str = ""  # the ensemble member that sampled it, and its ask arm
     ask: str = ""
     cost: GroupCost = GroupCost()
+    policy_version: int = 0  # the version number of the member's policy that sampled it
 
     @property
     def produced(self) -> bool:
@@ -66,6 +86,18 @@ class EvaluationResult:
     outcome: EvalOutcome
     started_at: datetime
     finished_at: datetime
+
+
+@dataclass(frozen=True)
+class StoredChild:
+    """What became of one evaluated child once its batch was committed: its program row (`created` False when the
+    same code was stored meanwhile, which then counts nothing), its outcome and the scalar view it ranks by."""
+
+    child: Child
+    outcome: EvalOutcome
+    scalar: float
+    program_id: int
+    created: bool
 
 
 class KnownCode:

@@ -1,25 +1,19 @@
 """Run control: why a run stops, Ctrl-C, cutting the group being sampled, and the evaluation budget, in one place.
 
-Every part of the loop asks this object rather than keeping its own flags: the group sampler whether it may start a
-group, the evaluation stage whether it may take a child (`reserve`), the commit stage gives back what it could not
-store (`release`) and says when a goal is reached (`finish`, `cut_sampling`). The stop reason has one writer, so
+The ledger asks it whether a group may start and a child may be evaluated (`reserve`), gives back what stored
+nothing (`release`), and says when a goal is reached (`finish`, `cut_sampling`). The stop reason has one writer, so
 the first reason given is the one the run reports (Ctrl-C excepted: it always says "interrupted", and why when a
 policy update was abandoned).
 
-Unexpected failures are counted here too (`Incidents`): one costs a group or a child; the same one repeated
-`max_failures` times in a row is systemic and stops the run with one line.
+It is part of the run's ledger (evolve/ledger.py), which alone changes it, on the loop's thread; the signal
+handler's `interrupt` runs there too, and worker threads only read (`interrupt_requested`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import threading
 from collections.abc import Callable
-
-from evolve.archive import Archive
-from evolve.stats import LoopStats
-from evolve.stopping import FailureStreaks
 
 UPDATE_ABANDONED = (
     "interrupted during a policy update: the update was abandoned (no version saved); "
@@ -174,28 +168,3 @@ class StageFailure(Exception):
     def __init__(self, stage: str, exc: BaseException) -> None:
         super().__init__(f"{stage}: {type(exc).__name__}: {exc}")
         self.stage, self.exc = stage, exc
-
-
-class Incidents:
-    """Unexpected failures: each is stored in the archive; the same kind at the same stage N times in a row
-    stops the run (`RunControl.fail_systemic`)."""
-
-    def __init__(self, archive: Archive, run_id: int, stats: LoopStats, control: RunControl, limit: int) -> None:
-        self.archive, self.run_id, self.stats, self.control = archive, run_id, stats, control
-        self.streaks = FailureStreaks(limit)
-
-    def record(self, failure: StageFailure) -> None:
-        kind = type(failure.exc).__name__
-        self.stats.incidents += 1
-        with contextlib.suppress(Exception):  # the archive itself may be what failed
-            self.archive.add_incident(self.run_id, failure.stage, kind, str(failure.exc) or repr(failure.exc))
-        count = self.streaks.failed(failure.stage, kind)
-        if self.streaks.systemic(count):
-            self.control.fail_systemic(
-                f"{count} {failure.stage} failures in a row ({kind}: {str(failure.exc)[:200]}); "
-                "fix the cause, then run the same command (or `evolve resume DB`) to continue"
-            )
-
-    def ok(self, stage: str) -> None:
-        """A stage succeeded: its streak ends."""
-        self.streaks.succeeded(stage)

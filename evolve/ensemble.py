@@ -21,12 +21,11 @@ from typing import Any
 
 import numpy as np
 
-from evolve.bandit import Allocator, ArmView
+from evolve.bandit import COST_UNIT, Allocator, ArmView
 from evolve.members import MemberSpec
 from evolve.yields import COPIES
 
 RECENT = 20  # groups over which the current allocation share is counted
-COST_UNIT = {"tokens": 1000.0, "seconds": 10.0}  # one unit of cost: 1k tokens, or 10 s of sampling
 CHARS_PER_TOKEN = 4  # what a completion without token ids (a replay, some servers) is charged per character
 
 

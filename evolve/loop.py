@@ -1,13 +1,14 @@
 """The search loop: select → prompt → sample a group → parse → evaluate → commit, with the stages overlapped.
 
-The loop composes parts, each with its own interface (see docs/architecture.md):
-- `RunControl` (evolve.control): the stop reason, Ctrl-C, cutting the group being sampled, the evaluation budget;
-- `GroupSampler` (evolve.groups): one group from parent to stored variants, returned as a `GroupResult`;
-- `EvaluationStage` (evolve.evaluation): N workers drain a bounded queue of children through the sandbox;
-- `CommitStage` (evolve.commit): the single writer, results to program rows and population members.
-The loop itself runs the generators, lets the ensemble (evolve.ensemble) choose the member and the ask of each
-group, counts each group towards a stall, trains the trainable members every few groups, and keeps the run's row
-and state up to date.
+Every fact of the run (population, code index, counters, budget, the ensemble's record, every stop rule) lives in
+one `RunLedger` (evolve.ledger), which only the loop changes, on its own event-loop thread. The stages hold none
+of it; each returns a record that the loop applies to the ledger:
+- `GroupSampler` (evolve.groups): a `SampledGroup` (prompted, sampled, parsed); the ledger admits it (duplicates
+  marked, new children claimed), then the sampler stores it and returns a `GroupResult`;
+- `Evaluator` (evolve.evaluation): an `Evaluated` child (its result, or the sandbox failure it cost);
+- `ProgramWriter` (evolve.commit): a `StoredChild` per committed result.
+The children's queue, evaluation workers and committer are the loop's own (evolve/flow.py). No stage holds a
+reference to another stage or to the loop, and none calls back.
 
 Every prompt, completion and parsed variant is committed before its children are evaluated, so a run killed at any
 moment resumes by re-parsing the variants whose evaluations never landed.
@@ -31,26 +32,26 @@ import contextlib
 import signal
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
 
 from evolve.adapt import Ask, apply_arm, ask_arms
 from evolve.archive import Archive, code_hash
 from evolve.archive.models import Run
-from evolve.children import Child, GroupResult, KnownCode
-from evolve.commit import CommitStage
-from evolve.control import Incidents, RunControl, StageFailure
+from evolve.archive.records import RunState
+from evolve.children import Child, GroupResult
+from evolve.commit import ProgramWriter
+from evolve.control import RunControl, StageFailure
 from evolve.ensemble import Ensemble
-from evolve.evaluation import EvaluationStage
-from evolve.fitness import signs
+from evolve.evaluation import Evaluator
+from evolve.flow import ChildFlow, note_incident
 from evolve.groups import GroupSampler
 from evolve.interrupt import cancel_on
+from evolve.ledger import RunLedger
 from evolve.members import MemberSpec
 from evolve.policy_calls import PolicyCalls, PolicyMember, PolicyVersions, TrainStep
 from evolve.problem import Problem
 from evolve.runs import RunOptions
 from evolve.selection import Population, make_selector
 from evolve.stats import LoopStats
-from evolve.stopping import Stall
 from policies.base import Policy
 from policies.trainer import UpdateAbandoned
 from sandboxes.base import AbortableSandbox, Sandbox
@@ -77,31 +78,19 @@ class SearchLoop:
         out, so a one-policy run passes just it; `train_step` trains the first member, `train_steps` any."""
         self.problem, self.archive, self.sandbox = problem, archive, sandbox
         self.run, self.options = run, options
-        search = problem.config.search
-        self.population = Population(
-            problem.components,
-            islands=search.islands,
-            features=search.features,
-            migration_interval=search.migration_interval,
-            migration_size=search.migration_size,
-        )
-        self.stats = LoopStats(
-            problem.component_names,
-            options.max_evaluations,
-            options.max_time_s,
-            prior_elapsed_s=float(run.state.get("elapsed_s", 0.0)),
-            sandbox=sandbox.kind,
-            signs=signs(problem.components),
-        )
-        self.control = RunControl(
-            options.max_evaluations,
-            max_groups=options.max_groups,
-            max_time_s=options.max_time_s,
-            elapsed_s=lambda: self.stats.elapsed_s,
-        )
-        self.incidents = Incidents(archive, run.id, self.stats, self.control, options.max_failures)
-        self.known = known = KnownCode()  # shared by the sampler (claims) and the commit stage (stored ids)
         specs = options.members()
+        self.bases = {spec.name: self._base_ask(spec) for spec in specs}
+        asks = [a for a in ask_arms(options.asks) if any(apply_arm(a, b) != b for b in self.bases.values())]
+        state = RunState.of(run.state)
+        ensemble = Ensemble(
+            specs,
+            ["base", *asks],
+            allocation=options.allocation,
+            cost=options.bandit_cost,
+            seed=options.seed,
+            state={"ensemble": state.ensemble},
+        )
+        self.ledger = RunLedger(problem, options, state, ensemble, sandbox.kind)
         steps = dict(train_steps or {})
         if train_step is not None:
             steps.setdefault(specs[0].name, train_step)
@@ -112,56 +101,40 @@ class SearchLoop:
                 PolicyMember(
                     spec.name,
                     spec.weight,
-                    self._base_ask(spec),
+                    self.bases[spec.name],
                     served,
                     PolicyCalls(served, self.control),
-                    PolicyVersions(archive, run.id, served, self.stats, spec.name, first=i == 0),
+                    PolicyVersions(archive, run.id, served, spec.name, first=i == 0),
                     steps.get(spec.name),
                     (untrainable or {}).get(spec.name),
                 )
             )
         self.policy = self.members[0].policy
-        asks = [a for a in ask_arms(options.asks) if any(apply_arm(a, m.base) != m.base for m in self.members)]
-        self.ensemble = Ensemble(
-            specs,
-            ["base", *asks],
-            allocation=options.allocation,
-            cost=options.bandit_cost,
-            seed=options.seed,
-            state=run.state,
-        )
+        selector = make_selector(problem.config.search.selection, len(problem.components))
         self.sampler = GroupSampler(
-            problem,
-            archive,
-            run.id,
-            options,
-            self.population,
-            make_selector(search.selection, len(problem.components)),
-            self.stats,
-            known,
-            self.incidents,
-            interrupted=self.control.interrupt_requested,
+            problem, archive, run.id, options, selector, interrupted=self.control.interrupt_requested
         )
-        self.commits = CommitStage(
-            problem,
-            archive,
-            run.id,
-            options,
-            self.population,
-            self.stats,
-            known,
-            self.control,
-            self.incidents,
-            self._credit,
-        )
-        self.evaluation = EvaluationStage(problem, sandbox, self.control, self.incidents, self.commits, options.workers)
-        self.stall = Stall(options.stall_groups)
-        self.stats.ask = self.members[0].base.describe()
-        self.stats.arms = self.ensemble.lines()
-        # Counted across sessions (kept in the run's state): an update that a stop abandoned runs after the resume's
-        # first group rather than N groups later.
-        self.groups_since_train = int(run.state.get("groups_since_train", 0))
-        self.groups_started = 0
+        self.evaluator = Evaluator(problem, sandbox)
+        self.writer = ProgramWriter(problem, archive, run.id)
+        self.flow = ChildFlow(self.ledger, self.evaluator, self.writer, archive, run.id, options.workers)
+        self.ledger.asking(self.members[0].base.describe())
+
+    # ---- read-only views of the ledger (the live view, the CLI, tests) ----------------------------------
+    @property
+    def stats(self) -> LoopStats:
+        return self.ledger.stats
+
+    @property
+    def control(self) -> RunControl:
+        return self.ledger.control
+
+    @property
+    def population(self) -> Population:
+        return self.ledger.population
+
+    @property
+    def ensemble(self) -> Ensemble:
+        return self.ledger.ensemble
 
     def _base_ask(self, spec: MemberSpec) -> Ask:
         """What a member asks under the `base` arm: its own settings, else the run's options."""
@@ -190,60 +163,50 @@ class SearchLoop:
             policy.close()
 
     def _pending_work(self) -> int:
-        return self.sampler.unqueued + self.evaluation.pending() + self.commits.backlog
-
-    def _may_generate(self) -> bool:
-        return self.control.may_start_group(self.groups_started, self.evaluation.queue.qsize())
+        return self.ledger.unqueued + self.flow.pending()
 
     # ---- generation -------------------------------------------------------------------------------------
     async def generate(self) -> None:
         """Sample groups until the budget is spoken for; each group is committed before its children queue."""
-        while self._may_generate():
-            index, self.groups_started = self.groups_started, self.groups_started + 1
-            choice = self.ensemble.choose(index)
+        while (index := self.ledger.next_group(self.flow.queue.qsize())) is not None:
+            choice = self.ledger.choose(index)
             member = self.members[choice.member]
             ask = apply_arm(choice.ask, member.base)
-            self.stats.ask = f"{member.name}: {ask.describe()} ({choice.ask})"
+            self.ledger.asking(f"{member.name}: {ask.describe()} ({choice.ask})")
             try:
-                group = await self.sampler.make_group(index, member, ask, choice.ask)
+                group = await self.group(index, member, ask, choice.ask)
             except StageFailure as failure:  # costs this group only
-                self.incidents.record(failure)
+                note_incident(self.ledger, self.archive, self.run.id, failure)
                 continue
             finally:
-                self.ensemble.settled(member.name, choice.ask)
+                self.ledger.settled(member.name, choice.ask)
             if group is None:
                 return  # cut short by Ctrl-C or the goal: nothing of the group was stored
-            cost = group.cost
-            self.ensemble.sampled(group.member, group.ask, cost.completions, cost.tokens, cost.seconds, group.statuses)
-            for child in group.children:
-                await self.evaluation.put(child)
-            self.sampler.queued(len(group.children))
-            self._note_group(group)
-            if not group.produced and self._pending_work():  # repeating itself: let the children it copied land
-                await self.sampler.all_queued.wait()  # (new parents) first, those of groups still storing too
-                await self.evaluation.drained()
-            self.groups_since_train += 1
-            if self.training and self.groups_since_train >= self.options.train_every:
+            if not group.children and self._pending_work():  # repeating itself: let the children it copied land
+                await self.ledger.all_queued.wait()  # (new parents) first, those of groups still storing too
+                await self.flow.drained()
+            if self.training and self.ledger.training_due():
                 await self._train()
 
-    def _note_group(self, group: GroupResult) -> None:
-        """Count the group towards a stall; a stalled run stops with one line saying what its groups wrote,
-        which asks and members were tried, and what to change."""
-        self.stats.groups += 1
-        self.stats.arms = self.ensemble.lines()
-        self.stall.observe(group.produced, bool(self._pending_work()), group.statuses)
-        if self.stall.stalled:
-            self.control.finish(self.stall.message(self.ensemble.tried(), self.stats.ask))
-
-    def _credit(self, child: Child, scalar: float, program_id: int, new_best: bool) -> None:
-        """A new valid child landed: its member and ask get its value."""
-        if not child.member:
-            return  # the seed, or a child of an archive older than ensembles
-        improved = child.parent_scalar is not None and scalar > child.parent_scalar
-        self.ensemble.credit(
-            child.member, child.ask, improved=improved, new_best=new_best, scalar=scalar, program_id=program_id
-        )
-        self.stats.arms = self.ensemble.lines()
+    async def group(self, index: int, member: PolicyMember, ask: Ask, arm: str = "base") -> GroupResult | None:
+        """One group: sampled, admitted by the ledger, stored, its children queued; None when it was cut short
+        (nothing of it is stored). Raises `StageFailure` naming the step that failed."""
+        sampled = await self.sampler.sample(index, member, ask, self.ledger.population)
+        if sampled is None:
+            return None
+        self.ledger.ok("prompt", "sample", "parse")  # at once: a failure of a group beside this one starts afresh
+        admitted = self.ledger.admit(sampled.parsed, sampled.tokens)
+        try:
+            group = await self.sampler.store(sampled, admitted, member, ask, arm)
+        except StageFailure:
+            self.ledger.store_failed(admitted)
+            raise
+        self.ledger.ok("store")
+        self.ledger.group_charged(group)  # before its children queue: the other generators' choices see its cost
+        for child in group.children:
+            await self.flow.put(child)
+        self.ledger.group_queued(group, self.flow.pending())
+        return group
 
     async def _train(self) -> None:
         """Pause generation, let the recent groups' evaluations land, update and publish the policy.
@@ -259,23 +222,19 @@ class SearchLoop:
             if member.train_step is None:
                 continue
             who = f"{member.name} " if len(self.members) > 1 else ""
-            self.stats.updating = f"{who}from v{member.policy.version}"
+            self.ledger.updating(f"{who}from v{member.policy.version}")
             try:
                 stats = await asyncio.to_thread(member.train_step, self.control.interrupt_requested)
-                self.stats.train_updates += 1
-                self.stats.last_train = f"{who}v{member.policy.version}: {stats.samples} samples, loss {stats.loss:.4g}"
+                line = f"{who}v{member.policy.version}: {stats.samples} samples, loss {stats.loss:.4g}"
+                self.ledger.trained(line)
             except UpdateAbandoned:  # rolled back; nothing of it was saved or published
-                self.control.update_abandoned()
+                self.ledger.update_abandoned()
                 return
             except Exception as exc:  # a failed update never stops the run; the old version keeps serving
-                self.stats.train_failures += 1
-                self.stats.last_train = (
-                    f"{who}update failed ({type(exc).__name__}: {exc}); serving v{member.policy.version}"
-                )
-            finally:
-                self.stats.updating = ""
+                line = f"{who}update failed ({type(exc).__name__}: {exc}); serving v{member.policy.version}"
+                self.ledger.trained(line, failed=True)
             member.versions.serving()
-        self.groups_since_train = 0
+        self.ledger.trained_all(self.members[0].versions.number)
 
     # ---- the whole run ----------------------------------------------------------------------------------
     async def run_async(self) -> str:
@@ -295,8 +254,7 @@ class SearchLoop:
             raise
         finally:
             with contextlib.suppress(Exception):
-                state = self._state()
-                state["stop_reason"] = self.control.stop_reason(status)
+                state = self.ledger.snapshot(stop_reason=self.control.stop_reason(status)).as_json()
                 self.archive.update_run(self.run.id, status=status, state=state)
                 self.run.state = state
             with contextlib.suppress(NotImplementedError, RuntimeError):
@@ -304,17 +262,15 @@ class SearchLoop:
                 loop.remove_signal_handler(signal.SIGTERM)
 
     async def _run_session(self) -> str:
-        self.commits.rebuild()
-        self.stats.groups = self.groups_started = self.archive.count_groups(self.run.id)
-        tasks = [asyncio.create_task(self.evaluation.work()) for _ in range(self.options.workers)]
-        tasks += [asyncio.create_task(t) for t in (self.commits.work(), self._save_elapsed(), self._watch_time())]
+        self.ledger.replay(*self.writer.replay())
+        self.stats.groups = self.ledger.groups_started = self.archive.count_groups(self.run.id)
+        tasks = [asyncio.create_task(self.flow.evaluate()) for _ in range(self.options.workers)]
+        tasks += [asyncio.create_task(t) for t in (self.flow.commit_landed(), self._save_elapsed(), self._watch_time())]
         try:
             if self.stats.evaluations == 0 and not await self._evaluate_seed():
                 return self.control.reason  # Ctrl-C while the seed ran: it stays to be evaluated on resume
-            for child in self.sampler.resumed_children():  # after the workers start: the queue is bounded
-                await self.evaluation.put(child)
-                await asyncio.sleep(0)  # each child was parsed again (up to its deadline): let a Ctrl-C in
-            while self._may_generate():
+            await self._requeue_pending()
+            while self.ledger.may_start_group(self.flow.queue.qsize()):
                 # Training pauses generation, so it needs a single generator; HTTP policies take several.
                 concurrency = min(m.policy.max_concurrency for m in self.members)
                 parallel = 1 if self.training else max(1, min(concurrency, 8))
@@ -327,16 +283,46 @@ class SearchLoop:
             self._save_state()
         return self.control.outcome()
 
+    async def _requeue_pending(self) -> None:
+        """On resume, after the workers start (the queue is bounded): the variants whose evaluations never landed,
+        parsed again; one that makes no new child now gets its status stored instead."""
+        for resumed in self.sampler.resumed():
+            try:
+                if isinstance(resumed, StageFailure):
+                    raise resumed
+                digest = self.ledger.admit_resumed(resumed.code)
+                if digest is None or resumed.code is None:
+                    self.sampler.mark(resumed, "duplicate" if resumed.code else resumed.status)
+                    continue
+            except Exception as exc:  # one unreadable pending variant must not stop the resume
+                failure = exc if isinstance(exc, StageFailure) else StageFailure("parse", exc)
+                note_incident(self.ledger, self.archive, self.run.id, failure)
+                continue
+            p = resumed.pending
+            child = Child(
+                code=resumed.code,
+                parent_id=p.parent_id,
+                island=p.island,
+                generation=resumed.generation,
+                variant_id=p.variant_id,
+                digest=digest,
+                member=p.member or "",
+                ask=p.ask or "",
+                parent_scalar=resumed.parent_scalar,
+            )
+            await self.flow.put(child)
+            await asyncio.sleep(0)  # each child was parsed again (up to its deadline): let a Ctrl-C in
+
     async def _evaluate_seed(self) -> bool:
         """Score and commit the seed; False when Ctrl-C aborted its evaluation (nothing was stored)."""
-        seed = Child(self.problem.seed_code, None, 0, 0, None, code_hash(self.problem.seed_code))
-        self.known.claim([seed.digest])
-        self.control.reserve(force=True)
-        result = await self.evaluation.score_seed(seed)
+        code = self.problem.seed_code
+        seed = Child(code=code, parent_id=None, island=0, generation=0, variant_id=None, digest=code_hash(code))
+        self.ledger.seed_claimed(seed)
+        result = await self.evaluator.score_seed(seed)
         if result is None:
-            self.control.release()
+            self.ledger.release()
             return False
-        await self.commits.commit([result])
+        await self.flow.commit([result])
         return True
 
     async def _watch_time(self) -> None:
@@ -357,8 +343,7 @@ class SearchLoop:
         await cancel_on(self.control.interrupted, self._drained())
 
     async def _drained(self) -> None:
-        await self.evaluation.drained()
-        await self.commits.drained()
+        await self.flow.drained()
 
     def _interrupt(self) -> None:
         self.control.interrupt()  # a second Ctrl-C raises KeyboardInterrupt
@@ -367,22 +352,17 @@ class SearchLoop:
 
     # ---- the run's state --------------------------------------------------------------------------------
     async def _save_elapsed(self) -> None:
-        """Every 5 s: the state is read on the event loop, where the ensemble changes it; only the write is
+        """Every 5 s: the state is read on the event loop, where the ledger changes it; only the write is
         threaded. A failed write is tried again 5 s later: the committer reports a database that is gone."""
         while True:
             await asyncio.sleep(5.0)
-            state = self._state()
+            state = self.ledger.snapshot().as_json()
             with contextlib.suppress(Exception):
                 await asyncio.to_thread(self.archive.update_run, self.run.id, state=state)
                 self.run.state = state
 
-    def _state(self) -> dict[str, Any]:
-        """The run's state as this session leaves it: time spent, groups since an update, the ensemble's record."""
-        counts = {"elapsed_s": self.stats.elapsed_s, "groups_since_train": self.groups_since_train}
-        return {**self.run.state, **self.ensemble.state(), **counts}
-
     def _save_state(self) -> None:
-        state = self._state()
+        state = self.ledger.snapshot().as_json()
         self.archive.update_run(self.run.id, state=state)
         self.run.state = state
 
@@ -394,7 +374,7 @@ def run_search(loop: SearchLoop) -> str:
     the generator would queue behind them."""
 
     async def main() -> str:
-        threads = ENGINE_THREADS + (0 if loop.evaluation.async_sandbox is not None else loop.options.workers)
+        threads = ENGINE_THREADS + (0 if loop.evaluator.async_sandbox is not None else loop.options.workers)
         asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(threads, thread_name_prefix="evolve"))
         return await loop.run_async()
 

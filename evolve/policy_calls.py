@@ -16,7 +16,6 @@ from evolve.adapt import Ask
 from evolve.archive import Archive
 from evolve.control import RunControl
 from evolve.interrupt import cancel_on, until_interrupted
-from evolve.stats import LoopStats
 from policies.base import AsyncPolicy, Generated, Interruptible, Policy, PolicyError, SamplingParams
 
 # A member's training step (`ArchiveTrainer.step`), called with the run's "should the update stop?" check, which
@@ -87,10 +86,8 @@ class PolicyVersions:
     one serves. Each member of an ensemble has its own lineage (rows named after it); rows that name no member
     come from archives older than ensembles and belong to the run's first member (`first`)."""
 
-    def __init__(
-        self, archive: Archive, run_id: int, policy: Policy, stats: LoopStats, member: str = "", first: bool = True
-    ) -> None:
-        self.archive, self.run_id, self.policy, self.stats = archive, run_id, policy, stats
+    def __init__(self, archive: Archive, run_id: int, policy: Policy, member: str = "", first: bool = True) -> None:
+        self.archive, self.run_id, self.policy = archive, run_id, policy
         self.member, self.first = member or policy.name, first
         self._rows: dict[int, int] = {}
 
@@ -104,8 +101,12 @@ class PolicyVersions:
                 self._rows[number] = self.archive.add_policy_version(
                     run_id=self.run_id, base_model=self.policy.name, number=number, member=self.member
                 )
-        self.stats.policy_version = number
         return self._rows[number]
+
+    @property
+    def number(self) -> int:
+        """The version number now serving."""
+        return self.policy.version
 
     def row_of(self, number: int, default: int) -> int:
         """The row of a version seen before (a completion written by it), else `default`."""

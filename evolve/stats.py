@@ -13,6 +13,15 @@ from rich.text import Text
 from evolve.yields import Yield
 
 
+@dataclass(frozen=True)
+class LiveLines:
+    """What the live view reads from the policies rather than the ledger, drawn beside the counters."""
+
+    policy_status: str = ""  # e.g. "waiting for the server"
+    sampling: str = ""  # the group being sampled: tokens so far, tok/s, rows done
+    sampling_bar: str = ""
+
+
 @dataclass
 class LoopStats:
     components: list[str]
@@ -41,9 +50,6 @@ class LoopStats:
     updating: str = ""  # the policy update in progress, e.g. "from v2" ("" between updates): it may take minutes
     ask: str = ""  # what the newest group asks for: member, edit format, temperature, template (its ask arm)
     arms: list[str] = field(default_factory=list)  # one line per member and ask arm (evolve.ensemble)
-    policy_status: str = ""  # e.g. "waiting for the server", set by the live view from the policy
-    sampling: str = ""  # the group being sampled (tokens so far, tok/s, rows done), set by the live view
-    sampling_bar: str = ""
     signs: dict[str, float] = field(default_factory=dict)  # +1/-1 per component (fitness.signs); 1 when absent
 
     @property
@@ -83,7 +89,7 @@ class LoopStats:
             return now
         return f", {self.train_updates} policy updates ({self.train_failures} failed){now}"
 
-    def render(self) -> Group:
+    def render(self, live: LiveLines = LiveLines()) -> Group:
         head = Table.grid(padding=(0, 2))
         remaining = f"{self.max_evaluations - self.evaluations} evals"
         if self.max_time_s:
@@ -115,10 +121,10 @@ class LoopStats:
         for line in self.arms:
             head.add_row("", Text(line), "", "")
         head.add_row("policy version", str(self.policy_version), "sandbox", self.sandbox)
-        if self.policy_status:
-            head.add_row("policy", Text(self.policy_status), "", "")
-        if self.sampling:
-            head.add_row("sampling", Text(self.sampling), "", Text(self.sampling_bar))
+        if live.policy_status:
+            head.add_row("policy", Text(live.policy_status), "", "")
+        if live.sampling:
+            head.add_row("sampling", Text(live.sampling), "", Text(live.sampling_bar))
         if self.last_train or self.updating:
             head.add_row("training", self._training().lstrip(", "), "last update", Text(self.last_train or "-"))
         head.add_row(

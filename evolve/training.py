@@ -21,7 +21,8 @@ from pathlib import Path
 import numpy as np
 
 from evolve.archive import Archive
-from evolve.archive.models import Completion, PolicyVersion, unpack
+from evolve.archive.group_store import StoredCompletion
+from evolve.archive.models import PolicyVersion, unpack
 from evolve.fitness import oriented_array, oriented_bounds
 from evolve.problem.config import ComponentSpec
 from evolve.yields import COPIES
@@ -70,30 +71,26 @@ def load_batch(
     rows = archive.group_rows(run_id, version_ids, max_groups)
     by_completion: dict[int, np.ndarray] = {c.id: np.full((m, len(components)), np.nan) for c in rows.completions}
     lazy: dict[int, np.ndarray] = {c.id: np.zeros(m, bool) for c in rows.completions}
-    for cid, slot, status, scores, error_kind in rows.answers:
-        if status == "ok" and scores is not None and error_kind is None and slot < m:
-            by_completion[cid][slot] = oriented_array(components, scores)
-        elif status in COPIES and slot < m:
-            lazy[cid][slot] = True
-    grouped: dict[int, list[Completion]] = defaultdict(list)
+    for a in rows.answers:
+        if a.status == "ok" and a.scores is not None and a.error_kind is None and a.slot < m:
+            by_completion[a.completion_id][a.slot] = oriented_array(components, a.scores)
+        elif a.status in COPIES and a.slot < m:
+            lazy[a.completion_id][a.slot] = True
+    grouped: dict[int, list[StoredCompletion]] = defaultdict(list)
     for c in rows.completions:
         grouped[c.prompt_id].append(c)
-    for prompt_id, text in rows.prompts:
+    for prompt in rows.prompts:
         trainable = []
-        for c in grouped[prompt_id]:
+        for c in grouped[prompt.id]:
             ids, lps = unpack(c.token_ids, "i"), unpack(c.logprobs, "f")
             if not ids or not lps or len(ids) != len(lps):
                 batch.skipped["completion without token ids or logprobs"] += 1
                 continue
-            trainable.append(
-                TrainingCompletion(
-                    c.id, ids, lps, float(c.sampling.get("temperature", 1.0)), by_completion[c.id], lazy[c.id]
-                )
-            )
+            trainable.append(TrainingCompletion(c.id, ids, lps, c.temperature, by_completion[c.id], lazy[c.id]))
         if len(trainable) < 2:
             batch.skipped["fewer than 2 scored completions"] += 1
             continue
-        batch.groups.append(TrainingGroup(prompt_id, text, trainable))
+        batch.groups.append(TrainingGroup(prompt.id, prompt.text, trainable))
     normalise(batch.groups, oriented_bounds(components))
     return batch
 

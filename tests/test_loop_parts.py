@@ -1,6 +1,7 @@
-"""The loop's parts through their own interfaces: the group sampler (replayed completions, a real SQLite archive),
-the evaluation stage (a real process sandbox; the commit stage it feeds replaced by a list, since the sink is
-what it is isolated from) and the commit stage (a real archive), each wired as `SearchLoop` wires them."""
+"""The loop's parts through their own interfaces: one group (replayed completions, a real SQLite archive) sampled,
+admitted by the ledger and stored; the evaluation workers (a real process sandbox; no committer running, so what
+they hand on stays in the results queue) and the committer (a real archive), each wired as `SearchLoop` wires
+them, and what each record did to the run's ledger."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import asyncio
 import sqlite3
 
 from evolve.archive import code_hash
-from evolve.children import Child, EvaluationResult
+from evolve.children import Child
 from evolve.loop import SearchLoop, run_search
 from policies.replay import ReplayPolicy
 from sandboxes.process import ProcessSandbox
@@ -44,9 +45,9 @@ def test_the_group_sampler_stores_a_group_and_returns_only_new_children(tmp_path
     try:
 
         async def two_groups():
-            seed = await loop.evaluation.score_seed(child(SQUARE_SEED, None))
-            await loop.commits.commit([seed])
-            return [await loop.sampler.make_group(i, loop.members[0], loop.members[0].base) for i in (0, 1)]
+            seed = await loop.evaluator.score_seed(child(SQUARE_SEED, None))
+            await loop.flow.commit([seed])
+            return [await loop.group(i, loop.members[0], loop.members[0].base) for i in (0, 1)]
 
         first, second = asyncio.run(two_groups())
         assert first is not None and second is not None
@@ -68,9 +69,12 @@ def test_the_group_sampler_stores_a_group_and_returns_only_new_children(tmp_path
         assert [(p.variant_id, p.slot, p.parent_id) for p in pending] == [(first.children[0].variant_id, 0, 1)]
         # a later session (the run killed before the child was scored) parses the pending variant again
         resumed = SearchLoop(loop.problem, loop.archive, ReplayPolicy(["-"]), loop.sandbox, loop.run, loop.options)
-        resumed.commits.rebuild()
-        again = list(resumed.sampler.resumed_children())
-        assert [(c.code, c.variant_id, c.island) for c in again] == [(block(SQUARE), first.children[0].variant_id, 0)]
+        resumed.ledger.replay(*resumed.writer.replay())
+        again = list(resumed.sampler.resumed())
+        assert [(r.code, r.pending.variant_id, r.pending.island) for r in again] == [
+            (block(SQUARE), first.children[0].variant_id, 0)
+        ]
+        assert resumed.ledger.admit_resumed(again[0].code) == first.children[0].digest  # not known: a child again
     finally:
         loop.sandbox.close()
         loop.archive.close()
@@ -81,9 +85,9 @@ def test_a_cut_before_sampling_stores_nothing(tmp_path):
     try:
 
         async def cut_then_group():
-            await loop.commits.commit([await loop.evaluation.score_seed(child(SQUARE_SEED, None))])
+            await loop.flow.commit([await loop.evaluator.score_seed(child(SQUARE_SEED, None))])
             loop.control.cut_sampling()
-            return await loop.sampler.make_group(0, loop.members[0], loop.members[0].base)
+            return await loop.group(0, loop.members[0], loop.members[0].base)
 
         assert asyncio.run(cut_then_group()) is None
         assert sqlite3.connect(tmp_path / "a.db").execute("SELECT COUNT(*) FROM prompts").fetchone()[0] == 0
@@ -92,40 +96,27 @@ def test_a_cut_before_sampling_stores_nothing(tmp_path):
         loop.archive.close()
 
 
-class Collected:
-    """The evaluation stage's sink (the commit stage's place): what it was handed, in order."""
-
-    def __init__(self) -> None:
-        self.results: list[EvaluationResult] = []
-
-    async def submit(self, result: EvaluationResult) -> None:
-        self.results.append(result)
-
-
-def test_the_evaluation_stage_scores_children_within_the_budget_and_leaves_the_rest_pending(tmp_path):
+def test_the_evaluation_workers_score_children_within_the_budget_and_leave_the_rest_pending(tmp_path):
     """Three children, a budget of two: the workers score two (their exact vectors), hand them on as results, and
     leave the third untouched; nothing is in flight afterwards."""
-    from evolve.evaluation import EvaluationStage
-
     loop = wired(tmp_path, [answer(SQUARE, FOUR)], max_evaluations=2, workers=2)
-    sink = Collected()
-    stage = EvaluationStage(loop.problem, loop.sandbox, loop.control, loop.incidents, sink, workers=2)
     codes = [block(SQUARE), block(FOUR), block("def solve(x):\n    return 9\n")]
     try:
 
         async def drain():
-            workers = [asyncio.create_task(stage.work()) for _ in range(2)]
+            workers = [asyncio.create_task(loop.flow.evaluate()) for _ in range(2)]
             for code in codes:
-                await stage.put(child(code))
-            await stage.drained()
+                await loop.flow.put(child(code))
+            await loop.flow.queue.join()
             for w in workers:
                 w.cancel()
+            return [loop.flow.results.get_nowait() for _ in range(loop.flow.results.qsize())]
 
-        asyncio.run(drain())
-        scored = {r.child.code: r.outcome.scores for r in sink.results}
+        results = asyncio.run(drain())
+        scored = {r.child.code: r.outcome.scores for r in results}
         assert scored == {codes[0]: {"c0": 1.0, "c1": 1.0}, codes[1]: {"c0": 1.0, "c1": 0.0}}
-        assert all(r.started_at <= r.finished_at for r in sink.results)
-        assert loop.control.reserved == 2 and stage.pending() == 0
+        assert all(r.started_at <= r.finished_at for r in results)
+        assert loop.control.reserved == 2 and loop.flow.busy == 0 and loop.flow.backlog == 2
     finally:
         loop.sandbox.close()
         loop.archive.close()
@@ -140,8 +131,8 @@ def test_the_commit_stage_stores_typed_evaluations_counts_new_programs_and_stops
         async def commit_all():
             again = block(FOUR).replace("return 4", "return  4  # again")  # the same normalised code
             for one in (child(SQUARE_SEED, None), child(block(FOUR)), child(block(SQUARE)), child(again, island=1)):
-                assert loop.control.reserve()
-                await loop.commits.commit([await loop.evaluation.score_seed(one)])
+                assert loop.ledger.reserve()
+                await loop.flow.commit([await loop.evaluator.score_seed(one)])
 
         asyncio.run(commit_all())
         con = sqlite3.connect(tmp_path / "a.db")
@@ -184,9 +175,9 @@ def test_the_stored_stderr_is_the_tail_where_the_traceback_is(tmp_path):
     try:
 
         async def score_and_commit():
-            result = await loop.evaluation.score_seed(child(block(LOUD_CRASH), None))
+            result = await loop.evaluator.score_seed(child(block(LOUD_CRASH), None))
             assert result is not None and len(result.outcome.stderr) > STORED_OUTPUT + 1024, len(result.outcome.stderr)
-            await loop.commits.commit([result])
+            await loop.flow.commit([result])
 
         asyncio.run(score_and_commit())
         con = sqlite3.connect(tmp_path / "a.db")

@@ -329,19 +329,19 @@ def test_an_interrupt_while_a_group_is_parsed_drops_the_group_and_ends_the_resum
 
         async def groups():
             seed = Child(SQUARE_SEED, None, 0, 0, None, code_hash(SQUARE_SEED))
-            await loop.commits.commit([await loop.evaluation.score_seed(seed)])
+            await loop.flow.commit([await loop.evaluator.score_seed(seed)])
             loop.sampler.interrupted = lambda: True  # Ctrl-C once sampling is done, while the group is parsed
-            cut = await loop.sampler.make_group(0, member, member.base)
+            cut = await loop.group(0, member, member.base)
             loop.sampler.interrupted = loop.control.interrupt_requested
-            return cut, await loop.sampler.make_group(1, member, member.base)
+            return cut, await loop.group(1, member, member.base)
 
         cut, stored = asyncio.run(groups())
         assert cut is None and stored is not None and len(stored.children) == 1
         assert sqlite3.connect(tmp_path / "a.db").execute("SELECT COUNT(*) FROM prompts").fetchone()[0] == 1
         resumed = SearchLoop(problem, archive, ReplayPolicy(["-"]), loop.sandbox, run, options)
-        resumed.commits.rebuild()
+        resumed.ledger.replay(*resumed.writer.replay())
         resumed.sampler.interrupted = lambda: True
-        assert list(resumed.sampler.resumed_children()) == []
+        assert list(resumed.sampler.resumed()) == []
         assert len(archive.pending_variants(run.id)) == 1  # still pending, for the next resume
     finally:
         loop.sandbox.close()

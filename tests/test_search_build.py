@@ -75,4 +75,4 @@ def test_run_help_states_the_defaults_and_methods_from_their_one_home():
     defaults = RunOptions()
     for value in (defaults.workers, defaults.seed, defaults.stall_groups, defaults.max_failures, defaults.policy):
         assert f"[default: {value}]" in shown.output
-    assert " | ".join(METHODS) + f" [default: {defaults.train_method}]" in shown.output
+    assert f"{' | '.join(METHODS)}: " in shown.output and f"[default: {defaults.train_method}]" in shown.output

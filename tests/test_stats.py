@@ -4,20 +4,20 @@ from __future__ import annotations
 
 from rich.console import Console
 
-from evolve.stats import LoopStats
+from evolve.stats import LiveLines, LoopStats
 
 
-def _render(stats: LoopStats) -> str:
+def _render(stats: LoopStats, live: LiveLines | None = None) -> str:
     console = Console(width=220, record=True)
-    console.print(stats.render())
+    console.print(stats.render(live or LiveLines()))
     return console.export_text()
 
 
 def test_free_text_is_not_taken_for_markup():
     stats = LoopStats(["c0"], 10, None)
-    stats.policy_status = "waiting for http://127.0.0.1:9 (ConnectError: [Errno 111] Connection refused)"
+    waiting = LiveLines("waiting for http://127.0.0.1:9 (ConnectError: [Errno 111] Connection refused)")
     stats.last_train = "update failed (PolicyError: [x] bad); serving v0"
-    out = _render(stats)
+    out = _render(stats, waiting)
     assert "[Errno 111] Connection refused" in out and "[x] bad" in out
 
 

@@ -22,7 +22,7 @@ from evolve.archive.group_store import GroupRows, GroupStore
 from evolve.archive.inserts import CompletionRecord, GroupTelemetry
 from evolve.archive.lineage import LineageNode
 from evolve.archive.models import Evaluation, PolicyVersion, Program, Run
-from evolve.archive.parents import ParentContext, ParentReads
+from evolve.archive.parents import ParentContext, ParentReads, PromptReads
 from evolve.archive.program_store import HashUpgrade, ProgramStore, ScoredProgram
 from evolve.archive.records import PendingVariant, StoredProgram
 from evolve.archive.run_store import RunStore
@@ -193,6 +193,15 @@ class Archive:
         return None if held is None else self.programs.get(held[0])
 
     # ---- what a prompt shows about a parent ------------------------------------------------------------
+    def prompt_reads(self, parent_id: int, inspiration_ids: Sequence[int], failures: int, children: int) -> PromptReads:
+        """What a prompt for `parent_id` shows: the codes, the parent's context, its newest children."""
+        return PromptReads(
+            self.codes([parent_id, *inspiration_ids]),
+            self.parents.parent_context(parent_id),
+            self.parents.recent_child_failures(parent_id, failures),
+            self.parents.recent_children(parent_id, children),
+        )
+
     def parent_context(self, program_id: int) -> ParentContext:
         return self.parents.parent_context(program_id)
 

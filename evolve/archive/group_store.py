@@ -16,13 +16,40 @@ from evolve.archive.records import PendingVariant
 
 
 @dataclass(frozen=True)
-class GroupRows:
-    """The raw rows of training groups: prompts (id, text) newest first, their completions, and the answers
-    as (completion_id, slot, status, scores, error_kind), scores present only for evaluated answers."""
+class StoredPrompt:
+    id: int
+    text: str
 
-    prompts: list[tuple[int, str]]
-    completions: list[Completion]
-    answers: list[tuple[int, int, str, dict[str, float] | None, str | None]]
+
+@dataclass(frozen=True)
+class StoredCompletion:
+    """A completion as training reads it: its token ids and logprobs packed as stored (`evolve.archive.unpack`)."""
+
+    id: int
+    prompt_id: int
+    token_ids: bytes | None
+    logprobs: bytes | None
+    temperature: float
+
+
+@dataclass(frozen=True)
+class StoredAnswer:
+    """One answer slot of a completion: its status, and the scores of its program where it was evaluated."""
+
+    completion_id: int
+    slot: int
+    status: str
+    scores: dict[str, float] | None
+    error_kind: str | None
+
+
+@dataclass(frozen=True)
+class GroupRows:
+    """The rows of training groups: prompts newest first, their completions, and their answers."""
+
+    prompts: list[StoredPrompt]
+    completions: list[StoredCompletion]
+    answers: list[StoredAnswer]
 
 
 class GroupStore:
@@ -103,4 +130,13 @@ class GroupStore:
                 .outerjoin(Evaluation, (Evaluation.program_id == Variant.program_id) & (Variant.status == "ok"))
                 .where(Variant.completion_id.in_([c.id for c in completions]))
             ).all()
-        return GroupRows([tuple(p) for p in prompts], list(completions), [tuple(a) for a in answers])  # type: ignore[misc]
+        return GroupRows(
+            [StoredPrompt(p.id, p.text) for p in prompts],
+            [
+                StoredCompletion(
+                    c.id, c.prompt_id, c.token_ids, c.logprobs, float((c.sampling or {}).get("temperature", 1.0))
+                )
+                for c in completions
+            ],
+            [StoredAnswer(*a) for a in answers],
+        )

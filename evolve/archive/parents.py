@@ -22,6 +22,17 @@ class ParentContext:
     case_errors: dict[str, str] | None
 
 
+@dataclass(frozen=True)
+class PromptReads:
+    """Everything a group's prompt reads from the archive, in one call: the codes shown (parent and inspirations, by
+    id), what the parent's evaluation said, and its newest children, failed and all."""
+
+    codes: dict[int, str]
+    context: ParentContext
+    recent_failures: list[tuple[str, str]]
+    recent: list[str]
+
+
 class ParentReads:
     def __init__(self, db: Database) -> None:
         self.db = db

@@ -6,7 +6,7 @@ record makes a misspelt or missing field an error where the record is built, bef
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields, replace
 from datetime import datetime
 from typing import Any, NamedTuple
 
@@ -63,3 +63,41 @@ class StoredProgram(NamedTuple):
 
     program_id: int
     created: bool
+
+
+@dataclass(frozen=True)
+class RunState:
+    """What a run carries from one session to the next, stored as one JSON value in `runs.state`: time spent,
+    groups since the last policy update, kills survived, why it last stopped, and the ensemble's record (its
+    tallies by member and ask; `evolve.ensemble` reads and writes it). `of` reads any stored form, older ones
+    included; `as_json` is what is stored."""
+
+    elapsed_s: float = 0.0
+    groups_since_train: int = 0
+    interruptions: int = 0
+    stop_reason: str | None = None
+    adaptations: tuple[Any, ...] = ()
+    ensemble: dict[str, Any] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)  # keys it does not name (older engines, other tools): kept
+
+    @classmethod
+    def of(cls, raw: Any) -> RunState:
+        raw = raw if isinstance(raw, dict) else {}
+        ensemble = raw.get("ensemble")
+        named = {f.name for f in fields(cls)}
+        return cls(
+            extra={k: v for k, v in raw.items() if k not in named},
+            elapsed_s=float(raw.get("elapsed_s") or 0.0),
+            groups_since_train=int(raw.get("groups_since_train") or 0),
+            interruptions=int(raw.get("interruptions") or 0),
+            stop_reason=raw.get("stop_reason"),
+            adaptations=tuple(raw.get("adaptations") or ()),
+            ensemble=dict(ensemble) if isinstance(ensemble, dict) else {},
+        )
+
+    def as_json(self) -> dict[str, Any]:
+        values = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "extra"}
+        return {**self.extra, **values, "adaptations": list(self.adaptations)}
+
+    def updated(self, **changes: Any) -> RunState:
+        return replace(self, **changes)

@@ -18,6 +18,7 @@ from sqlalchemy.orm import Session
 
 from evolve.archive.arms import arm_rows
 from evolve.archive.models import Completion, Evaluation, Incident, PolicyVersion, Program, Prompt, Run, Variant, utcnow
+from evolve.archive.records import RunState
 from evolve.yields import Yield
 
 
@@ -70,17 +71,18 @@ def shown_status(run: Run, now: datetime | None = None) -> str:
 
 def summarize(s: Session, run: Run, signs: Mapping[str, float], versions: Sequence[PolicyVersion]) -> RunSummary:
     """`signs`: +1 for a component to maximise, -1 for one to minimise; a component not named is maximised."""
+    state = RunState.of(run.state)
     out = RunSummary(
         run.id,
         run.problem_name,
         shown_status(run),
-        elapsed_s=float(run.state.get("elapsed_s", 0.0)),
-        stop_reason=run.state.get("stop_reason"),
-        interruptions=int(run.state.get("interruptions", 0)),
+        elapsed_s=state.elapsed_s,
+        stop_reason=state.stop_reason,
+        interruptions=state.interruptions,
         options=dict(run.config.get("options", {})),
         overrides=list(run.config.get("overrides", [])),
-        adaptations=list(run.state.get("adaptations", [])),
-        bandit=dict(run.state.get("ensemble", {})),
+        adaptations=list(state.adaptations),
+        bandit=dict(state.ensemble),
     )
     out.programs = s.scalar(select(func.count(Program.id)).where(Program.run_id == run.id)) or 0
     out.groups = s.scalar(select(func.count(Prompt.id)).where(Prompt.run_id == run.id)) or 0

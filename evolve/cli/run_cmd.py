@@ -2,52 +2,44 @@
 
 from __future__ import annotations
 
+import inspect
 import os
 import signal
 import sys
 import threading
 from dataclasses import replace
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.live import Live
 from sqlalchemy.exc import SQLAlchemyError
 
-from evolve.adapt import ASK_ARMS
-from evolve.bandit import ALLOCATIONS
 from evolve.cli.archive_cmds import open_archive, pick_run
-from evolve.cli.common import console, default_note, fail, one_of, shell_arg, vector_table
+from evolve.cli.common import console, default_note, fail, shell_arg, vector_table
+from evolve.cli.option_flags import option_parameters, with_flags
 from evolve.cli.problem_cmds import load_or_fail
-from evolve.cli.shaping_opts import LazyPenaltyOpt, NormalisationOpt, SkipZeroOpt, check_shaping
-from evolve.ensemble import COST_UNIT
 from evolve.fitness import raw_scores
 from evolve.loop import SearchLoop
 from evolve.members import MemberError, MemberSpec, as_options, parse_member
+from evolve.options import invalid_value
 from evolve.problem import Problem
-from evolve.runs import DEFAULT_POLICY, TRAIN_METHODS, RunOverrides, option_default
+from evolve.runs import DEFAULT_POLICY, RunOverrides, option_default
 from evolve.sampling_feed import feed_sampling
 from evolve.search import Search, SearchSetupError, build_search
+from evolve.stats import LiveLines
 from policies.base import Describing, PolicyError, ProgressReporting, StatusReporting
 from policies.factory import anchored_spec
 
 POLICY_HELP = (
     "embedded | llama:embedded | llama:PATH.gguf | transformers:embedded | transformers:DIR_OR_HUB_ID | "
-    "vllm:URL[,URL2...][@MODEL] | openai:URL@MODEL | vllm-local:MODEL | replay:FILE; optionally followed by "
-    "[temperature=T,top_p=P,template=T,edit_format=F,weight=W,name=N]; repeat it for an ensemble"
+    r"vllm:URL[,URL2...]\[@MODEL] | openai:URL@MODEL | vllm-local:MODEL | replay:FILE; optionally followed by "
+    r"\[temperature=T,top_p=P,template=T,edit_format=F,weight=W,name=N]; repeat it for an ensemble"
 )
-EDIT_FORMATS = ("auto", "diff", "full")
-THE_PROBLEMS = default_note("the problem's")
-METHODS_HELP = " | ".join(TRAIN_METHODS)
 # Without a terminal, the seconds between two progress lines. An environment variable rather than a flag: it
 # changes nothing a run records, and lets a test see several lines in a few seconds instead of a minute.
 LINE_PERIOD_ENV = "EVOLVE_PROGRESS_EVERY_S"
 DEFAULT_LINE_PERIOD_S = 10.0
-
-
-def _default(name: str) -> str:
-    """A help text's default, read from `RunOptions` (the defaults' one home)."""
-    return default_note(option_default(name))
 
 
 def _policy_status(loop: SearchLoop) -> str:
@@ -84,10 +76,9 @@ def _live(loop: SearchLoop, done: threading.Event, period_s: float) -> None:
     group visibly advances."""
     if console.is_terminal:
         with Live(loop.stats.render(), console=console, refresh_per_second=2) as live:
-            while not done.wait(0.5):
-                loop.stats.policy_status = _policy_status(loop)
-                loop.stats.sampling, loop.stats.sampling_bar = _sampling(loop)
-                live.update(loop.stats.render())
+            while not done.wait(0.5):  # this thread reads the ledger's counters and writes none of them
+                sampling, bar = _sampling(loop)
+                live.update(loop.stats.render(LiveLines(_policy_status(loop), sampling, bar)))
     else:
         ticks = 0
         while not done.wait(period_s):
@@ -197,113 +188,41 @@ def _report(search: Search, reason: str, problem: Problem) -> None:
         os._exit(0)
 
 
-def run(
+def _run_own(
     problem_dir: Annotated[Path, typer.Argument(metavar="PROBLEM")],
     db: Annotated[
         str | None, typer.Option(help=f"archive path or SQLAlchemy URL {default_note('runs/NAME.db')}")
     ] = None,
     policy: Annotated[list[str] | None, typer.Option(help=f"{POLICY_HELP} {default_note(DEFAULT_POLICY)}")] = None,
-    allocation: Annotated[
-        str | None, typer.Option(help=f"{' | '.join(ALLOCATIONS)}: how members share groups {_default('allocation')}")
-    ] = None,
-    asks: Annotated[
-        str | None,
-        typer.Option(help=f"ask arms the bandit tries, of {','.join(ASK_ARMS)} (base alone: fixed) {_default('asks')}"),
-    ] = None,
-    bandit_cost: Annotated[
-        str | None, typer.Option(help=f"{' | '.join(COST_UNIT)}: what a group costs {_default('bandit_cost')}")
-    ] = None,
-    sandbox: Annotated[
-        str | None, typer.Option(help=f"auto | docker | process | ray[:ADDRESS] {_default('sandbox')}")
-    ] = None,
-    workers: Annotated[int | None, typer.Option(min=1, help=_default("workers"))] = None,
-    group_size: Annotated[int | None, typer.Option(min=1, help="completions per prompt (G)")] = None,
-    variants: Annotated[int | None, typer.Option(min=1, max=8, help="variants per completion (m)")] = None,
-    max_evaluations: Annotated[int | None, typer.Option(min=1)] = None,
-    max_time: Annotated[float | None, typer.Option(help="seconds, summed over resumes")] = None,
-    target: Annotated[float | None, typer.Option(help="stop when the scalar view reaches this")] = None,
-    patience: Annotated[int | None, typer.Option(min=1, help="stop after N evaluations without a new best")] = None,
-    stop_when_solved: Annotated[
-        bool | None,
-        typer.Option(
-            "--stop-when-solved/--no-stop-when-solved",
-            help=f"stop once every component is at its best declared bound {default_note('stop')}",
-        ),
-    ] = None,
-    seed: Annotated[int | None, typer.Option(help=_default("seed"))] = None,
-    edit_format: Annotated[
-        str | None,
-        typer.Option(help=f"{' | '.join(EDIT_FORMATS)} (auto: rewrite short code whole) {THE_PROBLEMS}"),
-    ] = None,
-    temperature: Annotated[float | None, typer.Option(min=0.0)] = None,
-    stall_groups: Annotated[
-        int | None,
-        typer.Option(min=1, help=f"stop after N groups in a row without a new child {_default('stall_groups')}"),
-    ] = None,
-    max_new_tokens: Annotated[int | None, typer.Option(min=16)] = None,
-    fit_tokens_to_code: Annotated[
-        bool | None,
-        typer.Option(
-            "--fit-tokens-to-code/--no-fit-tokens-to-code",
-            help="cap max_new_tokens at what the answers for the parent's code need (off for reasoning models)",
-        ),
-    ] = None,
-    train_every: Annotated[int | None, typer.Option(min=0, help="update the policy every N groups (0: never)")] = None,
-    train_method: Annotated[str | None, typer.Option(help=f"{METHODS_HELP} {_default('train_method')}")] = None,
-    learning_rate: Annotated[float | None, typer.Option(help=f"LoRA learning rate {_default('learning_rate')}")] = None,
-    skip_zero_advantage: SkipZeroOpt = None,
-    lazy_penalty: LazyPenaltyOpt = None,
-    reward_normalisation: NormalisationOpt = None,
-    adapters_dir: Annotated[Path | None, typer.Option(help=default_note("next to the archive"))] = None,
-    trainer_model: Annotated[
-        str | None, typer.Option(help="local dir or hub id of the served base model (for vllm:/openai: policies)")
-    ] = None,
-    max_failures: Annotated[
-        int | None,
-        typer.Option(min=1, help=f"stop when one failure repeats N times in a row {_default('max_failures')}"),
-    ] = None,
-    allow_weak_sandbox: Annotated[
-        bool | None,
-        typer.Option(
-            "--allow-weak-sandbox/--no-allow-weak-sandbox",
-            help="run a split-form problem although candidates could read its expected answers",
-        ),
-    ] = None,
-) -> None:
+) -> None: ...
+
+
+def _resume_own(
+    db: Annotated[str, typer.Argument(help="archive path or SQLAlchemy URL")],
+    run_id: Annotated[int | None, typer.Option("--run", help="run id (default: the latest)")] = None,
+    policy: Annotated[list[str] | None, typer.Option(help=POLICY_HELP)] = None,
+) -> None: ...
+
+
+def _own(stub: object) -> list[inspect.Parameter]:
+    return list(inspect.signature(stub, eval_str=True).parameters.values())  # type: ignore[arg-type]
+
+
+def _given(policy: list[str] | None, flags: dict[str, Any]) -> RunOverrides:
+    """What the command line gives, as stored: paths made absolute, so that a resume from elsewhere finds them."""
+    if flags.get("adapters_dir") is not None:
+        flags["adapters_dir"] = str(Path(flags["adapters_dir"]).absolute())
+    if flags.get("trainer_model") is not None:
+        flags["trainer_model"] = _anchored_model(flags["trainer_model"])
+    return RunOverrides(**_members(policy), **flags)
+
+
+def run(problem_dir: Path, db: str | None = None, policy: list[str] | None = None, **flags: Any) -> None:
     """Run (or resume) an evolutionary search. A resume reuses the options the run was started with; a flag
     given again overrides its stored value (recorded with the run). Ctrl-C stops cleanly."""
-    problem = load_or_fail(problem_dir, sandbox or option_default("sandbox"))
-    given = RunOverrides(
-        **_members(policy),
-        allocation=allocation,
-        asks=asks,
-        bandit_cost=bandit_cost,
-        sandbox=sandbox,
-        workers=workers,
-        group_size=group_size,
-        variants=variants,
-        max_evaluations=max_evaluations,
-        max_time_s=max_time,
-        target=target,
-        patience=patience,
-        stop_when_solved=stop_when_solved,
-        seed=seed,
-        edit_format=edit_format,
-        temperature=temperature,
-        stall_groups=stall_groups,
-        max_new_tokens=max_new_tokens,
-        fit_tokens_to_code=fit_tokens_to_code,
-        train_every=train_every,
-        train_method=train_method,
-        learning_rate=learning_rate,
-        skip_zero_advantage=skip_zero_advantage,
-        lazy_penalty=lazy_penalty,
-        reward_normalisation=reward_normalisation,
-        adapters_dir=str(adapters_dir.absolute()) if adapters_dir is not None else None,
-        trainer_model=trainer_model if trainer_model is None else _anchored_model(trainer_model),
-        max_failures=max_failures,
-        allow_weak_sandbox=allow_weak_sandbox,
-    )
+    given = _given(policy, flags)
+    check_given(given)  # a bad flag ends the command before anything is loaded
+    problem = load_or_fail(problem_dir, flags.get("sandbox") or option_default("sandbox"))
     start_search(problem, given, db, None)
 
 
@@ -329,15 +248,9 @@ def _members(policy: list[str] | None) -> dict[str, object]:
 
 
 def check_given(given: RunOverrides) -> None:
-    if given.edit_format not in (None, *EDIT_FORMATS):
-        fail(f"--edit-format {given.edit_format}: use {one_of(EDIT_FORMATS)}")
-    if given.train_method not in (None, *TRAIN_METHODS):
-        fail(f"--train-method {given.train_method}: use {one_of(TRAIN_METHODS)}")
-    if given.allocation not in (None, *ALLOCATIONS):
-        fail(f"--allocation {given.allocation}: use {one_of(ALLOCATIONS)}")
-    if given.bandit_cost not in (None, *COST_UNIT):
-        fail(f"--bandit-cost {given.bandit_cost}: use {one_of(tuple(COST_UNIT))}")
-    check_shaping(given.lazy_penalty, given.reward_normalisation)
+    said = invalid_value(given.given())
+    if said:
+        fail(said)
 
 
 def start_search(problem: Problem, given: RunOverrides, db: str | None, run_id: int | None) -> None:
@@ -355,18 +268,10 @@ def start_search(problem: Problem, given: RunOverrides, db: str | None, run_id: 
         raise typer.Exit(1)
 
 
-def resume(
-    db: Annotated[str, typer.Argument(help="archive path or SQLAlchemy URL")],
-    run_id: Annotated[int | None, typer.Option("--run", help="run id (default: the latest)")] = None,
-    max_evaluations: Annotated[int | None, typer.Option(min=1, help="extend the evaluation budget")] = None,
-    max_time: Annotated[float | None, typer.Option(help="extend the time budget (seconds, summed)")] = None,
-    target: Annotated[float | None, typer.Option()] = None,
-    patience: Annotated[int | None, typer.Option(min=1)] = None,
-    stall_groups: Annotated[int | None, typer.Option(min=1, help="groups without a new child that end it")] = None,
-    workers: Annotated[int | None, typer.Option(min=1)] = None,
-    policy: Annotated[list[str] | None, typer.Option(help=POLICY_HELP)] = None,
-) -> None:
+def resume(db: str, run_id: int | None = None, policy: list[str] | None = None, **flags: Any) -> None:
     """Resume a run from the archive alone: its problem folder and every option are stored with it."""
+    given = _given(policy, flags)
+    check_given(given)
     archive = open_archive(db)
     chosen = pick_run(archive, run_id)
     archive.close()
@@ -374,18 +279,9 @@ def resume(
     if not folder.is_dir():
         fail(f"run {chosen.id}: its problem folder {folder} is gone; run `evolve run FOLDER --db {db}` instead")
     problem = load_or_fail(folder, str(chosen.config.get("options", {}).get("sandbox", option_default("sandbox"))))
-    given = RunOverrides(
-        max_evaluations=max_evaluations,
-        max_time_s=max_time,
-        target=target,
-        patience=patience,
-        stall_groups=stall_groups,
-        workers=workers,
-        **_members(policy),
-    )
     start_search(problem, given, db, chosen.id)
 
 
 def register(app: typer.Typer) -> None:
-    app.command()(run)
-    app.command()(resume)
+    app.command()(with_flags(run, _own(_run_own), option_parameters("run")))
+    app.command()(with_flags(resume, _own(_resume_own), option_parameters("resume")))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
 from typing import Annotated
 
@@ -9,8 +10,9 @@ import typer
 
 from evolve.cli.archive_cmds import RunOpt, open_archive, pick_run
 from evolve.cli.common import DbArg, console, default_note, fail, one_of
-from evolve.cli.shaping_opts import LazyPenaltyOpt, NormalisationOpt, SkipZeroOpt, check_shaping
+from evolve.cli.option_flags import option_parameters, with_flags
 from evolve.members import MemberError
+from evolve.options import invalid_value
 from evolve.problem.config import FitnessSection
 from evolve.runs import TRAIN_METHODS, option_default, stored_options
 from evolve.search import adapters_next_to, member_folder, train_config
@@ -18,26 +20,44 @@ from evolve.training import ArchiveTrainer, TrainingUnsupported, restore_latest_
 from policies.base import PolicyError
 from policies.factory import make_policy
 
+# The flags `evolve train` takes from the run's options model (evolve/options.py), as `evolve run` shows them.
+SHARED_FLAGS = ("learning_rate", "skip_zero_advantage", "lazy_penalty", "reward_normalisation")
 
-def train(
+
+def _train_own(
     db: DbArg,
     method: Annotated[str, typer.Option(help=" | ".join(TRAIN_METHODS))] = option_default("train_method"),
     steps: Annotated[int, typer.Option(min=1, help="updates; each writes a policy version")] = 1,
     policy: Annotated[str | None, typer.Option(help=default_note("the run's policy"))] = None,
-    learning_rate: float = option_default("learning_rate"),
     adapters_dir: Annotated[Path | None, typer.Option(help=default_note("next to the archive"))] = None,
     trainer_model: Annotated[str | None, typer.Option(help="local copy of a served base model")] = None,
     run: RunOpt = None,
     member: Annotated[str | None, typer.Option(help=default_note("the run's first policy member"))] = None,
-    skip_zero_advantage: SkipZeroOpt = None,
-    lazy_penalty: LazyPenaltyOpt = None,
-    reward_normalisation: NormalisationOpt = None,
+) -> None: ...
+
+
+def train(
+    db: str,
+    method: str = option_default("train_method"),
+    steps: int = 1,
+    policy: str | None = None,
+    adapters_dir: Path | None = None,
+    trainer_model: str | None = None,
+    run: int | None = None,
+    member: str | None = None,
+    learning_rate: float | None = None,
+    skip_zero_advantage: bool | None = None,
+    lazy_penalty: float | None = None,
+    reward_normalisation: str | None = None,
 ) -> None:
     """Train the policy with VPO (or GRPO / Multi-RLVR) on the archive's own groups (with an ensemble: one
     member's, from its own version lineage). Reward shaping not given here is the run's own."""
     if method not in TRAIN_METHODS:
         fail(f"--method {method}: use {one_of(TRAIN_METHODS)}")
-    check_shaping(lazy_penalty, reward_normalisation)
+    given = {"learning_rate": learning_rate, "lazy_penalty": lazy_penalty, "reward_normalisation": reward_normalisation}
+    said = invalid_value(given)
+    if said:
+        fail(said)
     archive = open_archive(db)
     chosen = pick_run(archive, run)
     options = chosen.config.get("options", {})
@@ -64,7 +84,7 @@ def train(
     config = train_config(
         stored_options(chosen),
         method=method,
-        learning_rate=learning_rate,
+        learning_rate=option_default("learning_rate") if learning_rate is None else learning_rate,
         versions_back=10**6,
         **{k: v for k, v in shaping.items() if v is not None},
     )
@@ -101,4 +121,5 @@ def train(
 
 
 def register(app: typer.Typer) -> None:
-    app.command()(train)
+    own = list(inspect.signature(_train_own, eval_str=True).parameters.values())
+    app.command()(with_flags(train, own, option_parameters("train", SHARED_FLAGS)))

@@ -9,6 +9,7 @@ import numpy as np
 
 from evolve.archive import Archive
 from evolve.archive.models import Run
+from evolve.archive.records import RunState
 from evolve.report import queries
 from evolve.report.aggregate import (
     Views,
@@ -72,7 +73,7 @@ def build_views(archive: Archive, run: Run) -> Views:
         "best_id": progress["all"].ids[-1] if progress["all"].ids else None,
         "variants": dict(Counter(statuses)),
         "completions": len(tokens),
-        "elapsed_s": float(run.state.get("elapsed_s", t_end)),
+        "elapsed_s": RunState.of(run.state).elapsed_s if run.state.get("elapsed_s") is not None else t_end,
         "generated_at": datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC"),
     }
     return Views(

@@ -3,19 +3,23 @@
 from evolve.selection.population import Island, Member, Population
 from evolve.selection.selectors import (
     LexicaseSelector,
+    Parentage,
     ScalarizationSelector,
     Selector,
     TournamentSelector,
     make_selector,
+    pick_parent,
 )
 
 __all__ = [
     "Island",
     "LexicaseSelector",
     "Member",
+    "Parentage",
     "Population",
     "ScalarizationSelector",
     "Selector",
     "TournamentSelector",
     "make_selector",
+    "pick_parent",
 ]

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
 
-from evolve.selection.population import Island, Member
+from evolve.selection.population import Island, Member, Population
 
 
 class Selector(Protocol):
@@ -75,3 +76,30 @@ def make_selector(name: str, n_components: int) -> Selector:
     if name not in table:
         raise ValueError(f"unknown selection {name!r}; use auto, lexicase, scalarization or tournament")
     return table[name]()
+
+
+@dataclass(frozen=True)
+class Parentage:
+    """The parent a prompt asks to improve and the programs shown beside it."""
+
+    parent: Member
+    inspirations: list[Member]
+
+
+def pick_parent(
+    population: Population, selector: Selector, rng: np.random.Generator, island_index: int, inspirations: int
+) -> Parentage:
+    """A parent from the island by the selector, and up to `inspirations` others (the island's best first, then
+    drawn at random). An island with no valid program yet falls back to the seed."""
+    island = population.islands[island_index]
+    if not island.pool():
+        if population.first is None:
+            raise LookupError("no program has scored yet: the seed failed its evaluation (see `evolve show`)")
+        return Parentage(population.first, [])
+    parent = selector.pick(island, rng)
+    others = [m for m in island.pool() if m.id != parent.id]
+    k = min(inspirations, len(others))
+    elite = [m for m in island.best(1) if m.id != parent.id][:k]
+    rest = [m for m in others if m not in elite]
+    extra = [rest[int(i)] for i in rng.choice(len(rest), size=min(k - len(elite), len(rest)), replace=False)]
+    return Parentage(parent, elite + extra)

@@ -1,0 +1,198 @@
+"""The run's options, declared once.
+
+`RunOptions` is the one declaration: each field carries its default, its help text, its flag and its bounds
+(`OptionMeta`). An option whose default comes from the problem's `[search]` or `[training]` table takes its
+default, help and bounds from that table's field (`evolve.problem.config`), so a bound or a description is written
+in one place. Everything else is derived from it: `RunOverrides` (the same fields, each None when not given:
+what one command or library call gives), `RunOptions.for_problem` (the problem's tables under what was given), the
+flags of `evolve run` and `evolve resume` (`flag_parameters`, evolve/cli/run_cmd.py), the stored run options
+(`asdict`), and the one-line checks of a given value's choices and bounds (`invalid_value`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import MISSING, Field, asdict, dataclass, field, fields, make_dataclass
+from pathlib import Path
+from typing import Any
+
+from evolve.adapt import ASK_ARMS
+from evolve.bandit import ALLOCATIONS, COST_UNIT
+from evolve.members import EDIT_FORMATS, MemberSpec, members_from
+from evolve.problem.config import SearchSection, TrainingSection
+from policies.advantages import METHODS as TRAIN_METHODS
+from policies.factory import anchored_spec
+from policies.shaping import NORMALISATIONS
+
+_SEARCH, _TRAINING = SearchSection(), TrainingSection()
+DEFAULT_POLICY = "embedded"  # the embedded model on llama.cpp where it is installed, else transformers
+
+
+@dataclass(frozen=True)
+class OptionMeta:
+    """How one option shows outside the dataclass."""
+
+    help: str
+    flag: str | None = ""  # the command-line flag ("": the field's name with dashes; None: no flag)
+    section: str | None = None  # "search" | "training": the problem table its default comes from
+    low: float | None = None  # bounds of a number, for the flag
+    high: float | None = None
+    choices: tuple[str, ...] = ()  # the values it may take
+    negative: str | None = None  # a switch's off flag, e.g. "keep-zero-advantage" (default: no-FLAG)
+    on_resume: bool = False  # also a flag of `evolve resume`
+    resume_help: str | None = None
+
+
+def _from_table(name: str, section: str) -> Any:
+    """An option whose default, help and bounds are those of the `[search]` / `[training]` field of that name."""
+    table = SearchSection if section == "search" else TrainingSection
+    info = table.model_fields[name]
+    low = next((getattr(m, "ge", None) for m in info.metadata if getattr(m, "ge", None) is not None), None)
+    high = next((getattr(m, "le", None) for m in info.metadata if getattr(m, "le", None) is not None), None)
+    default = getattr(_SEARCH if section == "search" else _TRAINING, name)
+    return default, OptionMeta(info.description or name, section=section, low=low, high=high)
+
+
+def option(default: Any, help: str, **meta: Any) -> Any:
+    return field(default=default, metadata={"option": OptionMeta(help, **meta)})
+
+
+def table_option(name: str, section: str = "search", **meta: Any) -> Any:
+    default, info = _from_table(name, section)
+    info = OptionMeta(**{**asdict(info), **meta})
+    return field(default=default, metadata={"option": info})
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """What one `evolve run` was asked for; stored with the run."""
+
+    workers: int = option(2, "evaluations in flight at once", low=1, on_resume=True)
+    group_size: int = table_option("group_size")
+    variants: int = table_option("variants")
+    max_evaluations: int = table_option("max_evaluations", on_resume=True, resume_help="extend the evaluation budget")
+    max_time_s: float | None = option(
+        None, "wall-clock budget in seconds, summed over resumes", flag="max-time", on_resume=True
+    )
+    target: float | None = option(None, "stop once the best scalar view reaches this", on_resume=True)
+    seed: int = option(0, "seeds selection and sampling, group by group")
+    edit_format: str = table_option("edit_format", choices=EDIT_FORMATS)
+    temperature: float = table_option("temperature", low=0.0)
+    max_new_tokens: int = table_option("max_new_tokens")
+    fit_tokens_to_code: bool = table_option("fit_tokens_to_code")
+    policy: str = option(DEFAULT_POLICY, "the policy spec", flag=None)  # `--policy` makes members (run_cmd)
+    train_every: int = option(0, "update the policy every N groups (0: never)", low=0)
+    train_method: str = option(TRAIN_METHODS[0], "the advantage estimator of an update", choices=TRAIN_METHODS)
+    top_p: float = table_option("top_p", flag=None)
+    sandbox: str = option("auto", "auto | docker | process | ray[:ADDRESS]")
+    allow_weak_sandbox: bool = option(
+        False, "run a split-form problem although candidates could read its expected answers"
+    )
+    learning_rate: float = option(2e-5, "LoRA learning rate")
+    adapters_dir: str | None = option(None, "where adapters go (default: next to the archive)")
+    trainer_model: str | None = option(None, "local dir or hub id of the served base model (vllm:/openai: policies)")
+    patience: int | None = option(None, "stop after N evaluations without a new best scalar", low=1, on_resume=True)
+    stop_when_solved: bool = option(True, "stop once one program scores every component at its best declared bound")
+    max_failures: int = option(5, "stop when the same unexpected failure repeats N times in a row", low=1)
+    stall_groups: int = option(6, "stop after N groups in a row without a new child (0: never)", low=0, on_resume=True)
+    template: str = option("directed", "the prompt template a member asks with unless it sets its own", flag=None)
+    max_groups: int | None = option(None, "stop generating after this many groups", flag=None)
+    # The ensemble (evolve.members, evolve.ensemble): members as stored tables; empty = the one `policy`.
+    policies: list[dict[str, Any]] = field(
+        default_factory=list, metadata={"option": OptionMeta("the ensemble's members", flag=None)}
+    )
+    allocation: str = option("bandit", "how members share groups", choices=ALLOCATIONS)
+    asks: str = option(
+        "base,hotter,template,full", f"ask arms the bandit tries, of {','.join(ASK_ARMS)} (base alone: fixed)"
+    )
+    bandit_cost: str = option("tokens", "what a group costs its member and ask", choices=tuple(COST_UNIT))
+    # How an update shapes rewards (policies/shaping.py); defaults from the problem's `[training]`.
+    skip_zero_advantage: bool = table_option("skip_zero_advantage", "training", negative="keep-zero-advantage")
+    lazy_penalty: float = table_option("lazy_penalty", "training")
+    reward_normalisation: str = table_option("reward_normalisation", "training", choices=NORMALISATIONS)
+
+    def members(self) -> list[MemberSpec]:
+        """The members sampling this run's groups (one, `policy`, unless `policies` lists several)."""
+        return members_from(self.policy, self.policies)
+
+    @classmethod
+    def for_problem(
+        cls, search: SearchSection, training: TrainingSection | None = None, *, root: Path | None = None, **given: Any
+    ) -> RunOptions:
+        """Options for a problem: what was given (None = not given), else the problem's `[search]` and
+        `[training]` values. A relative file in a `[[search.policies]]` spec is the problem folder's (`root`),
+        like its seed, and is stored absolute: read from the working directory, it named another file, or none."""
+        tables = {"search": search, "training": training or _TRAINING}
+        from_tables = {f.name: getattr(tables[meta(f).section], f.name) for f in fields(cls) if meta(f).section}
+        listed = [m.model_dump(exclude_none=True) for m in search.policies]
+        for member in listed if root is not None else ():
+            member["spec"] = anchored_spec(member["spec"], root)
+        if listed:
+            from_tables["policies"] = listed
+            from_tables["policy"] = listed[0]["spec"]
+        chosen = {k: v for k, v in given.items() if v is not None}
+        return cls(**{**from_tables, **chosen})
+
+
+def meta(f: Field[Any]) -> OptionMeta:
+    return f.metadata["option"]
+
+
+def option_default(name: str) -> Any:
+    """A `RunOptions` field's default, for help texts (so that they never repeat it)."""
+    f = next(f for f in fields(RunOptions) if f.name == name)
+    return f.default_factory() if f.default is MISSING else f.default  # type: ignore[misc]
+
+
+def _given(self: Any) -> dict[str, Any]:
+    """The options given, by name. `policy` and `policies` are two views of the members: either given alone sets
+    the other (one policy is a one-member list; a list's first member is `policy`)."""
+    chosen = {k: v for k, v in asdict(self).items() if v is not None}
+    if "policies" in chosen and chosen["policies"] and "policy" not in chosen:
+        chosen["policy"] = chosen["policies"][0]["spec"]
+    if "policy" in chosen and "policies" not in chosen:
+        chosen["policies"] = []
+    return chosen
+
+
+def _of(cls: type, options: RunOptions) -> Any:
+    """Every option given: a `RunOptions` taken whole (on resume, each field that differs is an override)."""
+    return cls(**asdict(options))
+
+
+# What one `evolve run`/`resume` (or a library call) gives; None is "not given". A new run takes it over the
+# problem's `[search]` and the defaults; a resume takes the stored options and records each given value that
+# differs as an override. Made from `RunOptions`, field for field.
+RunOverrides = make_dataclass(
+    "RunOverrides",
+    [(f.name, f"{f.type} | None", field(default=None)) for f in fields(RunOptions)],
+    frozen=True,
+    namespace={"given": _given, "of": classmethod(_of), "__module__": __name__},
+)
+
+
+def _one_of(choices: tuple[str, ...]) -> str:
+    return f"{', '.join(choices[:-1])} or {choices[-1]}" if len(choices) > 1 else "".join(choices)
+
+
+def _bounds(info: OptionMeta) -> str:
+    if info.low is not None and info.high is not None:
+        return f"give a value from {info.low:g} to {info.high:g}"
+    return f"give a value >= {info.low:g}" if info.low is not None else f"give a value <= {info.high:g}"
+
+
+def invalid_value(values: Mapping[str, Any]) -> str | None:
+    """The first given value outside its option's choices or bounds, as the one line a command fails with."""
+    for f in fields(RunOptions):
+        info, value = meta(f), values.get(f.name)
+        if value is None or isinstance(value, bool):
+            continue
+        flag = f"--{info.flag or f.name.replace('_', '-')}"
+        if info.choices and value not in info.choices:
+            return f"{flag} {value}: use {_one_of(info.choices)}"
+        low, high = info.low, info.high
+        if isinstance(value, int | float) and (
+            (low is not None and value < low) or (high is not None and value > high)
+        ):
+            return f"{flag} {value:g}: {_bounds(info)}"
+    return None

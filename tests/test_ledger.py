@@ -1,0 +1,101 @@
+"""The run ledger (evolve/ledger.py) as the loop applies records to it: failure streaks end when a stage succeeds,
+not when its whole group is stored, and the run's typed state keeps what it does not name."""
+
+from __future__ import annotations
+
+import threading
+
+from evolve.archive.records import RunState
+from evolve.loop import SearchLoop, run_search
+from policies.base import Generated
+from sandboxes.process import ProcessSandbox
+from tests.helpers import square_run
+
+WAIT_S = 30.0  # a bound on each hand-over below, never reached when the code is right
+
+
+def answer(k: int) -> str:
+    return f"<variant 1>\n```python\ndef solve(x):\n    return x * x + {k}\n```\n</variant 1>\n"
+
+
+class Interleaved:
+    """Two generators at once: call 2 fails; call 1 succeeds once it has; call 3 fails once call 1 is back; call 4
+    fails once group 1 is being stored; every later call succeeds."""
+
+    name, version, max_concurrency = "interleaved", 0, 2
+
+    def __init__(self, storing: threading.Event) -> None:
+        self.calls, self.lock, self.storing = 0, threading.Lock(), storing
+        self.second_failed, self.first_back, self.fourth_failed = (
+            threading.Event(),
+            threading.Event(),
+            threading.Event(),
+        )
+
+    def generate(self, prompt, params, n):
+        with self.lock:
+            self.calls += 1
+            k = self.calls
+        if k == 1:
+            self.second_failed.wait(WAIT_S)
+            self.first_back.set()
+        elif k == 2:
+            self.second_failed.set()
+            raise ConnectionError("refused 2")
+        elif k == 3:
+            self.first_back.wait(WAIT_S)
+            raise ConnectionError("refused 3")
+        elif k == 4:
+            self.storing.wait(WAIT_S)
+            self.fourth_failed.set()
+            raise ConnectionError("refused 4")
+        return [Generated(answer(k), None, None, "stop", 0) for _ in range(n)]
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_failure_streak_ends_when_the_stage_succeeds_not_when_its_group_is_stored(tmp_path):
+    """Sampling fails, succeeds, fails, fails, with 3 in a row the limit: the success between ends the streak at
+    once, although its group is still being stored when the last failure comes. Counted from the store, the three
+    failures were `in a row` and the run stopped as systemic."""
+    problem, archive, run, options = square_run(
+        tmp_path, group_size=1, variants=1, max_evaluations=20, max_groups=6, workers=1, max_failures=3
+    )
+    storing = threading.Event()
+    policy = Interleaved(storing)
+    store = archive.add_group
+
+    def held_store(*args, **kwargs):
+        if not storing.is_set():  # group 1: stored only after the fourth call has failed
+            storing.set()
+            policy.fourth_failed.wait(WAIT_S)
+        return store(*args, **kwargs)
+
+    archive.add_group = held_store  # type: ignore[method-assign]
+    loop = SearchLoop(problem, archive, policy, ProcessSandbox(slots=1), run, options)
+    try:
+        reason = run_search(loop)
+        assert policy.fourth_failed.is_set()  # the interleaving happened as described
+        assert reason == "group budget reached", reason
+        assert loop.stats.incidents == 3 and loop.stats.groups == 3
+    finally:
+        loop.sandbox.close()
+        archive.close()
+
+
+def test_the_run_state_keeps_keys_it_does_not_name(tmp_path):
+    """A state written by an older engine or another tool keeps its other keys through a session's saves."""
+    problem, archive, run, options = square_run(tmp_path, max_evaluations=1)
+    archive.update_run(run.id, state={"elapsed_s": 2.5, "ask": "full edits", "note": {"by": "a tool"}})
+    run.state = {"elapsed_s": 2.5, "ask": "full edits", "note": {"by": "a tool"}}
+    loop = SearchLoop(problem, archive, Interleaved(threading.Event()), ProcessSandbox(slots=1), run, options)
+    try:
+        run_search(loop)
+        saved = archive.find_run(run.id, problem.name).state
+        assert saved["ask"] == "full edits" and saved["note"] == {"by": "a tool"}
+        assert saved["elapsed_s"] > 2.5 and saved["stop_reason"] == "evaluation budget reached"
+        assert RunState.of(saved).as_json() == saved
+    finally:
+        loop.sandbox.close()
+        archive.close()
