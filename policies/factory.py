@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from policies.base import Policy, PolicyError
-
-# Backends whose argument is a file or folder on this machine (transformers' only when it exists: else a hub id).
-LOCAL_PATH_BACKENDS = ("replay", "llama", "transformers")
+from policies.spec import HTTP_BACKENDS, PolicySpec
 
 
-def make_policy(spec: str) -> Policy:
-    backend, _, arg = spec.partition(":")
-    if spec == "embedded":
+def make_policy(spec: str | PolicySpec) -> Policy:
+    """The policy a spec names (its text is parsed once, `policies/spec.py`)."""
+    parsed = spec if isinstance(spec, PolicySpec) else PolicySpec.parse(spec)
+    backend, arg = parsed.backend, parsed.argument
+    if backend == "embedded":
         return embedded_policy()
     if backend == "llama":
         from policies.llama_policy import LlamaPolicy
@@ -23,42 +22,31 @@ def make_policy(spec: str) -> Policy:
         from policies.transformers_policy import TransformersPolicy
 
         return TransformersPolicy.load(arg or "embedded")
-    if backend in ("vllm", "openai") and "," in arg:
-        from policies.multi_server import parse_servers
+    if backend in HTTP_BACKENDS:
+        from policies.http_policy import HttpPolicy
 
-        return parse_servers(backend, arg)
-    if backend in ("vllm", "openai"):
-        from policies.http_policy import parse_spec
+        servers = [HttpPolicy(url, parsed.model, flavor=backend) for url in parsed.urls]
+        if len(servers) == 1:
+            return servers[0]
+        from policies.multi_server import MultiServerPolicy
 
-        return parse_spec(backend, arg)
+        return MultiServerPolicy(servers)
     if backend == "vllm-local":
         from policies.vllm_local import VLLMLocalPolicy
 
         return VLLMLocalPolicy(arg)
-    if backend == "replay":
-        from policies.replay import ReplayPolicy
+    from policies.replay import ReplayPolicy
 
-        return ReplayPolicy.from_file(arg)
-    raise PolicyError(
-        f"unknown policy {spec!r}; use embedded, llama:embedded, llama:PATH.gguf, transformers:embedded, "
-        "transformers:DIR_OR_HUB_ID, vllm:URL[@MODEL], "
-        "vllm:URL1,URL2,...[@MODEL], openai:URL@MODEL, vllm-local:MODEL or replay:FILE"
-    )
+    return ReplayPolicy.from_file(arg)
 
 
 def anchored_spec(spec: str, cwd: Path | None = None) -> str:
-    """`spec` with a relative file or folder argument made absolute against `cwd` (the working directory).
-
-    A run stores its policy specs and a resume rebuilds the policies from them, maybe from another folder
-    (`evolve resume DB` from anywhere): `replay:demo.json` stored as given was looked up there and not found.
-    """
-    backend, sep, arg = spec.partition(":")
-    if not sep or backend not in LOCAL_PATH_BACKENDS or not arg or arg == "embedded" or os.path.isabs(arg):
+    """`spec` with a relative file or folder argument made absolute (`PolicySpec.anchored`); a spec that does not
+    parse is left as it is, for `make_policy` to refuse in one line."""
+    try:
+        return str(PolicySpec.parse(spec).anchored(cwd))
+    except PolicyError:
         return spec
-    path = Path(os.path.abspath((cwd or Path.cwd()) / os.path.expanduser(arg)))
-    if backend == "transformers" and not path.exists():  # a hub id such as Qwen/Qwen2.5-Coder-0.5B-Instruct
-        return spec
-    return f"{backend}:{path}"
 
 
 def embedded_policy() -> Policy:

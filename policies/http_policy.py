@@ -239,10 +239,8 @@ class HttpPolicy:
 
 
 def parse_spec(flavor: str, arg: str) -> HttpPolicy:
-    """`URL` or `URL@MODEL` (the model is required for openai:)."""
-    url, _, model = arg.rpartition("@") if "@" in arg else (arg, "", "")
-    if not url.startswith(("http://", "https://")):
-        raise PolicyError(f"{flavor}:{arg}: give a base URL such as {flavor}:http://127.0.0.1:8000@MODEL")
-    if flavor == "openai" and not model:
-        raise PolicyError(f"openai:{arg}: name the model, as openai:{url}@MODEL")
-    return HttpPolicy(url, model or None, flavor=flavor)
+    """`URL` or `URL@MODEL` (the model is required for openai:), parsed by `PolicySpec`."""
+    from policies.spec import PolicySpec
+
+    spec = PolicySpec.parse(f"{flavor}:{arg}")
+    return HttpPolicy(spec.urls[0], spec.model, flavor=flavor)

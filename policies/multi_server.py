@@ -167,9 +167,9 @@ def parse_servers(
     flavor: str, arg: str, per_server_wait_s: float = PER_SERVER_WAIT_S, backoff_s: tuple[float, float] = BACKOFF_S
 ) -> MultiServerPolicy:
     """`URL1,URL2,...` with an optional `@MODEL` after the last URL (the same model on every server)."""
-    from policies.http_policy import parse_spec
+    from policies.http_policy import HttpPolicy
+    from policies.spec import PolicySpec
 
-    urls, at, model = arg.rpartition("@") if "@" in arg else (arg, "", "")
-    suffix = f"{at}{model}" if at else ""
-    servers = [parse_spec(flavor, url.strip() + suffix) for url in urls.split(",") if url.strip()]
+    spec = PolicySpec.parse(f"{flavor}:{arg}")
+    servers = [HttpPolicy(url, spec.model, flavor=flavor) for url in spec.urls]
     return MultiServerPolicy(servers, per_server_wait_s=per_server_wait_s, backoff_s=backoff_s)
