@@ -5,9 +5,8 @@ fewer variants than asked; the parser then drops them. The prompt (evolve/prompt
 variants, each `<variant k>` ... `</variant k>`, each holding fenced code in the problem's language (the `full`
 edit format) or SEARCH/REPLACE edits (`diff`). Sampling under this grammar makes every completion that ends
 hold exactly that: at most one short line of idea after the opening tag, then the code, then the closing tag.
-The code itself is free text; only a line that would close its fence or section early, or close the variant's
-tag from inside it, is held to the form: a code line may not begin with a fence or `</` (no language's code
-does; a small model that means to end its variant there is then led to close the fence first).
+The code itself is free text; only a line that would end its fence or edit, or a variant, from inside it is held
+to the form (`CODE_LINE_NEVER`, `EDIT_MARKERS`).
 
 The grammar is a pure function of the answer's shape (m, edit format, fence language): the same string for
 every group of a run, so a backend can parse it once and copy its state per row.
@@ -19,6 +18,11 @@ from dataclasses import dataclass
 
 EDIT_FORMATS = ("full", "diff")
 IDEA_CHARS = 160  # the most characters of the one line of idea allowed before a variant's code
+# What no line of code may begin with: a fence, and a variant's tag, closing or opening (no language's code line
+# starts so; a small model that means to end its variant there is led to close its fence or edit first)...
+CODE_LINE_NEVER = ("```", "</", "<variant")
+# ...and, inside an edit, its markers: a SEARCH that never meets its `=======` would run on over the next variants
+EDIT_MARKERS = ("<<<<<<<", "=======", ">>>>>>>")
 NL = "\n"
 
 
@@ -82,9 +86,8 @@ def answer_gbnf(shape: AnswerShape) -> str:
     rules.append(f'idea ::= {_char_not("`<")} [^\\n]{{0,{IDEA_CHARS - 1}}} "\\n"')
     if shape.edit_format == "full":
         rules.append(f'fenced ::= {_literal(f"```{shape.language}" + NL)} code-line* "```\\n"')
-        rules.append(f"code-line ::= {line_not_starting_with('```', '</')}")
+        rules.append(f"code-line ::= {line_not_starting_with(*CODE_LINE_NEVER)}")
     else:
-        rules.append('edit ::= "<<<<<<< SEARCH\\n" search-line* "=======\\n" replace-line* ">>>>>>> REPLACE\\n"')
-        rules.append(f"search-line ::= {line_not_starting_with('=======', '</')}")
-        rules.append(f"replace-line ::= {line_not_starting_with('>>>>>>>', '</')}")
+        rules.append('edit ::= "<<<<<<< SEARCH\\n" code-line* "=======\\n" code-line* ">>>>>>> REPLACE\\n"')
+        rules.append(f"code-line ::= {line_not_starting_with(*CODE_LINE_NEVER, *EDIT_MARKERS)}")
     return "\n".join(rules) + "\n"

@@ -98,10 +98,12 @@ def test_well_formed_answers_are_taken_whole_and_parse_into_changed_children(boo
         (AnswerShape(2, "full", "python"), FULL.replace("```python", "```py\n"), "\n"),
         (AnswerShape(2, "full", "python"), FULL.replace("```\n</variant 1>", "</variant 1>\n```"), "/"),
         (AnswerShape(2, "full", "python"), FULL.replace("</variant 1>\n\n", "</variant 1>\n\n\n"), "\n"),
-        (AnswerShape(1, "diff"), DIFF.replace("=======\n", ""), "/"),
+        (AnswerShape(2, "full", "python"), FULL.replace("```\n</variant 1>\n\n", ""), "t"),
+        (AnswerShape(1, "diff"), DIFF.replace("=======\n", ""), ">"),
+        (AnswerShape(1, "diff"), DIFF.replace("<<<<<<< SEARCH\n", "```python\n<<<<<<< SEARCH\n"), "`"),
     ],
     ids=["prose-heading", "tag-without-code", "two-lines-of-idea", "long-idea", "wrong-fence", "tag-inside-fence",
-         "blank-lines", "edit-without-divider"],
+         "blank-lines", "next-tag-inside-fence", "edit-without-divider", "fenced-edit"],
 )  # fmt: skip
 def test_the_shapes_the_parser_dropped_are_refused_where_they_go_wrong(book, shape, text, where):
     at = refused_at(book, shape, text)
