@@ -15,9 +15,10 @@ from __future__ import annotations
 import argparse
 import random
 import re
+from dataclasses import dataclass
 
 from evolve.problem import load_problem
-from evolve.prompts.builder import PromptInputs, build_prompt
+from evolve.prompts.builder import PromptInputs, build_prompt, resolve_edit_format
 
 VARIANTS = 3
 
@@ -32,24 +33,37 @@ def child_of(seed: str, k: int) -> str:
     return seed[:head_end] + f"# attempt {k}: a variation of the seed\n" + body
 
 
-def group_prompts(problem_dir: str, groups: int, edit_format: str = "full") -> list[str]:
-    """The prompts of `groups` consecutive groups: the seed as the first parent, then child k as the k-th."""
+@dataclass(frozen=True)
+class GroupAsk:
+    """One group's prompt and what its answers are read against: the parent, the edit format the prompt asks
+    for, and its fences' language tag (what a grammar of the answer's shape needs)."""
+
+    prompt: str
+    parent: str
+    edit_format: str
+    fence_tag: str
+
+
+def group_asks(problem_dir: str, groups: int, edit_format: str = "full") -> list[GroupAsk]:
+    """The asks of `groups` consecutive groups: the seed as the first parent, then child k as the k-th."""
     problem = load_problem(problem_dir)
     names = problem.component_names
     seed = problem.seed_code
-    prompts = []
+    asks = []
     for k in range(groups):
         parent = seed if k == 0 else child_of(seed, k)
         draw = random.Random(k)  # per-case scores of 0 or 1, as a problem scored per hidden case has
         scores = {name: float(draw.random() < 0.3 + 0.1 * k) for name in names}
         met = [seed, *(child_of(seed, j) for j in range(1, k))][-2:]
         inspirations = [(code, {name: 0.5 for name in names}) for code in (met if k else [seed, seed])]
-        prompts.append(
-            build_prompt(
-                PromptInputs(problem.config.description, parent, scores, None, inspirations, VARIANTS, edit_format)
-            )
-        )
-    return prompts
+        inputs = PromptInputs(problem.config.description, parent, scores, None, inspirations, VARIANTS, edit_format)
+        asks.append(GroupAsk(build_prompt(inputs), parent, resolve_edit_format(edit_format, parent), inputs.fence_tag))
+    return asks
+
+
+def group_prompts(problem_dir: str, groups: int, edit_format: str = "full") -> list[str]:
+    """The prompts of `groups` consecutive groups (`group_asks`)."""
+    return [ask.prompt for ask in group_asks(problem_dir, groups, edit_format)]
 
 
 def shared_prefix(a: list[int], b: list[int]) -> int:

@@ -13,11 +13,16 @@ prefilled once in float32 and decoded in bfloat16 (the default without llama.cpp
 `fp32` loads the model in float32. A transformers plan keeps no prompt cache between groups; its float32 twin
 is made before the first group is timed.
 
-The last line compares the default plan (`llama` where it imports, else `twin`) with `twin`, both in the steady
-state: `policy_speed baseline_tok_s=... default_tok_s=... ratio=...`. Run it on a quiet machine.
+The plans' last line compares the default plan (`llama` where it imports, else `twin`) with `twin`, both in the
+steady state: `policy_speed baseline_tok_s=... default_tok_s=... ratio=...`. Run it on a quiet machine.
+
+`--structured PROBLEMS` then samples llama.cpp's plain sampler beside the same sampler held to the answer's
+grammar, on the first group of each problem (`benchmarks.structured_speed`), and ends with its own line:
+`structured plain_tok_s=... grammar_tok_s=... ratio=... plain_parseable=...% grammar_parseable=...% ...`.
+`--plans ""` runs that comparison alone.
 
 Usage: python -m benchmarks.policy_speed [--model embedded] [--problem problems/roman_numerals] [--g 4]
-       [--groups 4] [--max-new-tokens 256] [--plans twin,llama,llama-g8]
+       [--groups 4] [--max-new-tokens 256] [--plans twin,llama,llama-g8] [--structured default|PROBLEMS]
 """
 
 from __future__ import annotations
@@ -126,9 +131,25 @@ def main() -> None:
     ap.add_argument("--groups", type=int, default=4, help="consecutive groups per plan (the first is cold)")
     ap.add_argument("--max-new-tokens", type=int, default=256)
     ap.add_argument("--plans", default="twin,llama,llama-g8")
+    ap.add_argument(
+        "--structured",
+        default="",
+        help="comma-separated problems (problem:diff for edits), or 'default': also compare the plain and the "
+        "grammar-held llama sampler on their first groups",
+    )
     args = ap.parse_args()
     if args.groups < 2:
         ap.error("--groups must be at least 2: one cold group and at least one in the steady state")
+    if args.plans:
+        _plans(args)
+    if args.structured:
+        from benchmarks.structured_speed import DEFAULT_PROBLEMS, compare
+
+        problems = DEFAULT_PROBLEMS if args.structured == "default" else args.structured
+        print(compare(args.model, problems, 1, args.g, args.max_new_tokens))
+
+
+def _plans(args: argparse.Namespace) -> None:
     prompts = group_prompts(args.problem, args.groups)
     table = Table("plan", "group", "prompt tokens", "decoded", "group s", "sampled tokens", "tok/s", "load after")
     summary, steady = [], {}

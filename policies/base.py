@@ -8,6 +8,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from policies.answer_grammar import AnswerShape
+
 SYSTEM = "You are an expert programmer who improves programs step by step."
 
 
@@ -25,6 +27,9 @@ class SamplingParams:
     seed: int | None = None  # None: unseeded
     top_k: int = 0  # 0: no top-k cut
     stop: tuple[str, ...] = ()  # a completion ends once its text holds one of these (kept in the text)
+    # The answer's shape the prompt asked for, enforced while sampling by a policy that can (`StructuredSampling`);
+    # None: free text. Ignored by a policy that cannot: the engine asks before it sets it.
+    structured: AnswerShape | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -156,6 +161,14 @@ class StatusReporting(Protocol):
     """Has a one-line `status` for the live view ("" when all is well; else e.g. which server it waits for)."""
 
     status: str
+
+
+@runtime_checkable
+class StructuredSampling(Protocol):
+    """Holds every row to `SamplingParams.structured` while sampling (a grammar's mask on each token), for the
+    edit formats in `structured_formats`; the stored logprobs are then those of the masked distribution."""
+
+    structured_formats: tuple[str, ...]
 
 
 @runtime_checkable

@@ -11,6 +11,10 @@ all G rows costs little more than a step of one row. So a group is:
    numpy from its logits (`policies.sampling`), which gives the exact logprob of the distribution it was
    drawn from, after temperature, top-k and top-p: the behaviour policy the trainer divides by.
 
+With `SamplingParams.structured` set, each row also holds a grammar state of the answer's shape
+(`policies.llama_grammar`, `policies.answer_grammar`) and each token is drawn among those it allows
+(`policies.sampling.constrained_distribution`), its logprob that of the masked distribution.
+
 Rows end at EOS, a stop string, a loop (`policies.stops`), or `max_new_tokens`. Ctrl-C ends a call between
 two steps, or inside a prompt's decode through llama.cpp's abort callback. A new LoRA version is written as a
 GGUF adapter and applied to the context without reloading the model.
@@ -23,7 +27,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from policies.answer_grammar import EDIT_FORMATS, answer_gbnf
 from policies.base import Generated, PolicyError, SamplingParams, SamplingProgress, chat_token_ids, render_chat
+from policies.llama_grammar import GrammarBook, GrammarCost, RowGrammar
 from policies.llama_runtime import DecodeAborted, Entry, LlamaRuntime, default_threads, requantize_q8_0
 from policies.sampling import TokenSampler
 from policies.stops import end_reason
@@ -41,6 +47,7 @@ class _Row:
 
 class LlamaPolicy:
     max_concurrency = 1
+    structured_formats = EDIT_FORMATS  # StructuredSampling: llama.cpp's grammar engine masks each row
 
     def __init__(
         self, gguf: Path, tokenizer: Any, name: str, trainer_model: str, eos_ids: set[int], threads: int | None = None
@@ -53,6 +60,8 @@ class LlamaPolicy:
         self.runtime = LlamaRuntime(gguf, self.threads, self._interrupt)
         self.eos_ids = eos_ids
         self._cached: list[int] = []  # the prompt tokens whose cells sequence 0 holds
+        self.grammars = GrammarBook(self.runtime.lib, self.runtime.vocab, self.runtime.n_vocab, eos_ids)
+        self.grammar_cost = GrammarCost()  # summed over every structured call, for the benchmarks
         self.description = f"llama.cpp on {gguf.name}, {self.threads} threads, a group's rows decoded in one batch"
 
     @classmethod
@@ -135,18 +144,15 @@ class LlamaPolicy:
         sampler = TokenSampler(params)
         stop = tuple(s for s in params.stop if s)
         step_logits = [logits] * n
+        grammars: dict[int, RowGrammar] = {}
         try:
+            grammars.update(self._row_grammars(params, n))
             while True:
                 if self._interrupt.is_set():
                     return None
                 live = [r for r in rows if r.finish is None]
                 for row, row_logits in zip(live, step_logits, strict=True):
-                    token, logprob = sampler.draw(row_logits)
-                    row.ids.append(token)
-                    row.logprobs.append(logprob)
-                    row.finish = self._finish(row, params, stop)
-                    self.progress.tokens += 1
-                    self.progress.rows_done += row.finish is not None
+                    self._step(row, row_logits, sampler, grammars.get(row.seq), params, stop)
                 live = [r for r in rows if r.finish is None]
                 if not live:
                     return rows
@@ -156,6 +162,38 @@ class LlamaPolicy:
         finally:
             for row in rows:
                 runtime.trim(row.seq, 0)
+            for grammar in grammars.values():
+                self.grammar_cost.add(grammar.cost)
+                grammar.close()
+
+    def _row_grammars(self, params: SamplingParams, n: int) -> dict[int, RowGrammar]:
+        """A fresh state of the answer's grammar per row sequence, or none for free text."""
+        if params.structured is None:
+            return {}
+        gbnf = answer_gbnf(params.structured)
+        return {seq: self.grammars.row(gbnf) for seq in range(1, n + 1)}
+
+    def _step(
+        self,
+        row: _Row,
+        logits: Any,
+        sampler: TokenSampler,
+        grammar: RowGrammar | None,
+        params: SamplingParams,
+        stop: tuple[str, ...],
+    ) -> None:
+        """Draw the row's next token (among those its grammar allows, if it has one) and see whether it ends."""
+        drawn = sampler.draw(logits) if grammar is None else sampler.draw_held(logits, grammar.allowed)
+        if drawn is None:  # the grammar allows nothing more: the answer is as complete as it can be
+            row.finish = "stop"
+        else:
+            row.ids.append(drawn[0])
+            row.logprobs.append(drawn[1])
+            row.finish = self._finish(row, params, stop)
+            if grammar is not None and row.finish is None:
+                grammar.accept(drawn[0])
+            self.progress.tokens += 1
+        self.progress.rows_done += row.finish is not None
 
     def _prefill(self, prompt_ids: list[int]) -> Any:
         """Bring sequence 0 to the prompt, decoding only from the first token that differs from the cached
@@ -212,6 +250,7 @@ class LlamaPolicy:
         self.version = version
 
     def close(self) -> None:
+        self.grammars.close()
         self.runtime.close()
 
 

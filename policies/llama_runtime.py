@@ -128,8 +128,8 @@ class LlamaRuntime:
         self.model = lib.llama_model_load_from_file(str(path).encode(), params)
         if not self.model:
             raise PolicyError(f"llama.cpp cannot load {path}; is it a GGUF model file?")
-        vocab = lib.llama_model_get_vocab(self.model)
-        self.n_vocab = int(lib.llama_vocab_n_tokens(vocab))
+        self.vocab = lib.llama_model_get_vocab(self.model)
+        self.n_vocab = int(lib.llama_vocab_n_tokens(self.vocab))
         self.n_layer = int(lib.llama_model_n_layer(self.model))
         self.threads, self.abort = threads, abort
         # A float32 model (the tests' tiny ones) keeps a float32 KV cache and plain attention, so that its logits

@@ -14,6 +14,8 @@ paths keep exactly the same set.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from policies.base import SamplingParams
@@ -56,6 +58,39 @@ def warped_distribution(logits: np.ndarray, params: SamplingParams) -> tuple[np.
     return ids, kept / kept.sum()
 
 
+Allowed = Callable[[np.ndarray], np.ndarray]  # token ids -> a boolean per id: may it come next?
+
+
+def constrained_distribution(
+    logits: np.ndarray, params: SamplingParams, allowed: Allowed
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """The warped distribution held to a grammar: its allowed ids and their probabilities; None when the grammar
+    allows no token at all.
+
+    Truncate, then constrain: the warped distribution (temperature, top-k, top-p) restricted to the tokens the
+    grammar allows and renormalised, p(t) / p(A). Only the warped distribution's support (the nucleus, mostly
+    tens of tokens) is judged, which costs ~0.2 ms a row, where judging all 152k tokens costs 20-45 ms (more than
+    the model's decoding step of the whole group). When the grammar allows none of the nucleus, the grammar
+    masks the whole vocabulary and temperature, top-k and top-p are applied among the allowed tokens only.
+
+    Both cases are fixed functions of the logits and the grammar's state, and the normaliser p(A) is summed over
+    every allowed token of the support, so the probabilities returned are exactly those the token is drawn from.
+    The lazy trick (draw unmasked, check only the drawn token, mask and redraw on a miss) draws from the same
+    p(t) / p(A), but cannot say what p(A) is without judging the support anyway; and masking the whole
+    vocabulary first, then warping, would need the full mask at every token.
+    """
+    ids, probs = warped_distribution(logits, params)
+    ok = allowed(ids)
+    if ok.any():
+        kept = probs[ok]
+        return ids[ok], kept / kept.sum()
+    every = np.flatnonzero(allowed(np.arange(logits.shape[0])))
+    if not every.size:
+        return None
+    sub, probs = warped_distribution(logits[every], params)
+    return every[sub], probs
+
+
 class TokenSampler:
     """Draws tokens for the rows of one group from a seeded generator; one per `generate` call."""
 
@@ -65,7 +100,15 @@ class TokenSampler:
 
     def draw(self, logits: np.ndarray) -> tuple[int, float]:
         """One token and the log of its probability under the distribution it was drawn from."""
-        ids, probs = warped_distribution(logits, self.params)
+        return self._pick(*warped_distribution(logits, self.params))
+
+    def draw_held(self, logits: np.ndarray, allowed: Allowed) -> tuple[int, float] | None:
+        """As `draw`, among the tokens `allowed` says may come next (`constrained_distribution`); None when the
+        grammar allows no token at all."""
+        held = constrained_distribution(logits, self.params, allowed)
+        return None if held is None else self._pick(*held)
+
+    def _pick(self, ids: np.ndarray, probs: np.ndarray) -> tuple[int, float]:
         pick = int(np.searchsorted(np.cumsum(probs), self.rng.random() * probs.sum(), side="right"))
         pick = min(pick, ids.shape[0] - 1)
         return int(ids[pick]), float(np.log(probs[pick]))

@@ -1,0 +1,93 @@
+"""The answer's shape as a GBNF grammar (llama.cpp's grammar format): what a completion may look like.
+
+Why: a small model spends many of its tokens on prose headings, tags a variant and writes no code, or writes
+fewer variants than asked; the parser then drops them. The prompt (evolve/prompts/builder.py) asks for m
+variants, each `<variant k>` ... `</variant k>`, each holding fenced code in the problem's language (the `full`
+edit format) or SEARCH/REPLACE edits (`diff`). Sampling under this grammar makes every completion that ends
+hold exactly that: at most one short line of idea after the opening tag, then the code, then the closing tag.
+The code itself is free text; only a line that would end its fence or edit, or a variant, from inside it is held
+to the form (`CODE_LINE_NEVER`, `EDIT_MARKERS`).
+
+The grammar is a pure function of the answer's shape (m, edit format, fence language): the same string for
+every group of a run, so a backend can parse it once and copy its state per row.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+EDIT_FORMATS = ("full", "diff")
+IDEA_CHARS = 160  # the most characters of the one line of idea allowed before a variant's code
+# What no line of code may begin with: a fence, and a variant's tag, closing or opening (no language's code line
+# starts so; a small model that means to end its variant there is led to close its fence or edit first)...
+CODE_LINE_NEVER = ("```", "</", "<variant")
+# ...and, inside an edit, its markers: a SEARCH that never meets its `=======` would run on over the next variants
+EDIT_MARKERS = ("<<<<<<<", "=======", ">>>>>>>")
+NL = "\n"
+
+
+@dataclass(frozen=True)
+class AnswerShape:
+    """What the prompt asked for: `variants` answers, each in `edit_format` ("full": fenced code blocks;
+    "diff": SEARCH/REPLACE edits), its fences tagged `language` ("" for a bare fence)."""
+
+    variants: int
+    edit_format: str
+    language: str = ""
+
+    def __post_init__(self) -> None:
+        if self.variants < 1:
+            raise ValueError(f"an answer holds at least one variant, not {self.variants}")
+        if self.edit_format not in EDIT_FORMATS:
+            raise ValueError(f"edit format {self.edit_format!r} has no grammar; use one of {EDIT_FORMATS}")
+        if not all(c.isalnum() or c in "+#.-_" for c in self.language):
+            raise ValueError(f"fence language {self.language!r} is not a fence tag")
+
+
+def _literal(text: str) -> str:
+    """`text` as a GBNF string literal."""
+    escaped = text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    return f'"{escaped}"'
+
+
+def _char_not(chars: str) -> str:
+    """A GBNF class of any one character but a newline and `chars`."""
+    return "[^\\n" + "".join("\\" + c if c in "]^-\\" else c for c in chars) + "]"
+
+
+def line_not_starting_with(*prefixes: str) -> str:
+    """A GBNF expression for one line (its newline included) that begins with none of `prefixes`.
+
+    Written without ambiguity, so that llama.cpp's grammar engine keeps one stack per row: the line ends, or
+    goes on with a character no prefix goes on with (then anything), or with one that some prefixes share, the
+    rest of the line then held to their remainders; a prefix used up is a line ruled out."""
+    firsts = sorted({p[0] for p in prefixes})
+    options = ['"\\n"', f'{_char_not("".join(firsts))} [^\\n]* "\\n"']
+    for c in firsts:
+        rests = [p[1:] for p in prefixes if p[0] == c]
+        if "" not in rests:
+            options.append(f"{_literal(c)} {line_not_starting_with(*rests)}")
+    return "( " + " | ".join(options) + " )"
+
+
+def answer_gbnf(shape: AnswerShape) -> str:
+    """The GBNF grammar (root rule `root`) of a completion of `shape`.
+
+    `full`: after the opening tag's line, an optional line of idea (not starting with a backtick or `<`), then
+    one or more fenced blocks ("```language" ... "```"), then the closing tag. `diff`: the same line of idea,
+    then one or more SEARCH/REPLACE edits. Variants follow each other separated by one newline or two; the grammar
+    ends after `</variant m>` (a completion's stop string), where only an end-of-turn token may follow."""
+    body = "fenced+" if shape.edit_format == "full" else "edit+"
+    numbers = range(1, shape.variants + 1)
+    rules = ["root ::= " + ' "\\n" "\\n"? '.join(f"variant{k}" for k in numbers)]
+    rules += [
+        f"variant{k} ::= {_literal(f'<variant {k}>' + NL)} idea? {body} {_literal(f'</variant {k}>')}" for k in numbers
+    ]
+    rules.append(f'idea ::= {_char_not("`<")} [^\\n]{{0,{IDEA_CHARS - 1}}} "\\n"')
+    if shape.edit_format == "full":
+        rules.append(f'fenced ::= {_literal(f"```{shape.language}" + NL)} code-line* "```\\n"')
+        rules.append(f"code-line ::= {line_not_starting_with(*CODE_LINE_NEVER)}")
+    else:
+        rules.append('edit ::= "<<<<<<< SEARCH\\n" code-line* "=======\\n" code-line* ">>>>>>> REPLACE\\n"')
+        rules.append(f"code-line ::= {line_not_starting_with(*CODE_LINE_NEVER, *EDIT_MARKERS)}")
+    return "\n".join(rules) + "\n"

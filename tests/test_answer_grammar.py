@@ -1,0 +1,128 @@
+"""The answer's grammar, run in llama.cpp's own grammar engine over a byte-level vocabulary (one token a
+character): every answer the prompt asks for is accepted and parses into m changed children; the shapes the
+parser dropped (prose headings, a tag with no code, a missing or extra variant, a second line of prose, the
+closing tag inside an open fence) are refused at the character where they go wrong."""
+
+from __future__ import annotations
+
+import pytest
+
+from evolve.prompts import parse_completion
+from policies.answer_grammar import IDEA_CHARS, AnswerShape, answer_gbnf
+from tests.helpers import SQUARE_SEED, need_llama
+
+FULL = """<variant 1>
+Square it by multiplying.
+```python
+def solve(x):
+    return x * x
+```
+</variant 1>
+
+<variant 2>
+```python
+def solve(x):
+    # `x` squared, with a backtick in a comment and <b> in a string
+    return x ** 2  # "</b>"
+```
+</variant 2>"""
+
+DIFF = """<variant 1>
+<<<<<<< SEARCH
+    return x + 1
+=======
+    return x * x
+>>>>>>> REPLACE
+</variant 1>"""
+
+
+@pytest.fixture(scope="module")
+def book(tiny_gguf):
+    need_llama()
+    from transformers import AutoTokenizer
+
+    from policies.llama_grammar import GrammarBook
+    from policies.llama_runtime import llama_module
+
+    lib = llama_module()
+    params = lib.llama_model_default_params()
+    model = lib.llama_model_load_from_file(str(tiny_gguf).encode(), params)
+    tokenizer = AutoTokenizer.from_pretrained(tiny_gguf.parent)
+    vocab = lib.llama_model_get_vocab(model)
+    grammars = GrammarBook(lib, vocab, lib.llama_vocab_n_tokens(vocab), {tokenizer.eos_token_id})
+    yield grammars, tokenizer
+    grammars.close()
+    lib.llama_model_free(model)
+
+
+def refused_at(book, shape: AnswerShape, text: str) -> int | None:
+    """Where the grammar of `shape` first refuses `text` (a character offset; len(text) when all of it is taken
+    but the answer is not complete there), or None when it takes all of it and may end there."""
+    import numpy as np
+
+    grammars, tokenizer = book
+    row = grammars.row(answer_gbnf(shape))
+    try:
+        ids = tokenizer(text, add_special_tokens=False).input_ids
+        assert len(ids) == len(text.encode())  # one token a byte: offsets are characters of this ASCII text
+        for at, token in enumerate(ids):
+            if not row.allowed(np.array([token]))[0]:
+                return at
+            row.accept(token)
+        return None if row.allowed(np.array([tokenizer.eos_token_id]))[0] else len(text)
+    finally:
+        row.close()
+
+
+def test_well_formed_answers_are_taken_whole_and_parse_into_changed_children(book):
+    for shape, text, m in ((AnswerShape(2, "full", "python"), FULL, 2), (AnswerShape(1, "diff"), DIFF, 1)):
+        assert refused_at(book, shape, text) is None
+        assert [v.status for v in parse_completion(SQUARE_SEED, text, m)] == ["ok"] * m
+    longest_idea = FULL.replace("Square it by multiplying.", "S" * IDEA_CHARS)
+    assert refused_at(book, AnswerShape(2, "full", "python"), longest_idea) is None
+    bare = FULL.replace("```python", "```").split("\n\n<variant 2>")[0]
+    assert refused_at(book, AnswerShape(1, "full", ""), bare) is None
+    two_blocks = "<variant 1>\n```c\nint a;\n```\n```c\nint b;\n```\n</variant 1>"
+    assert refused_at(book, AnswerShape(1, "full", "c"), two_blocks) is None
+    two_edits = DIFF.replace("</variant 1>", DIFF.split("\n", 1)[1].replace("x * x", "x ** 2"))
+    assert refused_at(book, AnswerShape(1, "diff"), two_edits) is None
+
+
+@pytest.mark.parametrize(
+    ("shape", "text", "where"),
+    [
+        (AnswerShape(2, "full", "python"), "### Variant 1\n" + FULL, "#"),
+        (AnswerShape(2, "full", "python"), FULL.replace("```python\ndef solve(x):\n    return x * x\n```\n", ""), "<"),
+        (AnswerShape(2, "full", "python"), FULL.replace("Square", "Idea.\nSquare"), "S"),
+        (AnswerShape(2, "full", "python"), FULL.replace("Square it by multiplying.", "S" * (IDEA_CHARS + 1)), "S"),
+        (AnswerShape(2, "full", "python"), FULL.replace("```python", "```py\n"), "\n"),
+        (AnswerShape(2, "full", "python"), FULL.replace("```\n</variant 1>", "</variant 1>\n```"), "/"),
+        (AnswerShape(2, "full", "python"), FULL.replace("</variant 1>\n\n", "</variant 1>\n\n\n"), "\n"),
+        (AnswerShape(2, "full", "python"), FULL.replace("```\n</variant 1>\n\n", ""), "t"),
+        (AnswerShape(1, "diff"), DIFF.replace("=======\n", ""), ">"),
+        (AnswerShape(1, "diff"), DIFF.replace("<<<<<<< SEARCH\n", "```python\n<<<<<<< SEARCH\n"), "`"),
+    ],
+    ids=["prose-heading", "tag-without-code", "two-lines-of-idea", "long-idea", "wrong-fence", "tag-inside-fence",
+         "blank-lines", "next-tag-inside-fence", "edit-without-divider", "fenced-edit"],
+)  # fmt: skip
+def test_the_shapes_the_parser_dropped_are_refused_where_they_go_wrong(book, shape, text, where):
+    at = refused_at(book, shape, text)
+    assert at is not None and at < len(text)
+    assert text[at] == where
+
+
+def test_an_answer_missing_a_variant_may_not_end_and_one_more_is_refused(book):
+    shape = AnswerShape(2, "full", "python")
+    first = FULL.split("\n\n<variant 2>")[0]
+    assert refused_at(book, shape, first) == len(first)  # taken, but no end-of-turn yet
+    third = FULL + "\n" + FULL.split("\n\n")[1].replace("variant 2", "variant 3")
+    assert refused_at(book, shape, third) == len(FULL)  # after </variant 2> nothing more, not even a newline
+
+
+@pytest.mark.parametrize(
+    "kwargs", [{"variants": 0, "edit_format": "full"}, {"variants": 1, "edit_format": "auto"},
+               {"variants": 1, "edit_format": "full", "language": 'py"\n'}],
+)  # fmt: skip
+def test_a_shape_without_a_grammar_is_refused_when_made(kwargs):
+    with pytest.raises(ValueError):
+        AnswerShape(**kwargs)
