@@ -27,6 +27,7 @@ from evolve.archive.records import PendingVariant
 from evolve.children import Admitted, Child, GroupCost, GroupResult
 from evolve.control import StageFailure
 from evolve.ensemble import estimated_tokens
+from evolve.filetree import is_tree
 from evolve.fitness import raw_scores
 from evolve.policy_calls import PolicyMember
 from evolve.problem import Problem
@@ -42,7 +43,8 @@ from evolve.prompts import (
 )
 from evolve.runs import RunOptions
 from evolve.selection import Member, Population, Selector, pick_parent
-from policies.base import Generated, SamplingParams
+from policies.answer_grammar import AnswerShape
+from policies.base import Generated, Policy, SamplingParams, StructuredSampling
 
 RECENT_FAILURES = 3  # failed children of the parent listed in its prompt
 RECENT_CHILDREN = 2  # newest children of the parent shown in its prompt, so that variants differ from them
@@ -55,6 +57,7 @@ class Prompted:
     codes: dict[int, str]
     edit_format: str  # resolved for this parent: diff | full
     text: str
+    fence: str = ""  # the code fences' tag the prompt asks for
 
 
 @dataclass(frozen=True)
@@ -131,7 +134,7 @@ class GroupSampler:
             parent, inspirations = chosen.parent, chosen.inspirations
             prompted = await asyncio.to_thread(self.prompt, parent, inspirations, ask)
             stage = "sample"
-            params = self._params(rng, ask, prompted.codes[parent.id], prompted.edit_format)
+            params = self._params(rng, ask, prompted, prompted.codes[parent.id], structured_by(member.policy))
             version_id, version = member.versions.serving(), member.policy.version
             started, clock = utcnow(), time.monotonic()
             group = await member.calls.sample(prompted.text, params, self.options.group_size)
@@ -230,25 +233,23 @@ class GroupSampler:
         reads = self.archive.prompt_reads(parent.id, [i.id for i in inspirations], RECENT_FAILURES, RECENT_CHILDREN)
         codes, context = reads.codes, reads.context
         edit_format = resolve_edit_format(ask.edit_format, codes[parent.id])
-        text = build_prompt(
-            PromptInputs(
-                self.problem.config.description,
-                codes[parent.id],
-                self._scores_of(parent),
-                context.feedback,
-                [(codes[i.id], self._scores_of(i)) for i in inspirations],
-                self.options.variants,
-                edit_format,
-                parent_stderr=context.stderr,
-                parent_case_errors=context.case_errors,
-                recent_failures=reads.recent_failures,
-                recent=reads.recent,
-                template=ask.template,
-                language=self.problem.config.program.language,
-                program_view=self.problem.config.program.prompt_view,
-            )
+        inputs = PromptInputs(
+            self.problem.config.description,
+            codes[parent.id],
+            self._scores_of(parent),
+            context.feedback,
+            [(codes[i.id], self._scores_of(i)) for i in inspirations],
+            self.options.variants,
+            edit_format,
+            parent_stderr=context.stderr,
+            parent_case_errors=context.case_errors,
+            recent_failures=reads.recent_failures,
+            recent=reads.recent,
+            template=ask.template,
+            language=self.problem.config.program.language,
+            program_view=self.problem.config.program.prompt_view,
         )
-        return Prompted(codes, edit_format, text)
+        return Prompted(codes, edit_format, build_prompt(inputs), inputs.fence_tag)
 
     def resumed(self) -> Iterator[ResumedVariant | StageFailure]:
         """On resume: the stored variants whose evaluations never landed, parsed again (an unreadable one comes as
@@ -279,14 +280,26 @@ class GroupSampler:
     def _scores_of(self, m: Member) -> dict[str, float]:
         return raw_scores(self.problem.components, m.oriented)
 
-    def _params(self, rng: np.random.Generator, ask: Ask, parent_code: str, edit_format: str) -> SamplingParams:
+    def _params(
+        self, rng: np.random.Generator, ask: Ask, prompted: Prompted, parent_code: str, formats: tuple[str, ...]
+    ) -> SamplingParams:
+        """The group's sampling: its ask, a token budget fitted to the parent, and, with `--structured` on or auto
+        and a policy that can (`formats`: the edit formats it holds answers to), the answer's shape."""
+        m, edit_format = self.options.variants, prompted.edit_format
         budget = self.options.max_new_tokens
         if self.options.fit_tokens_to_code:
-            budget = completion_budget(parent_code, self.options.variants, edit_format, budget)
+            budget = completion_budget(parent_code, m, edit_format, budget)
+        shaped = self.options.structured != "off" and edit_format in formats and not is_tree(parent_code)
         return SamplingParams(
             ask.temperature,
             ask.top_p,
             budget,
             int(rng.integers(2**31)),
-            stop=completion_stop(self.options.variants),
+            stop=completion_stop(m),
+            structured=AnswerShape(m, edit_format, prompted.fence) if shaped else None,
         )
+
+
+def structured_by(policy: Policy) -> tuple[str, ...]:
+    """The edit formats whose answers `policy` holds to their shape while sampling (none: free text only)."""
+    return policy.structured_formats if isinstance(policy, StructuredSampling) else ()

@@ -80,6 +80,12 @@ class RunOptions:
     temperature: float = table_option("temperature", low=0.0)
     max_new_tokens: int = table_option("max_new_tokens")
     fit_tokens_to_code: bool = table_option("fit_tokens_to_code")
+    structured: str = option(
+        "auto",
+        "hold each answer to the shape the prompt asks for while it is sampled (tags, fences or edits), where the "
+        "policy can (llama.cpp's grammars); auto and on: there, off: free text",
+        choices=("auto", "on", "off"),
+    )
     policy: str = option(DEFAULT_POLICY, "the policy spec", flag=None)  # `--policy` makes members (run_cmd)
     train_every: int = option(0, "update the policy every N groups (0: never)", low=0)
     train_method: str = option(TRAIN_METHODS[0], "the advantage estimator of an update", choices=TRAIN_METHODS)

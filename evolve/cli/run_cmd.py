@@ -20,6 +20,7 @@ from evolve.cli.common import console, default_note, fail, shell_arg, vector_tab
 from evolve.cli.option_flags import option_parameters, with_flags
 from evolve.cli.problem_cmds import load_or_fail
 from evolve.fitness import raw_scores
+from evolve.groups import structured_by
 from evolve.loop import SearchLoop
 from evolve.members import MemberError, MemberSpec, as_options, parse_member
 from evolve.options import invalid_value
@@ -90,6 +91,18 @@ def _live(loop: SearchLoop, done: threading.Event, period_s: float) -> None:
             console.print(line + (f" [{status}]" if status else ""), highlight=False, markup=False)
 
 
+def _structured_line(search: Search) -> str:
+    """Whether answers are held to their shape while sampled (`--structured`), and for which members."""
+    mode = search.loop.options.structured
+    if mode == "off":
+        return "structured sampling: off (--structured off): answers are free text"
+    free = [m.name for m in search.loop.members if not structured_by(m.policy)]
+    if not free:
+        return f"structured sampling: {mode}: every answer is held to its tags and fences while it is sampled"
+    said = ", ".join(free)
+    return f"structured sampling: {mode}, but {said} cannot (only llama.cpp policies can): their answers are free text"
+
+
 def _announce(search: Search, problem: Problem) -> None:
     verb = "resuming" if search.resumed else "starting"
     console.print(f"{verb} run {search.loop.run.id} of {problem.name} in {search.archive.url}", highlight=False)
@@ -109,6 +122,7 @@ def _announce(search: Search, problem: Problem) -> None:
         console.print(f"policy: {who}{policy.name}{how}", highlight=False, markup=False)
         if member.untrainable:
             console.print(f"member {member.name} is not trained: {member.untrainable}", highlight=False, markup=False)
+    console.print(_structured_line(search), highlight=False, markup=False)
     if len(members) > 1:
         options = search.loop.options
         console.print(

@@ -1,0 +1,64 @@
+"""`--structured` reaches the policy: a group asks a policy that holds answers to their shape (StructuredSampling)
+for the shape its prompt asked (m, edit format, the prompt's fence tag), asks one that cannot for free text, and
+`off` asks none; the group's stored sampling says which."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+
+import pytest
+
+from evolve.loop import SearchLoop, run_search
+from policies.answer_grammar import AnswerShape
+from policies.base import Generated
+from sandboxes.process import ProcessSandbox
+from tests.helpers import square_run
+
+ANSWER = "<variant 1>\n```python\ndef solve(x):\n    return x * x + {k}\n```\n</variant 1>\n"
+
+
+class Recording:
+    """Answers with a new program each call and keeps the sampling each call asked for."""
+
+    name, version, max_concurrency = "recording", 0, 1
+
+    def __init__(self) -> None:
+        self.asked: list[AnswerShape | None] = []
+
+    def generate(self, prompt, params, n):  # noqa: ANN001, ANN201 (the Policy protocol)
+        self.asked.append(params.structured)
+        k = len(self.asked)
+        return [Generated(ANSWER.format(k=k * 10 + i), None, None, "stop", 0) for i in range(n)]
+
+    def close(self) -> None:
+        pass
+
+
+class Holding(Recording):
+    structured_formats = ("full", "diff")  # policies.base.StructuredSampling
+
+
+@pytest.mark.parametrize(
+    ("policy_class", "mode", "asked"),
+    [
+        (Holding, "auto", AnswerShape(1, "full", "python")),
+        (Holding, "on", AnswerShape(1, "full", "python")),
+        (Holding, "off", None),
+        (Recording, "auto", None),
+    ],
+)
+def test_a_group_asks_for_the_answer_s_shape_where_the_policy_can_hold_it(tmp_path, policy_class, mode, asked):
+    problem, archive, run, options = square_run(
+        tmp_path, group_size=1, variants=1, max_evaluations=3, max_groups=2, workers=1, structured=mode
+    )
+    policy = policy_class()
+    loop = SearchLoop(problem, archive, policy, ProcessSandbox(slots=1), run, options)
+    try:
+        run_search(loop)
+    finally:
+        loop.sandbox.close()
+        archive.close()
+    assert policy.asked and all(a == asked for a in policy.asked), policy.asked
+    stored = [json.loads(s) for (s,) in sqlite3.connect(tmp_path / "a.db").execute("SELECT sampling FROM completions")]
+    assert [s["structured"] for s in stored] == [None if asked is None else vars(asked)] * len(stored)
