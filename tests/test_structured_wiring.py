@@ -26,7 +26,7 @@ class Recording:
     def __init__(self) -> None:
         self.asked: list[AnswerShape | None] = []
 
-    def generate(self, prompt, params, n):  # noqa: ANN001, ANN201 (the Policy protocol)
+    def generate(self, prompt, params, n):
         self.asked.append(params.structured)
         k = len(self.asked)
         return [Generated(ANSWER.format(k=k * 10 + i), None, None, "stop", 0) for i in range(n)]
