@@ -114,6 +114,7 @@ def square_run(tmp_path: Path, **options: object) -> tuple:
         seed=0,
         stop_when_solved=False,  # the taught answers solve the square problem; these runs go to their budget
         asks="base",  # the tiny model was taught the directed prompt at 0.7: no other ask arm unless a test asks
+        structured="off",  # and to answer in free text: a grammar would change what it writes unless a test asks
     )
     problem = load_problem(write_square_problem(tmp_path / "sq"))
     archive = Archive(tmp_path / "a.db")
