@@ -86,6 +86,14 @@ def test_well_formed_answers_are_taken_whole_and_parse_into_changed_children(boo
     assert refused_at(book, AnswerShape(1, "full", "c"), two_blocks) is None
     two_edits = DIFF.replace("</variant 1>", DIFF.split("\n", 1)[1].replace("x * x", "x ** 2"))
     assert refused_at(book, AnswerShape(1, "diff"), two_edits) is None
+    # the parser reads an indented fence close or divider, fenced code under `diff`, and a doctest line as code
+    indented = FULL.replace("```\n</variant 1>", "    ```\n</variant 1>").replace("=======", "  =======")
+    assert refused_at(book, AnswerShape(2, "full", "python"), indented) is None
+    assert [v.status for v in parse_completion(SQUARE_SEED, indented, 2)] == ["ok", "ok"]
+    rewrite = FULL.split("\n\n<variant 2>")[0]
+    assert refused_at(book, AnswerShape(1, "diff", "python"), rewrite) is None
+    doctest = DIFF.replace("    return x * x\n", "    >>> solve(3)\n    return x * x\n")
+    assert refused_at(book, AnswerShape(1, "diff"), doctest) is None
 
 
 @pytest.mark.parametrize(
@@ -100,10 +108,11 @@ def test_well_formed_answers_are_taken_whole_and_parse_into_changed_children(boo
         (AnswerShape(2, "full", "python"), FULL.replace("</variant 1>\n\n", "</variant 1>\n\n\n"), "\n"),
         (AnswerShape(2, "full", "python"), FULL.replace("```\n</variant 1>\n\n", ""), "t"),
         (AnswerShape(1, "diff"), DIFF.replace("=======\n", ""), ">"),
-        (AnswerShape(1, "diff"), DIFF.replace("<<<<<<< SEARCH\n", "```python\n<<<<<<< SEARCH\n"), "`"),
+        (AnswerShape(1, "diff"), DIFF.replace("=======\n", "    >>>>> REPLACE\n"), ">"),
+        (AnswerShape(1, "diff", "python"), DIFF.replace("<<<<<<< SEARCH\n", "```python\n<<<<<<< SEARCH\n"), "<"),
     ],
     ids=["prose-heading", "tag-without-code", "two-lines-of-idea", "long-idea", "wrong-fence", "tag-inside-fence",
-         "blank-lines", "next-tag-inside-fence", "edit-without-divider", "fenced-edit"],
+         "blank-lines", "next-tag-inside-fence", "edit-without-divider", "indented-marker", "edit-inside-fence"],
 )  # fmt: skip
 def test_the_shapes_the_parser_dropped_are_refused_where_they_go_wrong(book, shape, text, where):
     at = refused_at(book, shape, text)
