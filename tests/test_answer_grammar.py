@@ -37,22 +37,26 @@ DIFF = """<variant 1>
 
 
 @pytest.fixture(scope="module")
-def book(tiny_gguf):
+def llama_vocab(tiny_gguf):
     need_llama()
     from transformers import AutoTokenizer
 
-    from policies.llama_grammar import GrammarBook
     from policies.llama_runtime import llama_module
 
     lib = llama_module()
-    params = lib.llama_model_default_params()
-    model = lib.llama_model_load_from_file(str(tiny_gguf).encode(), params)
-    tokenizer = AutoTokenizer.from_pretrained(tiny_gguf.parent)
-    vocab = lib.llama_model_get_vocab(model)
+    model = lib.llama_model_load_from_file(str(tiny_gguf).encode(), lib.llama_model_default_params())
+    yield lib, lib.llama_model_get_vocab(model), AutoTokenizer.from_pretrained(tiny_gguf.parent)
+    lib.llama_model_free(model)
+
+
+@pytest.fixture(scope="module")
+def book(llama_vocab):
+    from policies.llama_grammar import GrammarBook
+
+    lib, vocab, tokenizer = llama_vocab
     grammars = GrammarBook(lib, vocab, lib.llama_vocab_n_tokens(vocab), {tokenizer.eos_token_id})
     yield grammars, tokenizer
     grammars.close()
-    lib.llama_model_free(model)
 
 
 def refused_at(book, shape: AnswerShape, text: str) -> int | None:
@@ -135,3 +139,23 @@ def test_an_answer_missing_a_variant_may_not_end_and_one_more_is_refused(book):
 def test_a_shape_without_a_grammar_is_refused_when_made(kwargs):
     with pytest.raises(ValueError):
         AnswerShape(**kwargs)
+
+
+def test_an_end_token_is_allowed_only_where_both_the_grammar_and_the_policy_end(llama_vocab):
+    """The tiny model's pad token is no end of generation for llama.cpp: as text ("<|pad|>") a code line may hold
+    it; named as an end of turn by the policy, it would end a row inside its code, so it is refused there."""
+    import numpy as np
+
+    from policies.llama_grammar import GrammarBook
+
+    lib, vocab, tokenizer = llama_vocab
+    pad, eos = tokenizer.pad_token_id, tokenizer.eos_token_id
+    inside_code = FULL[: FULL.index("def solve")]
+    for ends, pad_allowed in (({eos}, True), ({eos, pad}, False)):
+        grammars = GrammarBook(lib, vocab, lib.llama_vocab_n_tokens(vocab), ends)
+        row = grammars.row(answer_gbnf(AnswerShape(2, "full", "python")))
+        for token in tokenizer(inside_code, add_special_tokens=False).input_ids:
+            row.accept(token)
+        assert row.allowed(np.array([pad, eos])).tolist() == [pad_allowed, False]  # no end inside the code
+        row.close()
+        grammars.close()
