@@ -46,11 +46,21 @@ class GrammarBook:
     """The parsed grammars of one model's vocabulary, by GBNF text; `row` hands out a fresh state."""
 
     def __init__(self, lib: Any, vocab: Any, n_vocab: int, eos_ids: Iterable[int]) -> None:
-        self.lib, self.vocab, self.n_vocab = lib, vocab, n_vocab
+        self.lib, self.vocab, self.n_vocab, self.eos_ids = lib, vocab, n_vocab, set(eos_ids)
         self._parsed: dict[str, Any] = {}
-        # An end-of-turn token llama.cpp does not count as end-of-generation would be judged as its text (the
-        # grammar may take "<|eos|>" as code) and end a row inside its answer: it is never allowed.
-        self.never = np.array(sorted(i for i in eos_ids if not lib.llama_vocab_is_eog(vocab, i)), dtype=np.int64)
+        self._never: np.ndarray | None = None
+
+    def never(self) -> np.ndarray:
+        """The ids never allowed: the grammar allows llama.cpp's end-of-generation tokens only once the answer is
+        complete, and the policy ends a row at its own end-of-turn ids, so a token that is one and not the other
+        is refused. An end-of-turn id llama.cpp does not count would be judged as its text ("<|eos|>" as code)
+        and end a row inside its answer; an end-of-generation token the policy does not end at would be taken
+        after a complete answer, again and again, until the row's length. Asked of the whole vocabulary once
+        (0.1-0.4 s), on the first structured call."""
+        if self._never is None:
+            eog = {i for i in range(self.n_vocab) if self.lib.llama_vocab_is_eog(self.vocab, i)}
+            self._never = np.array(sorted(self.eos_ids ^ eog), dtype=np.int64)
+        return self._never
 
     def row(self, gbnf: str) -> RowGrammar:
         template = self._parsed.get(gbnf)
@@ -59,7 +69,7 @@ class GrammarBook:
             if not template:
                 raise PolicyError("llama.cpp could not parse the answer grammar:\n" + gbnf)
             self._parsed[gbnf] = template
-        return RowGrammar(self.lib, self.lib.llama_sampler_clone(template), self.n_vocab, self.never)
+        return RowGrammar(self.lib, self.lib.llama_sampler_clone(template), self.n_vocab, self.never())
 
     def close(self) -> None:
         for template in self._parsed.values():

@@ -37,22 +37,26 @@ DIFF = """<variant 1>
 
 
 @pytest.fixture(scope="module")
-def book(tiny_gguf):
+def llama_vocab(tiny_gguf):
     need_llama()
     from transformers import AutoTokenizer
 
-    from policies.llama_grammar import GrammarBook
     from policies.llama_runtime import llama_module
 
     lib = llama_module()
-    params = lib.llama_model_default_params()
-    model = lib.llama_model_load_from_file(str(tiny_gguf).encode(), params)
-    tokenizer = AutoTokenizer.from_pretrained(tiny_gguf.parent)
-    vocab = lib.llama_model_get_vocab(model)
+    model = lib.llama_model_load_from_file(str(tiny_gguf).encode(), lib.llama_model_default_params())
+    yield lib, lib.llama_model_get_vocab(model), AutoTokenizer.from_pretrained(tiny_gguf.parent)
+    lib.llama_model_free(model)
+
+
+@pytest.fixture(scope="module")
+def book(llama_vocab):
+    from policies.llama_grammar import GrammarBook
+
+    lib, vocab, tokenizer = llama_vocab
     grammars = GrammarBook(lib, vocab, lib.llama_vocab_n_tokens(vocab), {tokenizer.eos_token_id})
     yield grammars, tokenizer
     grammars.close()
-    lib.llama_model_free(model)
 
 
 def refused_at(book, shape: AnswerShape, text: str) -> int | None:
@@ -86,6 +90,14 @@ def test_well_formed_answers_are_taken_whole_and_parse_into_changed_children(boo
     assert refused_at(book, AnswerShape(1, "full", "c"), two_blocks) is None
     two_edits = DIFF.replace("</variant 1>", DIFF.split("\n", 1)[1].replace("x * x", "x ** 2"))
     assert refused_at(book, AnswerShape(1, "diff"), two_edits) is None
+    # the parser reads an indented fence close or divider, fenced code under `diff`, and a doctest line as code
+    indented = FULL.replace("```\n</variant 1>", "    ```\n</variant 1>").replace("=======", "  =======")
+    assert refused_at(book, AnswerShape(2, "full", "python"), indented) is None
+    assert [v.status for v in parse_completion(SQUARE_SEED, indented, 2)] == ["ok", "ok"]
+    rewrite = FULL.split("\n\n<variant 2>")[0]
+    assert refused_at(book, AnswerShape(1, "diff", "python"), rewrite) is None
+    doctest = DIFF.replace("    return x * x\n", "    >>> solve(3)\n    return x * x\n")
+    assert refused_at(book, AnswerShape(1, "diff"), doctest) is None
 
 
 @pytest.mark.parametrize(
@@ -100,10 +112,11 @@ def test_well_formed_answers_are_taken_whole_and_parse_into_changed_children(boo
         (AnswerShape(2, "full", "python"), FULL.replace("</variant 1>\n\n", "</variant 1>\n\n\n"), "\n"),
         (AnswerShape(2, "full", "python"), FULL.replace("```\n</variant 1>\n\n", ""), "t"),
         (AnswerShape(1, "diff"), DIFF.replace("=======\n", ""), ">"),
-        (AnswerShape(1, "diff"), DIFF.replace("<<<<<<< SEARCH\n", "```python\n<<<<<<< SEARCH\n"), "`"),
+        (AnswerShape(1, "diff"), DIFF.replace("=======\n", "    >>>>> REPLACE\n"), ">"),
+        (AnswerShape(1, "diff", "python"), DIFF.replace("<<<<<<< SEARCH\n", "```python\n<<<<<<< SEARCH\n"), "<"),
     ],
     ids=["prose-heading", "tag-without-code", "two-lines-of-idea", "long-idea", "wrong-fence", "tag-inside-fence",
-         "blank-lines", "next-tag-inside-fence", "edit-without-divider", "fenced-edit"],
+         "blank-lines", "next-tag-inside-fence", "edit-without-divider", "indented-marker", "edit-inside-fence"],
 )  # fmt: skip
 def test_the_shapes_the_parser_dropped_are_refused_where_they_go_wrong(book, shape, text, where):
     at = refused_at(book, shape, text)
@@ -126,3 +139,23 @@ def test_an_answer_missing_a_variant_may_not_end_and_one_more_is_refused(book):
 def test_a_shape_without_a_grammar_is_refused_when_made(kwargs):
     with pytest.raises(ValueError):
         AnswerShape(**kwargs)
+
+
+def test_an_end_token_is_allowed_only_where_both_the_grammar_and_the_policy_end(llama_vocab):
+    """The tiny model's pad token is no end of generation for llama.cpp: as text ("<|pad|>") a code line may hold
+    it; named as an end of turn by the policy, it would end a row inside its code, so it is refused there."""
+    import numpy as np
+
+    from policies.llama_grammar import GrammarBook
+
+    lib, vocab, tokenizer = llama_vocab
+    pad, eos = tokenizer.pad_token_id, tokenizer.eos_token_id
+    inside_code = FULL[: FULL.index("def solve")]
+    for ends, pad_allowed in (({eos}, True), ({eos, pad}, False)):
+        grammars = GrammarBook(lib, vocab, lib.llama_vocab_n_tokens(vocab), ends)
+        row = grammars.row(answer_gbnf(AnswerShape(2, "full", "python")))
+        for token in tokenizer(inside_code, add_special_tokens=False).input_ids:
+            row.accept(token)
+        assert row.allowed(np.array([pad, eos])).tolist() == [pad_allowed, False]  # no end inside the code
+        row.close()
+        grammars.close()
