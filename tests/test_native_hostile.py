@@ -26,6 +26,7 @@ from tests.native import assert_known_c_vectors, c_program, write_c_problem
 from tests.services import missing
 
 BUILD_TIMEOUT = 2.0
+FILL_BUILD_TIMEOUT = 20.0
 FAILED = {"c0": 0.0, "c1": 0.0}
 
 NETWORK_HEAD = "#include <arpa/inet.h>\n#include <sys/socket.h>\n"
@@ -89,8 +90,15 @@ def test_a_build_that_loops_is_cut_at_its_own_time_limit(sandbox, problem):
     assert_known_c_vectors(sandbox, problem)
 
 
-def test_a_build_that_fills_the_disk_stops_at_the_scratch_size(sandbox, problem):
-    outcome = sandbox.evaluate(problem, c_program(build=FILL))
+@pytest.fixture(scope="module")
+def roomy_problem(tmp_path_factory):
+    """The same problem with time to fill the scratch: on a loaded machine (the unprivileged CI pass, beside
+    other work) compiling and writing it took past 2 s, and the build ended on its time limit instead."""
+    return load_problem(write_c_problem(tmp_path_factory.mktemp("c"), build_timeout=FILL_BUILD_TIMEOUT))
+
+
+def test_a_build_that_fills_the_disk_stops_at_the_scratch_size(sandbox, problem, roomy_problem):
+    outcome = sandbox.evaluate(roomy_problem, c_program(build=FILL))
     assert outcome.error_kind == ErrorKind.BUILD and outcome.scores == FAILED
     assert "No space left on device" in (outcome.error or ""), outcome.error
     assert_known_c_vectors(sandbox, problem)  # the scratch was emptied: the next builds have room
