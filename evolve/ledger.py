@@ -3,9 +3,10 @@
 The population, the code index (what makes a variant a duplicate), the counters, the evaluation budget, the
 ensemble's record and every stop rule live here. The stages (sampling a group, evaluating a child, writing
 programs) hold none of it: each returns a record of what happened, and the loop, on its own event-loop thread,
-applies that record here (`admit`, `group_stored`, `child_stored`, `incident`, ...) and asks whether another group
-may start (`next_group`) and why the run stops (`control.reason`). Readers elsewhere (the live view, the report)
-read; nothing else writes, so no two writers can interleave and the order of events is the order of `apply` calls.
+applies that record here (`admit`, `group_charged`, `group_queued`, `child_stored`, `incident`, ...) and asks
+whether another group may start (`next_group`) and why the run stops (`control.reason`). Readers elsewhere (the
+live view, the report) read; nothing else writes, so no two writers can interleave and the order of events is the
+order of the loop's calls.
 """
 
 from __future__ import annotations

@@ -268,8 +268,8 @@ def check_given(given: RunOverrides) -> None:
 
 
 def start_search(problem: Problem, given: RunOverrides, db: str | None, run_id: int | None) -> None:
-    """Build (or resume) the search, run it with the live view, report; exit 1 when it stopped on a failure."""
-    check_given(given)
+    """Build (or resume) the search, run it with the live view, report; exit 1 when it stopped on a failure.
+    `given` was checked by the command (`check_given`) before anything was loaded."""
     period_s = line_period_s()  # a bad setting ends the command before the model loads
     try:
         search = build_search(problem, given, db=db, run_id=run_id)
