@@ -127,9 +127,8 @@ def measured(folder: Path, sandbox: str, archive: Archive, wall_s: float, reason
 
 def run_example(folder: Path, sandbox: str, policy: Policy, args: argparse.Namespace, work: Path) -> ExampleRun:
     """One fresh run of `folder` in `sandbox` (yield's run_problem, with no group budget), then its row."""
-    _, _, _, wall_s, _, reason = _yield.run_problem(
-        folder, policy, args.policy, None, args.max_time, args.seed, sandbox, work
-    )
+    done = _yield.run_problem(folder, policy, args.policy, None, args.max_time, args.seed, sandbox, work)
+    wall_s, reason = done.wall_s, done.reason
     archive = Archive(_yield.archive_file(work, load_problem(folder)), create=False)
     try:
         return measured(folder, sandbox, archive, wall_s, reason)

@@ -6,7 +6,12 @@ benchmark and not tuned on) and a folder fresh from `evolve init` (`evolve_init`
 its own defaults, as a new user would run it. Per problem: new valid children per completion and per 1,000
 tokens, the shares of unchanged, duplicate and unparseable variants, and the best scalar relative to the seed's.
 
+With `--compare-structured` each problem runs twice from the same seed, `--structured off` then `on` (the
+answer's shape held by a grammar while sampling; a policy that can, llama.cpp by default), and the last line
+compares the two: unparseable variants, new valid children per 1,000 tokens and tokens per second.
+
 Usage: python -m benchmarks.yield [--groups 6] [--problems roman_numerals,durations] [--max-time 600]
+       python -m benchmarks.yield --compare-structured [--groups 6] [--keep results/yield]
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import sys
 import tempfile
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from rich.console import Console
@@ -23,6 +29,7 @@ from rich.table import Table
 
 from evolve.archive import Archive, summary_yield
 from evolve.fitness import signs
+from evolve.groups import structured_by
 from evolve.loop import SearchLoop, run_search
 from evolve.problem import Problem, load_problem
 from evolve.problem.scaffold import scaffold
@@ -42,7 +49,9 @@ PROBLEM_DIRS = [
 INIT = "evolve_init"  # made by `evolve init` in the work folder at run time
 
 
-def default_options(problem: Problem, groups: int | None, seed: int, policy: str, sandbox: str) -> RunOptions:
+def default_options(
+    problem: Problem, groups: int | None, seed: int, policy: str, sandbox: str, structured: str = "auto"
+) -> RunOptions:
     """What `evolve run PROBLEM` would use, with a group budget (None: none) instead of an evaluation budget."""
     return RunOptions.for_problem(
         problem.config.search,
@@ -52,12 +61,48 @@ def default_options(problem: Problem, groups: int | None, seed: int, policy: str
         policy=policy,
         sandbox=sandbox,
         max_groups=groups,
+        structured=structured,
     )
 
 
 def archive_file(work: Path, problem: Problem) -> Path:
     """Where `run_problem` keeps a problem's archive in its work folder (other benchmarks read it afterwards)."""
     return work / f"{problem.name}.db"
+
+
+@dataclass(frozen=True)
+class ProblemYield:
+    """One fresh run of one problem: its yield, the seed's and the best scalar, and what it cost."""
+
+    name: str
+    yields: Yield
+    seed_scalar: float | None
+    best: float | None
+    wall_s: float
+    groups: int
+    reason: str
+    tokens_per_s: float  # while sampling (the archive's generation seconds), 0 when nothing was sampled
+
+    @property
+    def improved(self) -> bool:
+        return self.seed_scalar is not None and self.best is not None and self.best > self.seed_scalar + 1e-9
+
+    def row(self) -> list[str]:
+        y, seed, best = self.yields, self.seed_scalar, self.best
+        ratio = f"{best / seed:.3f}" if best is not None and seed else "-"
+        return [
+            self.name, str(self.groups), str(y.completions), str(y.tokens), str(y.new_valid),
+            f"{y.per_completion:.2f}", f"{y.per_1k_tokens:.2f}", f"{y.unchanged:.0%}", f"{y.duplicate:.0%}",
+            f"{y.unparseable:.0%}", f"{y.cut_share:.0%}", f"{self.tokens_per_s:.1f}",
+            f"{seed:.4g}" if seed is not None else "-", f"{best:.4g}" if best is not None else "-",
+            ratio + (" +" if self.improved else ""), f"{self.wall_s:.0f}",
+        ]  # fmt: skip
+
+
+COLUMNS = (
+    "problem", "groups", "compl.", "tokens", "new valid", "/compl.", "/1k tok", "unchanged", "duplicate",
+    "unparseable", "cut", "tok/s", "seed", "best", "best/seed", "wall s",
+)  # fmt: skip
 
 
 def run_problem(
@@ -69,11 +114,12 @@ def run_problem(
     seed: int,
     sandbox: str,
     work: Path,
-) -> tuple[Yield, float | None, float | None, float, int, str]:
-    """One fresh run; returns (yield, seed scalar, best scalar, wall seconds, groups, stop reason)."""
+    structured: str = "auto",
+) -> ProblemYield:
+    """One fresh run of `folder` with its own defaults, its archive kept in `work`."""
     problem = load_problem(folder)
     archive = Archive(archive_file(work, problem))
-    options = default_options(problem, groups, seed, policy_spec, sandbox)
+    options = default_options(problem, groups, seed, policy_spec, sandbox, structured)
     run, _ = open_run(archive, problem, options)
     box = make_sandbox(sandbox, workers=options.workers)
     loop = SearchLoop(problem, archive, policy, box, run, options)
@@ -88,14 +134,53 @@ def run_problem(
         box.close()
     wall = time.monotonic() - started
     scored = archive.scored_programs(run.id)
-    seed_scalar = scored[0].scalar if scored else None
     valid = [p.scalar for p in scored if p.error_kind is None and p.scalar is not None]
-    best = max(valid) if valid else None
-    run_row = archive.find_run(run.id)
-    y = summary_yield(archive.summarize(run_row, signs(problem.components)))
-    groups_made = archive.count_groups(run.id)
+    summary = archive.summarize(archive.find_run(run.id), signs(problem.components))
+    out = ProblemYield(
+        name=folder.name,
+        yields=summary_yield(summary),
+        seed_scalar=scored[0].scalar if scored else None,
+        best=max(valid) if valid else None,
+        wall_s=wall,
+        groups=archive.count_groups(run.id),
+        reason=reason,
+        tokens_per_s=float(summary.telemetry.get("tokens_per_s") or 0.0),
+    )
     archive.close()
-    return y, seed_scalar, best, wall, groups_made, reason
+    return out
+
+
+def pooled(runs: list[ProblemYield]) -> Yield:
+    """The runs' yields as one: completions, tokens, children and variant statuses summed."""
+    total = Yield(statuses={})
+    for r in runs:
+        y = r.yields
+        total.completions, total.tokens, total.new_valid = (
+            total.completions + y.completions,
+            total.tokens + y.tokens,
+            total.new_valid + y.new_valid,
+        )
+        total.cut += y.cut
+        total.statuses = {k: total.statuses.get(k, 0) + y.statuses.get(k, 0) for k in {*total.statuses, *y.statuses}}
+    return total
+
+
+def sampling_rate(runs: list[ProblemYield]) -> float:
+    """Tokens per second over all runs (each run's tokens over its sampling seconds), 0 when none sampled."""
+    seconds = sum(r.yields.tokens / r.tokens_per_s for r in runs if r.tokens_per_s)
+    return sum(r.yields.tokens for r in runs) / seconds if seconds else 0.0
+
+
+def comparison_line(off: list[ProblemYield], on: list[ProblemYield]) -> str:
+    """The last line of `--compare-structured`; docs/yield.md quotes it."""
+    y_off, y_on = pooled(off), pooled(on)
+    fewer = [r.name for r in on if r.yields.new_valid < r.yields.completions]
+    return (
+        f"structured unparseable_off={100 * y_off.unparseable:.1f}% unparseable_on={100 * y_on.unparseable:.1f}% "
+        f"children_per_1k_tokens_off={y_off.per_1k_tokens:.2f} children_per_1k_tokens_on={y_on.per_1k_tokens:.2f} "
+        f"tok_s_off={sampling_rate(off):.1f} tok_s_on={sampling_rate(on):.1f} "
+        f"under_one_child_per_completion_on={','.join(fewer) or 'none'}"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -106,10 +191,12 @@ def main(argv: list[str] | None = None) -> int:
         "--max-time", type=float, default=600.0, help="per problem: no group starts after this many seconds"
     )
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--policy", default="transformers:embedded")
+    ap.add_argument("--policy", default=None, help="default transformers:embedded; llama:embedded when comparing")
     ap.add_argument("--sandbox", default="process")
     ap.add_argument("--keep", type=Path, default=None, help="keep the archives in this folder (default: discard)")
+    ap.add_argument("--compare-structured", action="store_true", help="each problem with --structured off, then on")
     args = ap.parse_args(argv)
+    spec = args.policy or ("llama:embedded" if args.compare_structured else "transformers:embedded")
     wanted = [w for w in args.problems.split(",") if w]
     names = [f.name for f in PROBLEM_DIRS] + [INIT]
     unknown = set(wanted) - set(names)
@@ -117,28 +204,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"unknown problems {sorted(unknown)}; choose from {names}", file=sys.stderr)
         return 2
     console = Console(width=None if sys.stdout.isatty() else 200)  # a log keeps the table's columns whole
-    policy = make_policy(args.policy)
-    table = Table(title=f"yield: {args.policy}, {args.groups} groups per problem, seed {args.seed}")
-    for col in (
-        "problem",
-        "groups",
-        "compl.",
-        "tokens",
-        "new valid",
-        "/compl.",
-        "/1k tok",
-        "unchanged",
-        "duplicate",
-        "unparseable",
-        "seed",
-        "best",
-        "best/seed",
-        "wall s",
-    ):
-        table.add_column(col, justify="left" if col == "problem" else "right")
-    total = Yield()
-    improved = 0
-    statuses: dict[str, int] = {}
+    policy = make_policy(spec)
+    if args.compare_structured and not structured_by(policy):
+        print(f"{spec} cannot hold its answers to a grammar; give a policy that can (llama:...)", file=sys.stderr)
+        return 2
+    modes = ("off", "on") if args.compare_structured else ("auto",)
+    runs: dict[str, list[ProblemYield]] = {mode: [] for mode in modes}
     with tempfile.TemporaryDirectory() as tmp:
         work = args.keep or Path(tmp)
         work.mkdir(parents=True, exist_ok=True)
@@ -148,41 +219,29 @@ def main(argv: list[str] | None = None) -> int:
                 scaffold(work / INIT)
             folders.append(work / INIT)
         for folder in folders:
-            y, seed_scalar, best, wall, groups, reason = run_problem(
-                folder, policy, args.policy, args.groups, args.max_time, args.seed, args.sandbox, work
-            )
-            better = seed_scalar is not None and best is not None and best > seed_scalar + 1e-9
-            improved += better
-            ratio = f"{best / seed_scalar:.3f}" if best is not None and seed_scalar else "-"
-            table.add_row(
-                folder.name,
-                str(groups),
-                str(y.completions),
-                str(y.tokens),
-                str(y.new_valid),
-                f"{y.per_completion:.2f}",
-                f"{y.per_1k_tokens:.2f}",
-                f"{y.unchanged:.0%}",
-                f"{y.duplicate:.0%}",
-                f"{y.unparseable:.0%}",
-                f"{seed_scalar:.4g}" if seed_scalar is not None else "-",
-                f"{best:.4g}" if best is not None else "-",
-                ratio + (" +" if better else ""),
-                f"{wall:.0f}",
-            )
-            console.print(f"{folder.name}: {reason}; {y.line()}", highlight=False)
-            total.completions += y.completions
-            total.tokens += y.tokens
-            total.new_valid += y.new_valid
-            for k, v in y.statuses.items():
-                statuses[k] = statuses.get(k, 0) + v
-    total.statuses = statuses
+            for mode in modes:
+                where = work / mode if args.compare_structured else work
+                where.mkdir(exist_ok=True)
+                r = run_problem(folder, policy, spec, args.groups, args.max_time, args.seed, args.sandbox, where, mode)
+                runs[mode].append(r)
+                console.print(f"{folder.name} ({mode}): {r.reason}; {r.yields.line()}", highlight=False)
     policy.close()
-    console.print(table)
-    print(
-        f"yield children_per_completion={total.per_completion:.2f} children_per_1k_tokens={total.per_1k_tokens:.2f} "
-        f"improved={improved}/{len(folders)}"
-    )
+    for mode, done in runs.items():
+        title = f"yield: {spec}, structured {mode}, {args.groups} groups per problem, seed {args.seed}"
+        table = Table(title=title)
+        for col in COLUMNS:
+            table.add_column(col, justify="left" if col == "problem" else "right")
+        for r in done:
+            table.add_row(*r.row())
+        console.print(table)
+        total = pooled(done)
+        improved = sum(r.improved for r in done)
+        print(
+            f"yield structured={mode} children_per_completion={total.per_completion:.2f} "
+            f"children_per_1k_tokens={total.per_1k_tokens:.2f} improved={improved}/{len(done)}"
+        )
+    if args.compare_structured:
+        print(comparison_line(runs["off"], runs["on"]))
     return 0
 
 

@@ -79,6 +79,11 @@ class SampledGroup:
     started: datetime
     tokens: list[int]  # each completion's token count (0 where the policy counts none)
 
+    @property
+    def cut(self) -> int:
+        """Completions that stopped at their token budget rather than at their end."""
+        return sum(g.finish_reason == "length" for g in self.generated)
+
 
 @dataclass(frozen=True)
 class ResumedVariant:

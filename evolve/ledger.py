@@ -104,9 +104,13 @@ class RunLedger:
         """The group of `member` and `arm` is done, stored or not: it no longer counts as in flight."""
         self.ensemble.settled(member, arm)
 
-    def admit(self, parsed: Sequence[Sequence[tuple[ParsedVariant, str | None]]], tokens: Iterable[int]) -> Admitted:
+    def admit(
+        self, parsed: Sequence[Sequence[tuple[ParsedVariant, str | None]]], tokens: Iterable[int], cut: int = 0
+    ) -> Admitted:
         """Each parsed variant's status (a copy of known code is a duplicate) and the group's new children, whose
-        hashes are claimed at once so that a group sampled beside this one sees them as known."""
+        hashes are claimed at once so that a group sampled beside this one sees them as known. `cut`: how many of
+        the completions stopped at their token budget."""
+        self.stats.cut += cut
         rows, new, fresh = [], [], dict[str, None]()
         for completion, count in zip(parsed, tokens, strict=True):
             self.stats.tokens += count

@@ -195,7 +195,7 @@ class SearchLoop:
         if sampled is None:
             return None
         self.ledger.ok("prompt", "sample", "parse")  # at once: a failure of a group beside this one starts afresh
-        admitted = self.ledger.admit(sampled.parsed, sampled.tokens)
+        admitted = self.ledger.admit(sampled.parsed, sampled.tokens, sampled.cut)
         try:
             group = await self.sampler.store(sampled, admitted, member, ask, arm)
         except StageFailure:

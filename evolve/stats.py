@@ -34,6 +34,7 @@ class LoopStats:
     tokens: int = 0
     groups: int = 0
     completions: int = 0  # this session's
+    cut: int = 0  # this session's completions that stopped at their token budget
     new_valid: int = 0  # this session's variants that became new programs evaluated without error
     policy_version: int = 0
     sandbox: str = ""
@@ -69,7 +70,7 @@ class LoopStats:
                 self.best_components[name] = value
 
     def yields(self) -> Yield:
-        return Yield(self.completions, self.tokens, self.new_valid, dict(self.parse))
+        return Yield(self.completions, self.tokens, self.new_valid, dict(self.parse), cut=self.cut)
 
     def summary(self) -> str:
         best = "none" if self.best_scalar is None else f"{self.best_scalar:.6g} (program {self.best_id})"
@@ -114,7 +115,7 @@ class LoopStats:
             "yield",
             f"{y.per_completion:.2f}/completion, {y.per_1k_tokens:.2f}/1k tokens",
             "variants",
-            f"unchanged {y.unchanged:.0%}, duplicate {y.duplicate:.0%}, unparseable {y.unparseable:.0%}",
+            y.variant_shares(),
         )
         if self.ask:
             head.add_row("asking", Text(self.ask), "", "")

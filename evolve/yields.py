@@ -22,6 +22,7 @@ class Yield:
     tokens: int = 0
     new_valid: int = 0  # variants that became a new program which evaluated without error
     statuses: Mapping[str, int] = field(default_factory=dict)
+    cut: int = 0  # completions that stopped at their token budget: their last variant is usually half-written
 
     @property
     def variants(self) -> int:
@@ -51,14 +52,24 @@ class Yield:
     def unparseable(self) -> float:
         return self.share(*UNPARSEABLE)
 
+    @property
+    def cut_share(self) -> float:
+        """Of completions, not variants: a cut completion is one budget decision (`max_new_tokens`) to revisit."""
+        return self.cut / self.completions if self.completions else 0.0
+
+    def variant_shares(self) -> str:
+        return (
+            f"unchanged {self.unchanged:.0%}, duplicate {self.duplicate:.0%}, unparseable {self.unparseable:.0%}; "
+            f"completions cut at the token budget {self.cut_share:.0%}"
+        )
+
     def shares(self) -> str:
         return f"{self.unchanged:.0%} unchanged, {self.duplicate:.0%} duplicate, {self.unparseable:.0%} unparseable"
 
     def line(self) -> str:
         return (
             f"{self.per_completion:.2f} new valid children per completion, {self.per_1k_tokens:.2f} per 1k tokens; "
-            f"variants unchanged {self.unchanged:.0%}, duplicate {self.duplicate:.0%}, "
-            f"unparseable {self.unparseable:.0%}"
+            f"variants {self.variant_shares()}"
         )
 
     def as_dict(self) -> dict[str, float | int]:
@@ -71,4 +82,6 @@ class Yield:
             "unchanged": self.unchanged,
             "duplicate": self.duplicate,
             "unparseable": self.unparseable,
+            "cut": self.cut,
+            "cut_share": self.cut_share,
         }

@@ -32,6 +32,8 @@ def test_yield_from_the_archive_matches_the_live_counters_and_prompts_show_recen
     assert summary.yields == y.as_dict()  # what `evolve inspect --json` prints
     con = sqlite3.connect(tmp_path / "a.db")
     assert y.completions == loop.stats.completions == con.execute("SELECT COUNT(*) FROM completions").fetchone()[0]
+    cut = con.execute("SELECT COUNT(*) FROM completions WHERE finish_reason = 'length'").fetchone()[0]
+    assert y.cut == loop.stats.cut == cut
     assert y.tokens == loop.stats.tokens > 0
     ok_children = con.execute(
         "SELECT COUNT(*) FROM programs p JOIN evaluations e ON e.program_id = p.id "
@@ -92,6 +94,11 @@ def test_barren_groups_try_each_ask_arm_record_it_and_stall_keeping_tokens_and_m
     )
     assert "yield 0 new valid children: 0.00 per completion" in inspect.stdout
     assert "unparseable 100%" in inspect.stdout
+    # noise runs to its 24-token budget: each such completion is counted as cut, live and from the archive
+    cut = con.execute("SELECT COUNT(*) FROM completions WHERE finish_reason = 'length'").fetchone()[0]
+    assert cut == loop.stats.cut == loop.stats.yields().cut > 0
+    assert f"completions cut at the token budget {cut} ({cut / len(rows):.0%})" in inspect.stdout
+    assert f"completions cut at the token budget {cut / len(rows):.0%}" in loop.stats.summary()
     assert "ask hotter: 1 groups (33% of all, 33% of the last 20)" in inspect.stdout
 
 

@@ -31,6 +31,7 @@ class RunSummary:
     evaluations: int = 0
     groups: int = 0
     completions: int = 0
+    cut: int = 0  # completions that stopped at their token budget (finish reason "length")
     variants: dict[str, int] = field(default_factory=dict)
     errors: dict[str, int] = field(default_factory=dict)
     islands: dict[int, int] = field(default_factory=dict)
@@ -55,7 +56,7 @@ class RunSummary:
 def summary_yield(s: RunSummary) -> Yield:
     """The run's yield from its summary's counts: completions, tokens, valid children, variant statuses."""
     tokens, valid = s.telemetry.get("tokens"), s.telemetry.get("valid_children")
-    return Yield(s.completions, int(tokens or 0), int(valid or 0), s.variants)
+    return Yield(s.completions, int(tokens or 0), int(valid or 0), s.variants, cut=s.cut)
 
 
 HEARTBEAT_STALE_S = 60.0  # a `running` run not heard from for this long was killed
@@ -86,7 +87,12 @@ def summarize(s: Session, run: Run, signs: Mapping[str, float], versions: Sequen
     )
     out.programs = s.scalar(select(func.count(Program.id)).where(Program.run_id == run.id)) or 0
     out.groups = s.scalar(select(func.count(Prompt.id)).where(Prompt.run_id == run.id)) or 0
-    out.completions = s.scalar(select(func.count(Completion.id)).join(Prompt).where(Prompt.run_id == run.id)) or 0
+    completions = s.execute(
+        select(func.count(Completion.id), func.count(Completion.id).filter(Completion.finish_reason == "length"))
+        .join(Prompt)
+        .where(Prompt.run_id == run.id)
+    ).one()
+    out.completions, out.cut = completions[0] or 0, completions[1] or 0
     rows = s.execute(
         select(Variant.status, func.count())
         .join(Completion)

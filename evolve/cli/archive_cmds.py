@@ -91,7 +91,8 @@ def inspect(db: DbArg, as_json: Annotated[bool, typer.Option("--json")] = False)
         console.print(
             f"  yield {y['new_valid']} new valid children: {y['per_completion']:.2f} per completion, "
             f"{y['per_1k_tokens']:.2f} per 1k tokens; variants unchanged {y['unchanged']:.0%}, "
-            f"duplicate {y['duplicate']:.0%}, unparseable {y['unparseable']:.0%}",
+            f"duplicate {y['duplicate']:.0%}, unparseable {y['unparseable']:.0%}; "
+            f"completions cut at the token budget {y['cut']} ({y['cut_share']:.0%})",
             highlight=False,
         )
         for row in [*s.members, *s.asks]:

@@ -1,0 +1,60 @@
+"""`benchmarks/yield.py --compare-structured`: each problem sampled twice from one seed, free then held to the
+answer's shape by llama.cpp's grammar (a tiny GGUF made on the spot), and a last line whose figures are those of
+the two archives it kept."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import re
+import sqlite3
+
+import pytest
+
+from evolve.yields import UNPARSEABLE
+
+bench = importlib.import_module("benchmarks.yield")  # `yield` is a keyword
+
+pytestmark = pytest.mark.slow
+
+
+def archive_figures(db) -> tuple[float, float, list]:
+    """Unparseable share, new valid children per 1k tokens and each completion's stored `structured`."""
+    con = sqlite3.connect(db)
+    statuses = dict(con.execute("SELECT status, COUNT(*) FROM variants GROUP BY status").fetchall())
+    bad = sum(statuses.get(s, 0) for s in UNPARSEABLE) / sum(statuses.values())
+    tokens = con.execute("SELECT SUM(tokens) FROM prompts").fetchone()[0]
+    valid = con.execute(
+        "SELECT COUNT(*) FROM programs p JOIN evaluations e ON e.program_id = p.id "
+        "WHERE p.parent_id IS NOT NULL AND e.error_kind IS NULL"
+    ).fetchone()[0]
+    shapes = [json.loads(s)["structured"] for (s,) in con.execute("SELECT sampling FROM completions")]
+    return bad, 1000 * valid / tokens, shapes
+
+
+def test_compare_structured_runs_each_problem_off_then_on_and_reports_the_archives(tmp_path, tiny_gguf, capsys):
+    keep = tmp_path / "kept"
+    argv = ["--compare-structured", "--problems", "minimizer", "--groups", "1", "--policy", f"llama:{tiny_gguf}"]
+    assert bench.main([*argv, "--keep", str(keep)]) == 0
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    figures = dict(re.findall(r"(\w+)=([^ ]+)", last))
+    assert last.startswith("structured ") and set(figures) == {
+        "unparseable_off", "unparseable_on", "children_per_1k_tokens_off", "children_per_1k_tokens_on",
+        "tok_s_off", "tok_s_on", "under_one_child_per_completion_on",
+    }  # fmt: skip
+    off, on = archive_figures(keep / "off" / "minimizer.db"), archive_figures(keep / "on" / "minimizer.db")
+    assert float(figures["unparseable_off"].rstrip("%")) == pytest.approx(100 * off[0], abs=0.05)
+    assert float(figures["unparseable_on"].rstrip("%")) == pytest.approx(100 * on[0], abs=0.05)
+    assert float(figures["children_per_1k_tokens_off"]) == pytest.approx(off[1], abs=0.005)
+    assert float(figures["children_per_1k_tokens_on"]) == pytest.approx(on[1], abs=0.005)
+    assert float(figures["tok_s_off"]) > 0 and float(figures["tok_s_on"]) > 0
+    assert off[2] and all(shape is None for shape in off[2])  # off: free text
+    assert on[2] and all(shape and shape["variants"] >= 1 for shape in on[2])  # on: each row held to a shape
+    # the tiny model writes noise: held to the shape, its variants parse more often than free
+    assert on[0] < off[0]
+
+
+def test_compare_structured_refuses_a_policy_without_a_grammar(tmp_path, tiny_model_dir, capsys):
+    argv = ["--compare-structured", "--problems", "minimizer", "--policy", f"transformers:{tiny_model_dir}"]
+    assert bench.main([*argv, "--keep", str(tmp_path)]) == 2
+    assert "cannot hold its answers to a grammar" in capsys.readouterr().err
