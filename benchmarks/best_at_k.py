@@ -97,6 +97,11 @@ def train(db: Path, method: str, steps: int, policy: str, learning_rate: float, 
     before (an interrupted run of this benchmark resumed with the same `--work`) is not trained again."""
     copy, done = work / f"{method}.db", work / f"{method}.trained"
     if not done.exists():
+        # An interrupted training left its copy's write-ahead log and adapters: SQLite would replay that log onto a
+        # fresh copy (its versions with it) and the policy would get more updates than `steps`. Start clean.
+        for stale in (copy, copy.with_name(copy.name + "-wal"), copy.with_name(copy.name + "-shm")):
+            stale.unlink(missing_ok=True)
+        shutil.rmtree(work / f"{method}.adapters", ignore_errors=True)
         shutil.copy(db, copy)
         command = [sys.executable, "-m", "evolve.cli", "train", str(copy), "--method", method, "--steps", str(steps)]
         command += ["--policy", policy, "--adapters-dir", str(work / f"{method}.adapters")]

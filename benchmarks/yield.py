@@ -50,7 +50,13 @@ INIT = "evolve_init"  # made by `evolve init` in the work folder at run time
 
 
 def default_options(
-    problem: Problem, groups: int | None, seed: int, policy: str, sandbox: str, structured: str = "auto"
+    problem: Problem,
+    groups: int | None,
+    seed: int,
+    policy: str,
+    sandbox: str,
+    structured: str = "auto",
+    others_view: str = "code",
 ) -> RunOptions:
     """What `evolve run PROBLEM` would use, with a group budget (None: none) instead of an evaluation budget."""
     return RunOptions.for_problem(
@@ -62,6 +68,7 @@ def default_options(
         sandbox=sandbox,
         max_groups=groups,
         structured=structured,
+        others_view=others_view,
     )
 
 
@@ -115,11 +122,12 @@ def run_problem(
     sandbox: str,
     work: Path,
     structured: str = "auto",
+    others_view: str = "code",
 ) -> ProblemYield:
     """One fresh run of `folder` with its own defaults, its archive kept in `work`."""
     problem = load_problem(folder)
     archive = Archive(archive_file(work, problem))
-    options = default_options(problem, groups, seed, policy_spec, sandbox, structured)
+    options = default_options(problem, groups, seed, policy_spec, sandbox, structured, others_view)
     run, _ = open_run(archive, problem, options)
     box = make_sandbox(sandbox, workers=options.workers)
     loop = SearchLoop(problem, archive, policy, box, run, options)
@@ -194,6 +202,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--policy", default=None, help="default transformers:embedded; llama:embedded when comparing")
     ap.add_argument("--sandbox", default="process")
     ap.add_argument("--keep", type=Path, default=None, help="keep the archives in this folder (default: discard)")
+    ap.add_argument("--others-view", default="code", choices=("code", "diff"), help="how prompts show other programs")
     ap.add_argument("--compare-structured", action="store_true", help="each problem with --structured off, then on")
     args = ap.parse_args(argv)
     spec = args.policy or ("llama:embedded" if args.compare_structured else "transformers:embedded")
@@ -222,7 +231,18 @@ def main(argv: list[str] | None = None) -> int:
             for mode in modes:
                 where = work / mode if args.compare_structured else work
                 where.mkdir(exist_ok=True)
-                r = run_problem(folder, policy, spec, args.groups, args.max_time, args.seed, args.sandbox, where, mode)
+                r = run_problem(
+                    folder,
+                    policy,
+                    spec,
+                    args.groups,
+                    args.max_time,
+                    args.seed,
+                    args.sandbox,
+                    where,
+                    mode,
+                    args.others_view,
+                )
                 runs[mode].append(r)
                 console.print(f"{folder.name} ({mode}): {r.reason}; {r.yields.line()}", highlight=False)
     policy.close()

@@ -253,6 +253,7 @@ class GroupSampler:
             template=ask.template,
             language=self.problem.config.program.language,
             program_view=self.problem.config.program.prompt_view,
+            others_view=self.options.others_view,
         )
         return Prompted(codes, edit_format, build_prompt(inputs), inputs.fence_tag)
 

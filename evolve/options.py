@@ -20,6 +20,7 @@ from evolve.adapt import ASK_ARMS
 from evolve.bandit import ALLOCATIONS, COST_UNIT
 from evolve.members import EDIT_FORMATS, MemberSpec, members_from
 from evolve.problem.config import SearchSection, TrainingSection
+from evolve.prompts.builder import OTHERS_VIEWS
 from policies.advantages import METHODS as TRAIN_METHODS
 from policies.factory import anchored_spec
 from policies.shaping import NORMALISATIONS
@@ -85,6 +86,12 @@ class RunOptions:
         "hold each answer to the shape the prompt asks for while it is sampled (tags, fences or edits), where the "
         "policy can (llama.cpp's grammars); auto and on: there, off: free text",
         choices=("auto", "on", "off"),
+    )
+    others_view: str = option(
+        "code",
+        "how a prompt shows the other programs and the parent's recent children: code (whole) or diff (only their "
+        "changes from the parent, which a small model cannot paste back as a copy)",
+        choices=OTHERS_VIEWS,
     )
     policy: str = option(DEFAULT_POLICY, "the policy spec", flag=None)  # `--policy` makes members (run_cmd)
     train_every: int = option(0, "update the policy every N groups (0: never)", low=0)

@@ -17,6 +17,7 @@ is what makes the m answers of one completion differ from each other.
 
 from __future__ import annotations
 
+import difflib
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -36,6 +37,9 @@ BUILD_LINES, BUILD_CAP = 12, 900  # a failed build: its compiler's first errors,
 RECENT_CAP = 1200  # characters of one recent attempt shown
 FULL_REWRITE_MAX_LINES = 40  # editable code up to this long is rewritten whole under edit_format "auto"
 TEMPLATES = ("standard", "directed")
+OTHERS_VIEWS = ("code", "diff")  # how other programs and recent children are shown (PromptInputs.others_view)
+DIFF_CONTEXT = 2  # unchanged lines around each change of a diff view
+DIFF_MAX_LINES = 600  # a longer block is shown whole: difflib's time grows faster than its length
 
 # A line's own indentation only (`[^\S\n]`, whitespace but newlines): `^\s*` ran on from every line start over all
 # the blank lines after it, so a program (a child: model output) of 10,000 blank lines took 3 s per prompt.
@@ -71,6 +75,9 @@ class PromptInputs:
     # The code fences' tag ("python", "c", "rust"); None: told from the parent's code (fence_tag)
     language: str | None = None
     program_view: str = "files"  # a program of several files: "files" or "blocks" ([program] prompt_view)
+    # "code": other programs and recent children whole; "diff": only their changes from the parent, which a small
+    # model cannot paste back as its answer (whole programs shown were the largest source of its copies)
+    others_view: str = "code"
 
     @property
     def fence_tag(self) -> str:
@@ -235,13 +242,42 @@ def build_prompt(p: PromptInputs) -> str:
     if p.parent_feedback:
         parts += ["Evaluator feedback:", p.parent_feedback.strip()[:FEEDBACK_CAP]]
     parts += _failures(p)
+    as_diffs = p.others_view == "diff" and not tree
     for i, (code, scores) in enumerate(p.inspirations, 1):
-        parts += [f"# Other program {i}", f"Scores: {_vector(scores)}", _blocks(code, tag)]
+        shown = _changes(p.parent_code, code) if as_diffs else None
+        heading = f"# Other program {i}" + (" (its changes from the current program)" if shown is not None else "")
+        parts += [heading, f"Scores: {_vector(scores)}", _blocks(code, tag) if shown is None else shown]
     if p.recent:
         parts.append("# Recent children of the current program (already tried: do not repeat them)")
-        parts += [_blocks(code, tag, RECENT_CAP) for code in p.recent]
+        for code in p.recent:
+            shown = _changes(p.parent_code, code, RECENT_CAP) if as_diffs else None
+            parts.append(_blocks(code, tag, RECENT_CAP) if shown is None else shown)
     parts += ["# Your answer", _closing(p.variants, fmt, n_blocks, bool(p.recent), tag, tree)]
     return "\n\n".join(parts)
+
+
+def _changes(parent_code: str, code: str, cap: int | None = None) -> str | None:
+    """`code`'s editable blocks as a unified diff against the parent's, in a ```diff fence; None (show it whole)
+    when the two have different blocks (a program whose markers broke) or a block too long for a quick diff."""
+    try:
+        ours, theirs = find_blocks(parent_code), find_blocks(code)
+    except BlockError:
+        return None
+    if len(ours) != len(theirs):
+        return None
+    pairs = [
+        (mine.text.rstrip().splitlines(), other.text.rstrip().splitlines())
+        for mine, other in zip(ours, theirs, strict=True)
+    ]
+    if any(max(len(a), len(b)) > DIFF_MAX_LINES for a, b in pairs):
+        return None
+    hunks = []
+    for k, (mine, other) in enumerate(pairs):
+        body = "\n".join(list(difflib.unified_diff(mine, other, lineterm="", n=DIFF_CONTEXT))[2:])  # no file headers
+        if body:
+            body = body if cap is None or len(body) <= cap else body[:cap] + "\n… (cut)"
+            hunks.append((f"Block {k + 1}:\n" if len(ours) > 1 else "") + f"```diff\n{body}\n```")
+    return "\n".join(hunks) or "(the same editable code as the current program)"
 
 
 def _tree_heading(view: str) -> str:
