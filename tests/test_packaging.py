@@ -25,7 +25,8 @@ from packaging.utils import canonicalize_name
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("evolve", "policies", "sandboxes")
-INSTALLED_EXTRAS = ("model", "report", "postgres", "ray")  # what scripts/setup.sh installs besides dev/embedded
+# what scripts/setup.sh installs besides dev/embedded
+INSTALLED_EXTRAS = ("model", "report", "postgres", "ray", "server")
 OTHER_EXTRAS = ("vllm",)  # the `vllm` extra: only policies/vllm_local.py, inside its functions
 # imported only inside functions, by the modules of extras that setup.sh may lack: vllm, and llama-cpp-python
 # (the `llama` extra: policies/llama_runtime.py; setup.sh builds it and goes on without it when it cannot)

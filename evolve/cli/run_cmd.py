@@ -100,7 +100,10 @@ def _structured_line(search: Search) -> str:
     if not free:
         return f"structured sampling: {mode}: every answer is held to its tags and fences while it is sampled"
     said = ", ".join(free)
-    return f"structured sampling: {mode}, but {said} cannot (only llama.cpp policies can): their answers are free text"
+    return (
+        f"structured sampling: {mode}, but {said} cannot (only llama.cpp policies and servers that take a GBNF "
+        "grammar can): their answers are free text"
+    )
 
 
 def _announce(search: Search, problem: Problem) -> None:
