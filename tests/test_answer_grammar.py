@@ -1,18 +1,17 @@
 """The answer's grammar, run in llama.cpp's own grammar engine over a byte-level vocabulary (one token a
 character): every answer the prompt asks for is accepted and parses into m changed children; the shapes the
-parser dropped (prose headings, a tag with no code, a missing or extra variant, a second line of prose, the
-closing tag inside an open fence) are refused at the character where they go wrong."""
+parser dropped (prose headings, a tag with no code, a missing or extra variant, a line of prose or of code before
+the fence, the closing tag inside an open fence) are refused at the character where they go wrong."""
 
 from __future__ import annotations
 
 import pytest
 
 from evolve.prompts import parse_completion
-from policies.answer_grammar import IDEA_CHARS, AnswerShape, answer_gbnf
+from policies.answer_grammar import AnswerShape, answer_gbnf
 from tests.helpers import SQUARE_SEED, need_llama
 
 FULL = """<variant 1>
-Square it by multiplying.
 ```python
 def solve(x):
     return x * x
@@ -82,8 +81,6 @@ def test_well_formed_answers_are_taken_whole_and_parse_into_changed_children(boo
     for shape, text, m in ((AnswerShape(2, "full", "python"), FULL, 2), (AnswerShape(1, "diff"), DIFF, 1)):
         assert refused_at(book, shape, text) is None
         assert [v.status for v in parse_completion(SQUARE_SEED, text, m)] == ["ok"] * m
-    longest_idea = FULL.replace("Square it by multiplying.", "S" * IDEA_CHARS)
-    assert refused_at(book, AnswerShape(2, "full", "python"), longest_idea) is None
     bare = FULL.replace("```python", "```").split("\n\n<variant 2>")[0]
     assert refused_at(book, AnswerShape(1, "full", ""), bare) is None
     two_blocks = "<variant 1>\n```c\nint a;\n```\n```c\nint b;\n```\n</variant 1>"
@@ -105,8 +102,9 @@ def test_well_formed_answers_are_taken_whole_and_parse_into_changed_children(boo
     [
         (AnswerShape(2, "full", "python"), "### Variant 1\n" + FULL, "#"),
         (AnswerShape(2, "full", "python"), FULL.replace("```python\ndef solve(x):\n    return x * x\n```\n", ""), "<"),
-        (AnswerShape(2, "full", "python"), FULL.replace("Square", "Idea.\nSquare"), "S"),
-        (AnswerShape(2, "full", "python"), FULL.replace("Square it by multiplying.", "S" * (IDEA_CHARS + 1)), "S"),
+        (AnswerShape(2, "full", "python"), FULL.replace("<variant 1>\n", "<variant 1>\nSquare it.\n"), "S"),
+        (AnswerShape(2, "full", "python"), FULL.replace("```python\ndef solve(x):", "def solve(x):\n```python"), "d"),
+        (AnswerShape(1, "diff"), DIFF.replace("<variant 1>\n", "<variant 1>\nAn edit:\n"), "A"),
         (AnswerShape(2, "full", "python"), FULL.replace("```python", "```py\n"), "\n"),
         (AnswerShape(2, "full", "python"), FULL.replace("```\n</variant 1>", "</variant 1>\n```"), "/"),
         (AnswerShape(2, "full", "python"), FULL.replace("</variant 1>\n\n", "</variant 1>\n\n\n"), "\n"),
@@ -115,7 +113,8 @@ def test_well_formed_answers_are_taken_whole_and_parse_into_changed_children(boo
         (AnswerShape(1, "diff"), DIFF.replace("=======\n", "    >>>>> REPLACE\n"), ">"),
         (AnswerShape(1, "diff", "python"), DIFF.replace("<<<<<<< SEARCH\n", "```python\n<<<<<<< SEARCH\n"), "<"),
     ],
-    ids=["prose-heading", "tag-without-code", "two-lines-of-idea", "long-idea", "wrong-fence", "tag-inside-fence",
+    ids=["prose-heading", "tag-without-code", "line-of-idea", "code-before-fence", "idea-before-edit", "wrong-fence",
+         "tag-inside-fence",
          "blank-lines", "next-tag-inside-fence", "edit-without-divider", "indented-marker", "edit-inside-fence"],
 )  # fmt: skip
 def test_the_shapes_the_parser_dropped_are_refused_where_they_go_wrong(book, shape, text, where):
