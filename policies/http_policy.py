@@ -64,7 +64,8 @@ class HttpPolicy:
     ) -> None:
         if flavor not in ("vllm", "openai"):
             raise PolicyError(f"unknown HTTP policy flavor {flavor!r}")
-        self.base_url, self.flavor = base_url.rstrip("/"), flavor
+        # Hosted APIs document their base URL with its `/v1` (https://api.openai.com/v1); the paths below add it.
+        self.base_url, self.flavor = base_url.rstrip("/").removesuffix("/v1"), flavor
         self.api_key = api_key or os.environ.get("EVOLVE_API_KEY") or os.environ.get("OPENAI_API_KEY")
         self.timeout_s, self.max_wait_s = timeout_s, max_wait_s
         self.max_concurrency = concurrency

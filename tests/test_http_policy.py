@@ -96,6 +96,13 @@ def test_openai_flavor_keeps_logprobs_without_token_ids(server):
     assert all(g.token_ids is None and g.logprobs for g in group)
 
 
+@pytest.mark.parametrize("suffix", ["/v1", "/v1/"])
+def test_a_base_url_given_with_its_v1_as_hosted_apis_write_it_reaches_the_same_server(server, suffix):
+    for flavor in ("openai", "vllm"):
+        policy = HttpPolicy(server.url + suffix, server.model_name, flavor=flavor, max_wait_s=5)
+        assert policy.base_url == server.url and len(policy.generate("Square the input.", PARAMS, 2)) == 2
+
+
 def test_whole_run_against_the_server_with_it_down_at_start(tmp_path, tiny_model_dir):
     folder = write_square_problem(tmp_path / "sq")
     port = _free_port()
