@@ -14,8 +14,8 @@ from typing import Any
 import numpy as np
 
 from evolve.archive import RunRecord
+from evolve.archive.report_reads import VersionRow
 from evolve.problem.config import ComponentSpec, FitnessSection, SearchSection
-from evolve.report.queries import VersionRow
 from evolve.selection.population import FeatureSpace
 
 PARETO_SAMPLE = 2000  # background points in the Pareto view

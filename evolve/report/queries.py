@@ -18,8 +18,6 @@ from evolve.archive import Archive
 from evolve.archive.report_reads import ExportRow, VersionRow
 from evolve.filetree import program_diff
 
-__all__ = ["ExportRow", "VersionRow"]  # the rows the aggregation and the CSV take, as the archive gives them
-
 TEXT_LIMIT = 20_000  # per text field of a program's detail: enough to read, bounded for the report's size
 
 
