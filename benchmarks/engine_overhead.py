@@ -15,10 +15,9 @@ from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
-from sqlalchemy import insert
 
 from evolve.archive import Archive, code_hash
-from evolve.archive.models import Evaluation, Program
+from evolve.archive.bulk import load_rows
 from evolve.loop import SearchLoop, run_search
 from evolve.problem import Problem, load_problem
 from evolve.problem.outcome import EvalOutcome
@@ -60,38 +59,30 @@ def completions(count: int, m: int) -> list[str]:
 
 def prefill(archive: Archive, run_id: int, n: int, names: list[str], islands: int) -> None:
     rng = random.Random(1)
-    with archive.engine.begin() as conn:
-        for start in range(0, n, 5000):
-            batch = range(start, min(start + 5000, n))
-            conn.execute(
-                insert(Program),
-                [
-                    dict(
-                        id=i + 1,
-                        run_id=run_id,
-                        code=f"x = {i}\n",
-                        code_hash=code_hash(f"x = {-i - 1}\n"),
-                        parent_id=None,
-                        island=i % islands,
-                        generation=1,
-                    )
-                    for i in batch
-                ],
-            )
-            conn.execute(
-                insert(Evaluation),
-                [
-                    dict(
-                        program_id=i + 1,
-                        scores={c: rng.random() for c in names},
-                        scalar=rng.random(),
-                        error_kind=None,
-                        duration_s=0.0,
-                        sandbox="instant",
-                    )
-                    for i in batch
-                ],
-            )
+    programs = [
+        dict(
+            id=i + 1,
+            run_id=run_id,
+            code=f"x = {i}\n",
+            code_hash=code_hash(f"x = {-i - 1}\n"),
+            parent_id=None,
+            island=i % islands,
+            generation=1,
+        )
+        for i in range(n)
+    ]
+    evaluations = [
+        dict(
+            program_id=i + 1,
+            scores={c: rng.random() for c in names},
+            scalar=rng.random(),
+            error_kind=None,
+            duration_s=0.0,
+            sandbox="instant",
+        )
+        for i in range(n)
+    ]
+    load_rows(archive, [("programs", programs), ("evaluations", evaluations)])
 
 
 def measure(size: int, children: int) -> tuple[float, float]:

@@ -23,10 +23,9 @@ from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
-from sqlalchemy import insert
 
 from evolve.archive import Archive, code_hash
-from evolve.archive.models import Completion, Evaluation, PolicyVersion, Program, Prompt, Variant
+from evolve.archive.bulk import load_rows
 from evolve.problem import load_problem
 from evolve.report.page import write_report
 from evolve.report.server import make_dashboard
@@ -138,16 +137,17 @@ def fill(db: Path, n: int) -> None:
                             program_id=i - 5 + j if j < 6 else None,
                         )
                     )
-    with archive.engine.begin() as conn:
-        for table, rows in (
-            (PolicyVersion, versions),
-            (Program, programs),
-            (Evaluation, evaluations),
-            (Prompt, prompts),
-            (Completion, completions),
-            (Variant, variants),
-        ):
-            conn.execute(insert(table), rows)
+    load_rows(
+        archive,
+        [
+            ("policy_versions", versions),
+            ("programs", programs),
+            ("evaluations", evaluations),
+            ("prompts", prompts),
+            ("completions", completions),
+            ("variants", variants),
+        ],
+    )
     archive.close()
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
-from evolve.archive.models import utcnow
+from evolve.archive.clock import utcnow
 from evolve.children import Child, EvaluationResult
 from evolve.control import StageFailure
 from evolve.problem import Problem

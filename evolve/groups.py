@@ -22,7 +22,7 @@ import numpy as np
 
 from evolve.adapt import Ask
 from evolve.archive import Archive, CompletionRecord, GroupTelemetry, code_hash
-from evolve.archive.models import utcnow
+from evolve.archive.clock import utcnow
 from evolve.archive.records import PendingVariant
 from evolve.children import Admitted, Child, GroupCost, GroupResult
 from evolve.control import StageFailure

@@ -32,11 +32,10 @@ import contextlib
 import signal
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 
 from evolve.adapt import Ask, apply_arm, ask_arms
-from evolve.archive import Archive, code_hash
-from evolve.archive.models import Run
-from evolve.archive.records import RunState
+from evolve.archive import Archive, RunRecord, RunState, code_hash
 from evolve.children import Child, GroupResult
 from evolve.commit import ProgramWriter
 from evolve.control import RunControl, StageFailure
@@ -66,7 +65,7 @@ class SearchLoop:
         archive: Archive,
         policy: Policy,
         sandbox: Sandbox,
-        run: Run,
+        run: RunRecord,
         options: RunOptions,
         train_step: TrainStep | None = None,
         *,
@@ -254,9 +253,9 @@ class SearchLoop:
             raise
         finally:
             with contextlib.suppress(Exception):
-                state = self.ledger.snapshot(stop_reason=self.control.stop_reason(status)).as_json()
+                state = self.ledger.snapshot(stop_reason=self.control.stop_reason(status))
                 self.archive.update_run(self.run.id, status=status, state=state)
-                self.run.state = state
+                self._saved(state)
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.remove_signal_handler(signal.SIGINT)
                 loop.remove_signal_handler(signal.SIGTERM)
@@ -356,15 +355,19 @@ class SearchLoop:
         threaded. A failed write is tried again 5 s later: the committer reports a database that is gone."""
         while True:
             await asyncio.sleep(5.0)
-            state = self.ledger.snapshot().as_json()
+            state = self.ledger.snapshot()
             with contextlib.suppress(Exception):
                 await asyncio.to_thread(self.archive.update_run, self.run.id, state=state)
-                self.run.state = state
+                self._saved(state)
 
     def _save_state(self) -> None:
-        state = self.ledger.snapshot().as_json()
+        state = self.ledger.snapshot()
         self.archive.update_run(self.run.id, state=state)
-        self.run.state = state
+        self._saved(state)
+
+    def _saved(self, state: RunState) -> None:
+        """Keep the run's record in step with what was just written: a loop built on it later resumes from it."""
+        self.run = replace(self.run, state=state.as_json())
 
 
 def run_search(loop: SearchLoop) -> str:

@@ -12,9 +12,7 @@ from dataclasses import asdict, fields, replace
 from datetime import UTC, datetime
 from typing import Any
 
-from evolve.archive import Archive, ArchiveError
-from evolve.archive.models import Run
-from evolve.archive.records import RunState
+from evolve.archive import Archive, ArchiveError, RunRecord, RunState
 from evolve.options import DEFAULT_POLICY, TRAIN_METHODS, RunOptions, RunOverrides, option_default
 from evolve.problem import Problem
 
@@ -36,7 +34,7 @@ class RunMismatch(Exception):
     pass
 
 
-def check_resumable(archive: Archive, problem: Problem, run_id: int | None = None) -> Run | None:
+def check_resumable(archive: Archive, problem: Problem, run_id: int | None = None) -> RunRecord | None:
     """The run of this problem that `evolve run` would resume (the latest, or `run_id`), refusing one made for
     a changed problem."""
     try:
@@ -51,7 +49,7 @@ def check_resumable(archive: Archive, problem: Problem, run_id: int | None = Non
     return run
 
 
-def stored_options(run: Run) -> RunOptions:
+def stored_options(run: RunRecord) -> RunOptions:
     """The options a run was started with (fields unknown to an older archive take their defaults; an older
     archive's empty policy meant the default one)."""
     known = {f.name for f in fields(RunOptions)}
@@ -62,7 +60,7 @@ def stored_options(run: Run) -> RunOptions:
 
 
 def resolve_options(
-    problem: Problem, run: Run | None, overrides: RunOverrides
+    problem: Problem, run: RunRecord | None, overrides: RunOverrides
 ) -> tuple[RunOptions, dict[str, list[Any]]]:
     """A new run: what was given over the problem's `[search]`. A resume: the stored options, with each given
     value that differs as an override. Returns (options, overrides as name → [stored, given])."""
@@ -79,9 +77,9 @@ def open_run(
     problem: Problem,
     options: RunOptions,
     *,
-    run: Run | None = None,
+    run: RunRecord | None = None,
     overrides: Mapping[str, list[Any]] | None = None,
-) -> tuple[Run, bool]:
+) -> tuple[RunRecord, bool]:
     """Resume `run` (default: the latest run of this problem) or start a new one; returns (run, resumed).
 
     A resumed run found `running` was killed (SIGKILL, power loss): it is counted as an interruption."""
@@ -94,9 +92,8 @@ def open_run(
         state = RunState.of(run.state)
         if run.status == "running":
             state = state.updated(interruptions=state.interruptions + 1)
-        archive.update_run(run.id, status="running", config=config, state=state.as_json())
-        run.config, run.state = config, state.as_json()
-        return run, True
+        archive.update_run(run.id, status="running", config=config, state=state)
+        return replace(run, status="running", config=config, state=state.as_json()), True
     config = {
         "problem": problem.config.model_dump(mode="json"),
         "problem_path": str(problem.root),

@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import threading
 
-from sqlalchemy.exc import SQLAlchemyError
-
+from evolve.archive import StorageError
 from evolve.archive.facade import Archive
 from evolve.archive.progress import SamplingSnapshot, publish_sampling
 from policies.base import Policy, ProgressReporting
@@ -43,6 +42,6 @@ def _publish(archive: Archive, run_id: int, snapshot: SamplingSnapshot | None) -
     never stop a run."""
     try:
         publish_sampling(archive, run_id, snapshot)
-    except SQLAlchemyError:
+    except StorageError:
         return False
     return True

@@ -31,8 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from evolve.adapt import AskError, ask_arms
-from evolve.archive import Archive, ArchiveError, archive_url, sqlite_file
-from evolve.archive.models import Run
+from evolve.archive import Archive, ArchiveError, RunRecord, archive_url, sqlite_file
 from evolve.bandit import AllocationError, Allocator
 from evolve.ensemble import COST_UNIT, EnsembleError
 from evolve.loop import SearchLoop, run_search
@@ -165,7 +164,7 @@ def _load_members(opened: contextlib.ExitStack, members: list[MemberSpec], *, sh
 
 
 def _trainers(
-    archive: Archive, run: Run, problem: Problem, options: RunOptions, where: Path, members: MemberPolicies
+    archive: Archive, run: RunRecord, problem: Problem, options: RunOptions, where: Path, members: MemberPolicies
 ) -> None:
     """A training step per trainable member (its adapters in `where`, or `where/NAME` when there are several);
     a member that cannot train says why once. With one member, or none trainable, that is a setup error."""

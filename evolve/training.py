@@ -20,9 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
-from evolve.archive import Archive
+from evolve.archive import Archive, PolicyVersionRecord
 from evolve.archive.group_store import StoredCompletion
-from evolve.archive.models import PolicyVersion, unpack
 from evolve.fitness import oriented_array, oriented_bounds
 from evolve.problem.config import ComponentSpec
 from evolve.yields import COPIES
@@ -35,7 +34,7 @@ class TrainingUnsupported(Exception):
     pass
 
 
-def member_versions(archive: Archive, run_id: int, member: str | None, first: bool = True) -> list[PolicyVersion]:
+def member_versions(archive: Archive, run_id: int, member: str | None, first: bool = True) -> list[PolicyVersionRecord]:
     """A member's version lineage by number (`member` None: every version of the run, as before ensembles);
     rows that name no member are the first member's."""
     return sorted(archive.policy_versions(run_id, member, with_unnamed=first), key=lambda v: v.number)
@@ -82,7 +81,7 @@ def load_batch(
     for prompt in rows.prompts:
         trainable = []
         for c in grouped[prompt.id]:
-            ids, lps = unpack(c.token_ids, "i"), unpack(c.logprobs, "f")
+            ids, lps = c.token_id_list(), c.logprob_list()
             if not ids or not lps or len(ids) != len(lps):
                 batch.skipped["completion without token ids or logprobs"] += 1
                 continue
@@ -152,7 +151,7 @@ class ArchiveTrainer:
         if weights is not None and weights.is_file():
             set_peft_model_state_dict(self.trainer.model, load_file(str(weights), device=str(self.trainer.device)))
 
-    def _versions(self) -> list[PolicyVersion]:
+    def _versions(self) -> list[PolicyVersionRecord]:
         return member_versions(self.archive, self.run_id, self.member, self.first)
 
     def step(self, should_stop: ShouldStop = never) -> UpdateStats:

@@ -70,7 +70,7 @@ def test_migrations_build_exactly_the_models(tmp_path):
     from evolve.archive.models import Base
 
     archive = Archive(tmp_path / "a.db")
-    with archive.engine.connect() as conn:
+    with archive.db.engine.connect() as conn:
         diff = compare_metadata(MigrationContext.configure(conn), Base.metadata)
     archive.close()
     assert diff == []
@@ -78,14 +78,14 @@ def test_migrations_build_exactly_the_models(tmp_path):
 
 def test_fresh_archive_on_any_database_is_at_head(db_url):
     a = Archive(db_url)
-    with a.session() as s:
+    with a.db.session() as s:
         assert s.execute(text("SELECT version_num FROM alembic_version")).scalar() == _script_head()
     a.close()
 
 
 def test_newer_schema_is_refused(db_url):
     a = Archive(db_url)
-    with a.session() as s:
+    with a.db.session() as s:
         s.execute(text("UPDATE alembic_version SET version_num = '9999'"))
     a.close()
     with pytest.raises(ArchiveError, match="newer than this vpo-evolve"):
@@ -151,7 +151,7 @@ def test_group_with_token_blobs_roundtrips(archive):
     assert [(p.slot, p.parent_id, p.completion_text) for p in pending] == [(0, pid, "text")]
     from evolve.archive.models import Completion
 
-    with archive.session() as s:
+    with archive.db.session() as s:
         first = s.get(Completion, 1)
         assert first.token_id_list == [1, 2, 3]
         assert first.logprob_list == [-0.5, -1.25, -2.0]
@@ -248,7 +248,7 @@ def test_a_batch_links_each_variant_to_its_program_or_marks_it_a_duplicate(archi
 def _variant_rows(archive: Archive) -> dict[int, tuple[str, int | None]]:
     from evolve.archive.models import Variant
 
-    with archive.session() as s:
+    with archive.db.session() as s:
         return {v.id: (v.status, v.program_id) for v in s.query(Variant)}
 
 
@@ -276,7 +276,7 @@ def test_two_writers_racing_on_the_same_code_end_with_one_program_and_a_duplicat
             respelled = "y = 2  # the other writer's spelling\n"
             raced.append(store_program(other, run.id, respelled, parent_id=seed, generation=1, evaluation=_eval(7.0)))
 
-    event.listen(archive.engine, "before_cursor_execute", other_writer_first)
+    event.listen(archive.db.engine, "before_cursor_execute", other_writer_first)
     try:
         items = [
             NewProgram("y = 2\n", seed, 0, 1, slots[0], _record(2.0)),
@@ -284,7 +284,7 @@ def test_two_writers_racing_on_the_same_code_end_with_one_program_and_a_duplicat
         ]
         results = archive.add_evaluated_programs(run.id, items)
     finally:
-        event.remove(archive.engine, "before_cursor_execute", other_writer_first)
+        event.remove(archive.db.engine, "before_cursor_execute", other_writer_first)
         other.close()
     [(theirs, made)] = raced
     assert made

@@ -87,8 +87,8 @@ def test_a_failure_streak_ends_when_the_stage_succeeds_not_when_its_group_is_sto
 def test_the_run_state_keeps_keys_it_does_not_name(tmp_path):
     """A state written by an older engine or another tool keeps its other keys through a session's saves."""
     problem, archive, run, options = square_run(tmp_path, max_evaluations=1)
-    archive.update_run(run.id, state={"elapsed_s": 2.5, "ask": "full edits", "note": {"by": "a tool"}})
-    run.state = {"elapsed_s": 2.5, "ask": "full edits", "note": {"by": "a tool"}}
+    archive.update_run(run.id, state=RunState.of({"elapsed_s": 2.5, "ask": "full edits", "note": {"by": "a tool"}}))
+    run = archive.find_run(run.id)
     loop = SearchLoop(problem, archive, Interleaved(threading.Event()), ProcessSandbox(slots=1), run, options)
     try:
         run_search(loop)

@@ -9,8 +9,9 @@ import numpy as np
 from sqlalchemy import update
 
 from evolve.archive import Archive
+from evolve.archive.clock import utcnow
 from evolve.archive.inserts import CompletionRecord, GroupTelemetry
-from evolve.archive.models import Program, Run, utcnow
+from evolve.archive.models import Program, Run
 from evolve.problem import load_problem
 from evolve.report.aggregate import spread
 from evolve.report.build import build_views
@@ -23,7 +24,7 @@ def test_a_slow_groups_tokens_are_spread_over_its_sampling_time(tmp_path: Path) 
     problem = load_problem(write_square_problem(tmp_path / "square"))
     run, _ = open_run(archive, problem, RunOptions.for_problem(problem.config.search, policy="embedded"))
     now = utcnow()
-    with archive.session() as s:  # the run began 300 s ago; its seed is the group's parent
+    with archive.db.session() as s:  # the run began 300 s ago; its seed is the group's parent
         s.execute(update(Run).where(Run.id == run.id).values(created_at=now - timedelta(seconds=300)))
         seed = Program(run_id=run.id, code=problem.seed_code, code_hash="0" * 64, island=0, generation=0)
         s.add(seed)

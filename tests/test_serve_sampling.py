@@ -14,7 +14,8 @@ import pytest
 from sqlalchemy import update
 
 from evolve.archive import Archive
-from evolve.archive.models import SamplingProgressRow, utcnow
+from evolve.archive.clock import utcnow
+from evolve.archive.models import SamplingProgressRow
 from evolve.problem import load_problem
 from evolve.runs import RunOptions, open_run
 from evolve.sampling_feed import feed_sampling
@@ -97,7 +98,7 @@ def test_a_stale_or_stopped_runs_progress_is_not_shown(served) -> None:
     archive, run_id, url = served
     publish_sampling(archive, run_id, SamplingSnapshot(4, 0, 100, 50, 10.0))
     assert "100 tokens" in _line_becomes(url, run_id, lambda s: s != "")
-    with archive.session() as s:  # written a minute ago: the run's process is gone (killed), not sampling
+    with archive.db.session() as s:  # written a minute ago: the run's process is gone (killed), not sampling
         s.execute(update(SamplingProgressRow).values(updated_at=utcnow() - timedelta(seconds=60)))
     _line_becomes(url, run_id, "")
     publish_sampling(archive, run_id, SamplingSnapshot(4, 0, 100, 50, 10.0))

@@ -2,13 +2,14 @@
 
 from evolve.archive.batch import NewProgram
 from evolve.archive.codehash import code_hash, normalize
-from evolve.archive.database import ArchiveError
+from evolve.archive.database import ArchiveError, StorageError
 from evolve.archive.facade import Archive
 from evolve.archive.group_store import GroupRows
 from evolve.archive.inserts import CompletionRecord, GroupTelemetry
 from evolve.archive.lineage import LineageNode
 from evolve.archive.parents import ParentContext
 from evolve.archive.program_store import ScoredProgram
+from evolve.archive.records import PolicyVersionRecord, ProgramRecord, RunRecord, RunState, StoredEvaluation
 from evolve.archive.summary import RunSummary, summary_yield
 from evolve.archive.urls import archive_url, sqlite_file
 
@@ -21,8 +22,14 @@ __all__ = [
     "LineageNode",
     "NewProgram",
     "ParentContext",
+    "PolicyVersionRecord",
+    "ProgramRecord",
+    "RunRecord",
+    "RunState",
     "RunSummary",
     "ScoredProgram",
+    "StorageError",
+    "StoredEvaluation",
     "archive_url",
     "code_hash",
     "normalize",

@@ -19,7 +19,7 @@ from alembic import command
 from alembic.config import Config
 from alembic.script import ScriptDirectory
 from sqlalchemy import Engine, create_engine, event, inspect, text
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import OperationalError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from evolve.archive.urls import ArchiveUrlError, archive_url, display_url, missing_driver_hint, sqlite_file
@@ -30,6 +30,12 @@ MIGRATION_LOCK = 0x6576_6F6C  # "evol": the PostgreSQL advisory lock key held wh
 
 class ArchiveError(Exception):
     """The archive cannot be opened or used; `str()` says what to do."""
+
+
+# What an archive call raises when the database fails under it (gone, locked past the busy timeout, full):
+# named here so that a caller that outlives such a failure (the progress feed) or reports it (the CLI) catches
+# it without importing the database library, which only the archive's modules know.
+StorageError = SQLAlchemyError
 
 
 def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:

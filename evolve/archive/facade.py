@@ -3,17 +3,20 @@
 A facade over small stores that share one `Database`: runs (with incidents and policy versions), programs
 (with evaluations and lineage), groups (prompts, completions, variants), a run's summary, and what a prompt
 shows about a parent. Each store is one file with one job; callers keep one object to pass around and do not
-need to know which store answers. The stores are public too (`archive.programs` ...) for code that wants one.
+need to know which store answers. The stores are public too (`archive.programs` ...) for code that wants one;
+the report's reads are one of them (`archive.report_reads`).
+
+Everything that crosses this boundary is a value: reads come back as records (`records.py`), never rows bound to
+a session, and writes take values. Neither the engine nor a session is handed out, so the archive's modules are
+the only ones that know its tables (an import-linter contract in pyproject.toml holds the rest of the engine to
+it).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
-
-from sqlalchemy.orm import Session
 
 from evolve.archive.arms import arm_rows
 from evolve.archive.batch import NewProgram
@@ -21,10 +24,18 @@ from evolve.archive.database import Database
 from evolve.archive.group_store import GroupRows, GroupStore
 from evolve.archive.inserts import CompletionRecord, GroupTelemetry
 from evolve.archive.lineage import LineageNode
-from evolve.archive.models import Evaluation, PolicyVersion, Program, Run
 from evolve.archive.parents import ParentContext, ParentReads, PromptReads
 from evolve.archive.program_store import HashUpgrade, ProgramStore, ScoredProgram
-from evolve.archive.records import PendingVariant, StoredProgram
+from evolve.archive.records import (
+    PendingVariant,
+    PolicyVersionRecord,
+    ProgramRecord,
+    RunRecord,
+    RunState,
+    StoredEvaluation,
+    StoredProgram,
+)
+from evolve.archive.report_reads import ReportReads
 from evolve.archive.run_store import RunStore
 from evolve.archive.summary import RunSummary, summarize
 
@@ -35,35 +46,38 @@ class Archive:
     def __init__(self, target: str | Path, *, create: bool = True) -> None:
         self.db = Database(target, create=create)
         self.url = self.db.url  # for messages: never shows a password
-        self.engine = self.db.engine
         self.run_store = RunStore(self.db)
         self.programs = ProgramStore(self.db)
         self.groups = GroupStore(self.db)
         self.parents = ParentReads(self.db)
+        self.report_reads = ReportReads(self.db)
 
     def close(self) -> None:
         self.db.close()
 
-    @contextmanager
-    def session(self) -> Iterator[Session]:
-        with self.db.session() as s:
-            yield s
-
     # ---- runs -------------------------------------------------------------------------------------------
     def create_run(
         self, problem_name: str, problem_dir: str, fingerprint: str, config: dict[str, Any], seed: int
-    ) -> Run:
+    ) -> RunRecord:
         return self.run_store.create(problem_name, problem_dir, fingerprint, config, seed)
 
-    def find_run(self, run_id: int | None = None, problem_name: str | None = None) -> Run | None:
+    def find_run(self, run_id: int | None = None, problem_name: str | None = None) -> RunRecord | None:
         """Run `run_id` (an `ArchiveError` when absent), else the latest run, of `problem_name` when given."""
         return self.run_store.find(run_id, problem_name)
 
-    def runs(self) -> Sequence[Run]:
+    def runs(self) -> list[RunRecord]:
         return self.run_store.all()
 
-    def update_run(self, run_id: int, **values: Any) -> None:
-        self.run_store.update(run_id, **values)
+    def update_run(
+        self,
+        run_id: int,
+        *,
+        status: str | None = None,
+        config: dict[str, Any] | None = None,
+        state: RunState | None = None,
+    ) -> None:
+        """Write the run's status, config or state (those given); the record a caller holds is not changed."""
+        self.run_store.update(run_id, status=status, config=config, state=state)
 
     def add_incident(self, run_id: int, stage: str, kind: str, message: str) -> None:
         self.run_store.add_incident(run_id, stage, kind, message)
@@ -93,7 +107,7 @@ class Archive:
 
     def policy_versions(
         self, run_id: int | None = None, member: str | None = None, *, with_unnamed: bool = False
-    ) -> Sequence[PolicyVersion]:
+    ) -> list[PolicyVersionRecord]:
         return self.run_store.policy_versions(run_id, member, with_unnamed=with_unnamed)
 
     # ---- programs, evaluations, lineage ------------------------------------------------------------------
@@ -104,7 +118,8 @@ class Archive:
     def find_program(self, run_id: int, code: str) -> int | None:
         return self.programs.find(run_id, code)
 
-    def program(self, program_id: int) -> Program | None:
+    def program(self, program_id: int) -> ProgramRecord | None:
+        """One program with its full text and its evaluation."""
         return self.programs.get(program_id)
 
     def scored_programs(self, run_id: int) -> list[ScoredProgram]:
@@ -123,7 +138,7 @@ class Archive:
         """Rehash a run stored under an earlier code normalisation (see `ProgramStore.upgrade_code_hashes`)."""
         return self.programs.upgrade_code_hashes(run_id)
 
-    def evaluation_rows(self, run: Run) -> list[tuple[Program, Evaluation]]:
+    def evaluation_rows(self, run: RunRecord) -> list[tuple[ProgramRecord, StoredEvaluation]]:
         return self.programs.evaluation_rows(run)
 
     def lineage(self, program_id: int, limit: int = 50) -> list[LineageNode]:
@@ -173,7 +188,7 @@ class Archive:
         return self.groups.rows_for_training(run_id, version_ids, max_groups)
 
     # ---- a run's summary and best programs ----------------------------------------------------------------
-    def summarize(self, run: Run, signs: Mapping[str, float]) -> RunSummary:
+    def summarize(self, run: RunRecord, signs: Mapping[str, float]) -> RunSummary:
         """Counts, errors, best per component and scalar, telemetry and yield. `signs`: +1 for a component to
         maximise, -1 to minimise (`evolve.fitness.signs`); a component not named is maximised."""
         versions = self.run_store.policy_versions(run.id)
@@ -185,7 +200,7 @@ class Archive:
         with self.db.session() as s:
             return arm_rows(s, run_id, "member") + arm_rows(s, run_id, "ask")
 
-    def best_program(self, run: Run, component: str | None = None, *, sign: float = 1.0) -> Program | None:
+    def best_program(self, run: RunRecord, component: str | None = None, *, sign: float = 1.0) -> ProgramRecord | None:
         """The best by scalar view, or by one component: `sign` -1 when that component is minimised."""
         if component is None:
             return self.programs.best_by_scalar(run)

@@ -12,6 +12,7 @@ from sqlalchemy import func, select, update
 from evolve.archive.database import Database
 from evolve.archive.inserts import CompletionRecord, GroupTelemetry, write_group
 from evolve.archive.models import Completion, Evaluation, Prompt, Variant
+from evolve.archive.packed import unpack
 from evolve.archive.records import PendingVariant
 
 
@@ -23,13 +24,20 @@ class StoredPrompt:
 
 @dataclass(frozen=True)
 class StoredCompletion:
-    """A completion as training reads it: its token ids and logprobs packed as stored (`evolve.archive.unpack`)."""
+    """A completion as training reads it: its token ids and logprobs packed as stored (`packed.py`), unpacked
+    only for the completions training keeps."""
 
     id: int
     prompt_id: int
     token_ids: bytes | None
     logprobs: bytes | None
     temperature: float
+
+    def token_id_list(self) -> list[int] | None:
+        return unpack(self.token_ids, "i")
+
+    def logprob_list(self) -> list[float] | None:
+        return unpack(self.logprobs, "f")
 
 
 @dataclass(frozen=True)

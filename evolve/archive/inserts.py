@@ -14,7 +14,8 @@ from typing import Any
 
 from sqlalchemy import Connection, Table, insert, select
 
-from evolve.archive.models import Completion, Prompt, Variant, pack_floats, pack_ints
+from evolve.archive.models import Completion, Prompt, Variant
+from evolve.archive.packed import pack_floats, pack_ints
 
 PROMPTS: Table = Prompt.__table__  # type: ignore[assignment]
 COMPLETIONS: Table = Completion.__table__  # type: ignore[assignment]

@@ -1,37 +1,20 @@
 """The archive's tables. Every program, prompt, completion and evaluation of a search is kept here.
 
-Token ids and logprobs are packed little-endian arrays (int32 / float32), not JSON: a long run stores
-millions of them and the trainer reads them back in bulk.
+Token ids and logprobs are packed little-endian arrays (int32 / float32, `packed.py`), not JSON: a long run
+stores millions of them and the trainer reads them back in bulk. Only the archive's own modules import these
+classes; everything outside it gets records (`records.py`), never a row bound to a session.
 """
 
 from __future__ import annotations
 
-from array import array
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, ClassVar
 
 from sqlalchemy import JSON, DateTime, Float, ForeignKey, Index, Integer, LargeBinary, String, Text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
-
-def utcnow() -> datetime:
-    return datetime.now(UTC).replace(tzinfo=None)
-
-
-def pack_ints(values: list[int] | None) -> bytes | None:
-    return None if values is None else array("i", values).tobytes()
-
-
-def pack_floats(values: list[float] | None) -> bytes | None:
-    return None if values is None else array("f", values).tobytes()
-
-
-def unpack(data: bytes | None, code: str) -> list[Any] | None:
-    if data is None:
-        return None
-    out = array(code)
-    out.frombytes(data)
-    return out.tolist()
+from evolve.archive.clock import utcnow
+from evolve.archive.packed import unpack
 
 
 class Base(DeclarativeBase):

@@ -11,8 +11,8 @@ from evolve.archive.batch import NewProgram, add_evaluated_programs
 from evolve.archive.codehash import HASH_VERSION, code_hash
 from evolve.archive.database import Database
 from evolve.archive.lineage import LineageNode, ancestry, chain
-from evolve.archive.models import Evaluation, Program, Run
-from evolve.archive.records import StoredProgram
+from evolve.archive.models import Evaluation, Program
+from evolve.archive.records import ProgramRecord, RunRecord, StoredEvaluation, StoredProgram
 from evolve.archive.trees import fill_code, resolve_codes
 
 
@@ -51,14 +51,15 @@ class ProgramStore:
         with self.db.session() as s:
             return s.scalar(select(Program.id).where(Program.run_id == run_id, Program.code_hash == code_hash(code)))
 
-    def get(self, program_id: int) -> Program | None:
-        """One program with its evaluation loaded (readable after the session ends)."""
+    def get(self, program_id: int) -> ProgramRecord | None:
+        """One program with its full text and its evaluation (None when it has none yet)."""
         with self.db.session() as s:
             prog = s.get(Program, program_id)
-            if prog is not None:
-                _ = prog.evaluation
-                fill_code(s, [prog])
-            return prog
+            if prog is None:
+                return None
+            fill_code(s, [prog])
+            ev = prog.evaluation
+            return ProgramRecord.of(prog, None if ev is None else StoredEvaluation.of(ev))
 
     def scored(self, run_id: int) -> list[ScoredProgram]:
         q = (
@@ -126,28 +127,34 @@ class ProgramStore:
                 upgraded += 1
         return HashUpgrade(upgraded, len(stale) - upgraded)
 
-    def evaluation_rows(self, run: Run) -> list[tuple[Program, Evaluation]]:
+    def evaluation_rows(self, run: RunRecord) -> list[tuple[ProgramRecord, StoredEvaluation]]:
+        """Every evaluated program of the run with its evaluation, by program id (one query, codes joined)."""
         with self.db.session() as s:
             rows = s.execute(
                 select(Program, Evaluation).join(Evaluation).where(Program.run_id == run.id).order_by(Program.id)
-            )
-            pairs = [tuple(r) for r in rows]
-            fill_code(s, [program for program, _ in pairs])
-            return pairs  # type: ignore[return-value]
+            ).all()
+            fill_code(s, [program for program, _ in rows])
+            pairs = []
+            for program, ev in rows:
+                stored = StoredEvaluation.of(ev)
+                pairs.append((ProgramRecord.of(program, stored), stored))
+            return pairs
 
-    def best_by_scalar(self, run: Run) -> Program | None:
-        """The successful program with the highest scalar view (the oldest among equals)."""
+    def best_by_scalar(self, run: RunRecord) -> ProgramRecord | None:
+        """The successful program with the highest scalar view (the oldest among equals), with its evaluation."""
         q = (
-            select(Program)
+            select(Program, Evaluation)
             .join(Evaluation)
             .where(Program.run_id == run.id, Evaluation.error_kind.is_(None))
             .order_by(Evaluation.scalar.desc(), Program.id)
             .limit(1)
         )
         with self.db.session() as s:
-            best = s.scalars(q).first()
-            fill_code(s, [best])
-            return best
+            best = s.execute(q).first()
+            if best is None:
+                return None
+            fill_code(s, [best[0]])
+            return ProgramRecord.of(best[0], StoredEvaluation.of(best[1]))
 
     def ancestry(self, program_ids: Iterable[int | None], steps: int = 200) -> list[LineageNode]:
         """The union of the programs' ancestor chains, each at most `steps` parents up (see `lineage.py`)."""

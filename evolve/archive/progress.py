@@ -12,8 +12,9 @@ from dataclasses import asdict, dataclass
 
 from sqlalchemy import insert, select, update
 
+from evolve.archive.clock import utcnow
 from evolve.archive.facade import Archive
-from evolve.archive.models import SamplingProgressRow, utcnow
+from evolve.archive.models import SamplingProgressRow
 
 
 @dataclass(frozen=True)
@@ -50,7 +51,7 @@ def publish_sampling(archive: Archive, run_id: int, snapshot: SamplingSnapshot |
     """One UPDATE (an INSERT the first time); None says that no group is being sampled."""
     data = asdict(snapshot) if snapshot is not None else None
     now = utcnow()
-    with archive.session() as s:
+    with archive.db.session() as s:
         changed = s.execute(
             update(SamplingProgressRow).where(SamplingProgressRow.run_id == run_id).values(data=data, updated_at=now)
         ).rowcount
@@ -60,7 +61,7 @@ def publish_sampling(archive: Archive, run_id: int, snapshot: SamplingSnapshot |
 
 def published_sampling(archive: Archive, run_id: int) -> PublishedSampling | None:
     """The group `run_id` was sampling when it last wrote, or None (between groups, or never published)."""
-    with archive.session() as s:
+    with archive.db.session() as s:
         row = s.execute(
             select(SamplingProgressRow.data, SamplingProgressRow.updated_at).where(SamplingProgressRow.run_id == run_id)
         ).first()

@@ -101,3 +101,99 @@ class RunState:
 
     def updated(self, **changes: Any) -> RunState:
         return replace(self, **changes)
+
+
+def _copied(cls: type[Any], row: Any, **given: Any) -> Any:
+    """A record of `cls` from any object carrying its field names as attributes (inside the archive: an ORM row,
+    read while its session is open); `given` supplies fields the object does not carry as such."""
+    return cls(**{f.name: given[f.name] if f.name in given else getattr(row, f.name) for f in fields(cls)})
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """A run as stored: what it is of, how it was started, how it stands. `state` is the stored JSON value as it
+    is (`RunState.of` reads it); `config` holds the problem's config and the run's options."""
+
+    id: int
+    problem_name: str
+    problem_dir: str
+    problem_fingerprint: str
+    config: dict[str, Any]
+    seed: int
+    status: str
+    state: dict[str, Any]
+    created_at: datetime
+    updated_at: datetime
+
+    @classmethod
+    def of(cls, row: Any) -> RunRecord:
+        return _copied(cls, row)
+
+
+@dataclass(frozen=True)
+class PolicyVersionRecord:
+    """One version of a member's policy: its number in the lineage, the adapter it serves (None: the base
+    model), and the statistics of the update that made it."""
+
+    id: int
+    run_id: int | None
+    number: int
+    base_model: str
+    member: str | None  # None in archives older than ensembles: the run's first member
+    adapter_path: str | None
+    parent_id: int | None
+    train_config: dict[str, Any] | None
+    stats: dict[str, Any] | None
+    created_at: datetime
+
+    @classmethod
+    def of(cls, row: Any) -> PolicyVersionRecord:
+        return _copied(cls, row)
+
+
+@dataclass(frozen=True)
+class StoredEvaluation:
+    """An evaluation as the archive holds it: what was stored (see `EvaluationRecord`), its ids, when it was
+    committed."""
+
+    id: int
+    program_id: int
+    scores: dict[str, Any]
+    scalar: float | None
+    error_kind: str | None
+    error: str | None
+    duration_s: float
+    sandbox: str
+    feedback: str | None
+    stages: list[Any] | None
+    stdout: str | None
+    stderr: str | None
+    case_errors: dict[str, Any] | None
+    started_at: datetime | None
+    finished_at: datetime | None
+    build_s: float | None
+    created_at: datetime
+
+    @classmethod
+    def of(cls, row: Any) -> StoredEvaluation:
+        return _copied(cls, row)
+
+
+@dataclass(frozen=True)
+class ProgramRecord:
+    """A program as stored, with its full text (the files of a program of several files joined,
+    `evolve.filetree`) and its evaluation where one was read with it."""
+
+    id: int
+    run_id: int
+    code: str
+    code_hash: str
+    parent_id: int | None
+    island: int
+    generation: int
+    created_at: datetime
+    evaluation: StoredEvaluation | None = None
+
+    @classmethod
+    def of(cls, row: Any, evaluation: StoredEvaluation | None = None) -> ProgramRecord:
+        return _copied(cls, row, evaluation=evaluation)

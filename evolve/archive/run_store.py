@@ -1,21 +1,27 @@
-"""Runs, their incidents and their policy versions: the rows a run owns beside its programs and groups."""
+"""Runs, their incidents and their policy versions: the rows a run owns beside its programs and groups.
+
+Reads come back as records (`records.py`), copied while the session is open: a caller never holds a row bound
+to a session, so nothing it does to one can write the archive, and what it holds stays readable after close.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import or_, select, update
 
 from evolve.archive.database import ArchiveError, Database
 from evolve.archive.models import Incident, PolicyVersion, Run
+from evolve.archive.records import PolicyVersionRecord, RunRecord, RunState
 
 
 class RunStore:
     def __init__(self, db: Database) -> None:
         self.db = db
 
-    def create(self, problem_name: str, problem_dir: str, fingerprint: str, config: dict[str, Any], seed: int) -> Run:
+    def create(
+        self, problem_name: str, problem_dir: str, fingerprint: str, config: dict[str, Any], seed: int
+    ) -> RunRecord:
         with self.db.session() as s:
             run = Run(
                 problem_name=problem_name,
@@ -27,13 +33,14 @@ class RunStore:
                 state={},
             )
             s.add(run)
-        return run
+            s.flush()
+            return RunRecord.of(run)
 
-    def all(self) -> Sequence[Run]:
+    def all(self) -> list[RunRecord]:
         with self.db.session() as s:
-            return s.scalars(select(Run).order_by(Run.id)).all()
+            return [RunRecord.of(run) for run in s.scalars(select(Run).order_by(Run.id))]
 
-    def find(self, run_id: int | None = None, problem_name: str | None = None) -> Run | None:
+    def find(self, run_id: int | None = None, problem_name: str | None = None) -> RunRecord | None:
         """Run `run_id`; without one, the latest run (of `problem_name` when given), None when there is none.
 
         The one run lookup of the engine: `evolve run` resuming and every command's `--run` go through it, so
@@ -42,7 +49,8 @@ class RunStore:
         """
         if run_id is not None:
             with self.db.session() as s:
-                run = s.get(Run, run_id)
+                row = s.get(Run, run_id)
+                run = None if row is None else RunRecord.of(row)
             if run is None:
                 ids = [r.id for r in self.all()]
                 held = f"runs are {ids}" if ids else "the archive holds no run yet"
@@ -52,11 +60,29 @@ class RunStore:
         if problem_name is not None:
             q = q.where(Run.problem_name == problem_name)
         with self.db.session() as s:
-            return s.scalars(q).first()
+            row = s.scalars(q).first()
+            return None if row is None else RunRecord.of(row)
 
-    def update(self, run_id: int, **values: Any) -> None:
+    def update(
+        self,
+        run_id: int,
+        *,
+        status: str | None = None,
+        config: dict[str, Any] | None = None,
+        state: RunState | None = None,
+    ) -> None:
+        """Write the values given (None: left as stored) in one statement; the run's `updated_at` moves, which
+        is the heartbeat `shown_status` reads."""
+        values: dict[str, Any] = {
+            "status": status,
+            "config": config,
+            "state": None if state is None else state.as_json(),
+        }
+        given = {k: v for k, v in values.items() if v is not None}
+        if not given:
+            return
         with self.db.session() as s:
-            s.execute(update(Run).where(Run.id == run_id).values(**values))
+            s.execute(update(Run).where(Run.id == run_id).values(**given))
 
     def add_incident(self, run_id: int, stage: str, kind: str, message: str) -> None:
         with self.db.session() as s:
@@ -91,7 +117,7 @@ class RunStore:
 
     def policy_versions(
         self, run_id: int | None = None, member: str | None = None, *, with_unnamed: bool = False
-    ) -> Sequence[PolicyVersion]:
+    ) -> list[PolicyVersionRecord]:
         """The run's policy versions; with `member`, that member's lineage only (`with_unnamed`: also the rows
         of archives older than ensembles, which name no member and belong to the run's first one)."""
         q = select(PolicyVersion).order_by(PolicyVersion.id)
@@ -101,4 +127,4 @@ class RunStore:
             named = PolicyVersion.member == member
             q = q.where(or_(named, PolicyVersion.member.is_(None)) if with_unnamed else named)
         with self.db.session() as s:
-            return s.scalars(q).all()
+            return [PolicyVersionRecord.of(v) for v in s.scalars(q)]

@@ -17,8 +17,9 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from evolve.archive.arms import arm_rows
-from evolve.archive.models import Completion, Evaluation, Incident, PolicyVersion, Program, Prompt, Run, Variant, utcnow
-from evolve.archive.records import RunState
+from evolve.archive.clock import utcnow
+from evolve.archive.models import Completion, Evaluation, Incident, Program, Prompt, Variant
+from evolve.archive.records import PolicyVersionRecord, RunRecord, RunState
 from evolve.yields import Yield
 
 
@@ -62,7 +63,7 @@ def summary_yield(s: RunSummary) -> Yield:
 HEARTBEAT_STALE_S = 60.0  # a `running` run not heard from for this long was killed
 
 
-def shown_status(run: Run, now: datetime | None = None) -> str:
+def shown_status(run: RunRecord, now: datetime | None = None) -> str:
     """`running`, unless its heartbeat (saved every few seconds) stopped: then it was killed, `interrupted`."""
     if run.status != "running":
         return run.status
@@ -70,7 +71,9 @@ def shown_status(run: Run, now: datetime | None = None) -> str:
     return "interrupted" if age > HEARTBEAT_STALE_S else "running"
 
 
-def summarize(s: Session, run: Run, signs: Mapping[str, float], versions: Sequence[PolicyVersion]) -> RunSummary:
+def summarize(
+    s: Session, run: RunRecord, signs: Mapping[str, float], versions: Sequence[PolicyVersionRecord]
+) -> RunSummary:
     """`signs`: +1 for a component to maximise, -1 for one to minimise; a component not named is maximised."""
     state = RunState.of(run.state)
     out = RunSummary(
@@ -138,7 +141,7 @@ def summarize(s: Session, run: Run, signs: Mapping[str, float], versions: Sequen
     return out
 
 
-def _incidents_and_telemetry(s: Session, run: Run, out: RunSummary) -> None:
+def _incidents_and_telemetry(s: Session, run: RunRecord, out: RunSummary) -> None:
     incidents = s.execute(
         select(Incident.stage, Incident.kind, func.count())
         .where(Incident.run_id == run.id)

@@ -11,8 +11,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from evolve.archive import Archive, ArchiveError
-from evolve.archive.models import Run
+from evolve.archive import Archive, ArchiveError, RunRecord
 from evolve.cli.common import DbArg, console, duration_text, fail, plain, printable, vector_table
 from evolve.cli.report_cmds import serve, write_html
 from evolve.filetree import TreeError, is_tree, program_diff, write_tree
@@ -31,7 +30,7 @@ def open_archive(db: str) -> Archive:
         fail(str(exc))
 
 
-def pick_run(archive: Archive, run_id: int | None) -> Run:
+def pick_run(archive: Archive, run_id: int | None) -> RunRecord:
     """`--run`, or the latest run; a clear line and exit 1 when there is no such run."""
     try:
         run = archive.find_run(run_id)
@@ -42,7 +41,7 @@ def pick_run(archive: Archive, run_id: int | None) -> Run:
     return run
 
 
-def run_signs(run: Run) -> dict[str, float]:
+def run_signs(run: RunRecord) -> dict[str, float]:
     """Which way is better for each component of a stored run, as the archive's summaries take it."""
     return signs(run_components(run))
 

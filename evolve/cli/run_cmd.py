@@ -13,8 +13,8 @@ from typing import Annotated, Any
 
 import typer
 from rich.live import Live
-from sqlalchemy.exc import SQLAlchemyError
 
+from evolve.archive import StorageError
 from evolve.cli.archive_cmds import open_archive, pick_run
 from evolve.cli.common import console, default_note, fail, shell_arg, vector_table
 from evolve.cli.option_flags import option_parameters, with_flags
@@ -156,7 +156,7 @@ def _run_with_live_view(search: Search, period_s: float) -> str:
     feeder.start()
     try:
         return search.run()
-    except (PolicyError, SQLAlchemyError) as exc:  # everything committed so far stays; the same command resumes
+    except (PolicyError, StorageError) as exc:  # everything committed so far stays; the same command resumes
         done.set()
         fail(f"the run stopped: {exc}; fix that, then run the same command to resume")
     except KeyboardInterrupt:

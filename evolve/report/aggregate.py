@@ -13,9 +13,9 @@ from typing import Any
 
 import numpy as np
 
-from evolve.archive.models import Run
+from evolve.archive import RunRecord
+from evolve.archive.report_reads import VersionRow
 from evolve.problem.config import ComponentSpec, FitnessSection, SearchSection
-from evolve.report.queries import VersionRow
 from evolve.selection.population import FeatureSpace
 
 PARETO_SAMPLE = 2000  # background points in the Pareto view
@@ -24,11 +24,11 @@ TIME_BUCKETS = 60
 STAT_KEYS = ("loss", "clip_fraction", "kl", "set_reward_mean", "set_reward_std", "reward_diversity")
 
 
-def run_components(run: Run) -> list[ComponentSpec]:
+def run_components(run: RunRecord) -> list[ComponentSpec]:
     return list(FitnessSection.model_validate(run.config["problem"]["fitness"]).resolved())
 
 
-def run_search(run: Run) -> SearchSection:
+def run_search(run: RunRecord) -> SearchSection:
     return SearchSection.model_validate(run.config["problem"].get("search", {}))
 
 
@@ -124,7 +124,7 @@ def grid_views(
     scalar: np.ndarray,
     matrix: np.ndarray,
     code_length: np.ndarray,
-    run: Run,
+    run: RunRecord,
     specs: list[ComponentSpec],
 ) -> list[dict[str, Any]]:
     """Each island's MAP-Elites grid: the best scalar per cell among the programs made on that island.

@@ -7,9 +7,7 @@ from datetime import UTC, datetime
 
 import numpy as np
 
-from evolve.archive import Archive
-from evolve.archive.models import Run
-from evolve.archive.records import RunState
+from evolve.archive import Archive, RunRecord, RunState
 from evolve.report import queries
 from evolve.report.aggregate import (
     Views,
@@ -28,7 +26,7 @@ from evolve.report.token_spans import token_spans
 MAX_LINEAGE_ROOTS = 6
 
 
-def build_views(archive: Archive, run: Run) -> Views:
+def build_views(archive: Archive, run: RunRecord) -> Views:
     specs = run_components(run)
     names = [c.name for c in specs]
     cols = queries.evaluation_columns(archive, run.id, names)

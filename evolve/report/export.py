@@ -5,7 +5,7 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
-from evolve.report.queries import ExportRow
+from evolve.archive.report_reads import ExportRow
 
 FIXED = [
     "program_id",

@@ -17,8 +17,7 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 from plotly.offline import get_plotlyjs
 from plotly.utils import PlotlyJSONEncoder
 
-from evolve.archive import Archive
-from evolve.archive.models import Run
+from evolve.archive import Archive, RunRecord
 from evolve.report import queries
 from evolve.report.build import build_views
 from evolve.report.figures import all_figures
@@ -42,7 +41,7 @@ def lineage_payload(archive: Archive, roots: list[int]) -> list[dict[str, Any]]:
     return [asdict(n) for n in archive.ancestry(roots, LINEAGE_STEPS)]
 
 
-def payload(archive: Archive, run: Run, *, with_details: bool) -> dict[str, Any]:
+def payload(archive: Archive, run: RunRecord, *, with_details: bool) -> dict[str, Any]:
     """What the page draws. The self-contained report also carries each lineage node's detail."""
     views = build_views(archive, run)
     nodes = lineage_payload(archive, views.lineage_roots)
@@ -92,5 +91,5 @@ def render(data: dict[str, Any], *, live: bool, run_id: int, refresh_s: float = 
     )
 
 
-def write_report(archive: Archive, run: Run) -> str:
+def write_report(archive: Archive, run: RunRecord) -> str:
     return render(payload(archive, run, with_details=True), live=False, run_id=run.id)

@@ -14,8 +14,7 @@ from flask import Flask, Response, abort, jsonify, request
 from plotly.offline import get_plotlyjs
 from werkzeug.serving import BaseWSGIServer, WSGIRequestHandler, make_server
 
-from evolve.archive import Archive, ArchiveError
-from evolve.archive.models import Run
+from evolve.archive import Archive, ArchiveError, RunRecord
 from evolve.archive.progress import published_sampling
 from evolve.report import queries
 from evolve.report.page import LINEAGE_STEPS, REFRESH_S, payload, render, safe_json
@@ -37,17 +36,17 @@ class PayloadCache:
         self._held: dict[int, tuple[str, dict[str, Any]]] = {}
         self._building: set[int] = set()
 
-    def _build(self, run: Run, key: str) -> dict[str, Any]:
+    def _build(self, run: RunRecord, key: str) -> dict[str, Any]:
         fresh = {**payload(self.archive, run, with_details=False), "key": key}
         with self._lock:
             self._held[run.id] = (key, fresh)
             self._building.discard(run.id)
         return fresh
 
-    def warm(self, run: Run) -> None:
+    def warm(self, run: RunRecord) -> None:
         self._build(run, repr(queries.change_key(self.archive, run.id)))
 
-    def get(self, run: Run) -> dict[str, Any]:
+    def get(self, run: RunRecord) -> dict[str, Any]:
         key = repr(queries.change_key(self.archive, run.id))
         with self._lock:
             held = self._held.get(run.id)
@@ -72,7 +71,7 @@ def create_app(archive: Archive, default_run: int, refresh_s: float = REFRESH_S)
             cache.warm(first)
     plotly_js = get_plotlyjs()
 
-    def chosen_run() -> Run:
+    def chosen_run() -> RunRecord:
         wanted = request.args.get("run", default=default_run, type=int)
         try:
             run = archive.find_run(wanted)

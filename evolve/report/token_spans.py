@@ -10,11 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from sqlalchemy import func, select
 
 from evolve.archive import Archive
-from evolve.archive.models import Completion, Prompt
-from evolve.report.queries import as_text, times
+from evolve.report.queries import times
 
 
 @dataclass(frozen=True)
@@ -25,23 +23,12 @@ class TokenSpans:
 
 
 def token_spans(archive: Archive, run_id: int) -> TokenSpans:
-    q = (
-        select(
-            as_text(Completion.created_at),
-            func.coalesce(func.length(Completion.token_ids), 0) / 4,
-            as_text(Prompt.started_at),
-            Prompt.generation_s,
-        )
-        .join(Prompt, Prompt.id == Completion.prompt_id)
-        .where(Prompt.run_id == run_id)
-    )
-    with archive.engine.connect() as conn:
-        rows = conn.execute(q).all()
-    stored = times([r[0] for r in rows])
-    started = times([r[2] for r in rows])
-    seconds = np.array([np.nan if r[3] is None else float(r[3]) for r in rows], dtype=float)
+    rows = archive.report_reads.token_rows(run_id)
+    stored = times(rows.completed_at)
+    started = times(rows.started_at)
+    seconds = np.array([np.nan if s is None else float(s) for s in rows.generation_s], dtype=float)
     known = ~np.isnat(started) & ~np.isnan(seconds)
     sampled = np.where(known, np.nan_to_num(seconds) * 1e6, 0).astype("timedelta64[us]")
     end = np.where(known, started + sampled, stored)
     start = np.where(known, started, end)
-    return TokenSpans(start, end, np.array([int(r[1]) for r in rows], dtype=float))
+    return TokenSpans(start, end, np.array(rows.tokens, dtype=float))
