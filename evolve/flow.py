@@ -88,7 +88,6 @@ class ChildFlow:
                 batch.append(self.results.get_nowait())
             try:
                 await self.commit(batch)
-                self.ledger.ok("commit")
             except Exception as exc:
                 self.ledger.release(len(batch))
                 note_incident(self.ledger, self.archive, self.run_id, StageFailure("commit", exc))
@@ -99,5 +98,4 @@ class ChildFlow:
 
     async def commit(self, batch: list[EvaluationResult]) -> None:
         """Write the batch on a worker thread, then apply what became of each child to the ledger, here."""
-        for stored in await asyncio.to_thread(self.writer.write, batch):
-            self.ledger.child_stored(stored)
+        self.ledger.committed(await asyncio.to_thread(self.writer.write, batch))

@@ -32,14 +32,12 @@ from evolve.fitness import raw_scores
 from evolve.policy_calls import PolicyMember
 from evolve.problem import Problem
 from evolve.prompts import (
+    Composed,
     ParsedVariant,
     ParseInterrupted,
     PromptInputs,
-    build_prompt,
-    completion_budget,
-    completion_stop,
+    compose,
     parse_completion,
-    resolve_edit_format,
 )
 from evolve.runs import RunOptions
 from evolve.selection import Member, Population, Selector, pick_parent
@@ -52,12 +50,23 @@ RECENT_CHILDREN = 2  # newest children of the parent shown in its prompt, so tha
 
 @dataclass(frozen=True)
 class Prompted:
-    """A group's prompt with what it was made of: the codes shown (by program id) and the edit format asked."""
+    """A group's prompt with what it was made of: the codes shown (by program id), and what it asks (`Composed`:
+    the text, the edit format resolved for the parent, the fences' tag and the answer's bounds)."""
 
     codes: dict[int, str]
-    edit_format: str  # resolved for this parent: diff | full
-    text: str
-    fence: str = ""  # the code fences' tag the prompt asks for
+    asked: Composed
+
+    @property
+    def text(self) -> str:
+        return self.asked.text
+
+    @property
+    def edit_format(self) -> str:
+        return self.asked.edit_format
+
+    @property
+    def fence(self) -> str:
+        return self.asked.fence
 
 
 @dataclass(frozen=True)
@@ -78,11 +87,7 @@ class SampledGroup:
     generation_s: float
     started: datetime
     tokens: list[int]  # each completion's token count (0 where the policy counts none)
-
-    @property
-    def cut(self) -> int:
-        """Completions that stopped at their token budget rather than at their end."""
-        return sum(g.finish_reason == "length" for g in self.generated)
+    cut: int  # completions that stopped at their token budget rather than at their end
 
 
 @dataclass(frozen=True)
@@ -171,6 +176,7 @@ class GroupSampler:
             generation_s,
             started,
             tokens,
+            sum(g.finish_reason == "length" for g in group),
         )
 
     async def store(
@@ -237,7 +243,6 @@ class GroupSampler:
         by `sample`) so that the event loop goes on meanwhile."""
         reads = self.archive.prompt_reads(parent.id, [i.id for i in inspirations], RECENT_FAILURES, RECENT_CHILDREN)
         codes, context = reads.codes, reads.context
-        edit_format = resolve_edit_format(ask.edit_format, codes[parent.id])
         inputs = PromptInputs(
             self.problem.config.description,
             codes[parent.id],
@@ -245,7 +250,7 @@ class GroupSampler:
             context.feedback,
             [(codes[i.id], self._scores_of(i)) for i in inspirations],
             self.options.variants,
-            edit_format,
+            ask.edit_format,
             parent_stderr=context.stderr,
             parent_case_errors=context.case_errors,
             recent_failures=reads.recent_failures,
@@ -255,7 +260,7 @@ class GroupSampler:
             program_view=self.problem.config.program.prompt_view,
             others_view=self.options.others_view,
         )
-        return Prompted(codes, edit_format, build_prompt(inputs), inputs.fence_tag)
+        return Prompted(codes, compose(inputs, self.options.max_new_tokens, self.options.fit_tokens_to_code))
 
     def resumed(self) -> Iterator[ResumedVariant | StageFailure]:
         """On resume: the stored variants whose evaluations never landed, parsed again (an unreadable one comes as
@@ -289,20 +294,18 @@ class GroupSampler:
     def _params(
         self, rng: np.random.Generator, ask: Ask, prompted: Prompted, parent_code: str, formats: tuple[str, ...]
     ) -> SamplingParams:
-        """The group's sampling: its ask, a token budget fitted to the parent, and, with `--structured` on or auto
-        and a policy that can (`formats`: the edit formats it holds answers to), the answer's shape."""
-        m, edit_format = self.options.variants, prompted.edit_format
-        budget = self.options.max_new_tokens
-        if self.options.fit_tokens_to_code:
-            budget = completion_budget(parent_code, m, edit_format, budget)
-        shaped = self.options.structured != "off" and edit_format in formats and not is_tree(parent_code)
+        """The group's sampling: its ask, the answer's bounds (a token budget fitted to the parent, stop strings),
+        and, with `--structured` on or auto and a policy that can (`formats`: the edit formats it holds answers
+        to), the answer's shape."""
+        m, asked = self.options.variants, prompted.asked
+        shaped = self.options.structured != "off" and asked.edit_format in formats and not is_tree(parent_code)
         return SamplingParams(
             ask.temperature,
             ask.top_p,
-            budget,
+            asked.max_new_tokens,
             int(rng.integers(2**31)),
-            stop=completion_stop(m),
-            structured=AnswerShape(m, edit_format, prompted.fence) if shaped else None,
+            stop=asked.stop,
+            structured=AnswerShape(m, asked.edit_format, asked.fence) if shaped else None,
         )
 
 

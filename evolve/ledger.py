@@ -3,7 +3,7 @@
 The population, the code index (what makes a variant a duplicate), the counters, the evaluation budget, the
 ensemble's record and every stop rule live here. The stages (sampling a group, evaluating a child, writing
 programs) hold none of it: each returns a record of what happened, and the loop, on its own event-loop thread,
-applies that record here (`admit`, `group_charged`, `group_queued`, `child_stored`, `incident`, ...) and asks
+applies that record here (`admit`, `group_charged`, `group_queued`, `committed`, `incident`, ...) and asks
 whether another group may start (`next_group`) and why the run stops (`control.reason`). Readers elsewhere (the
 live view, the report) read; nothing else writes, so no two writers can interleave and the order of events is the
 order of the loop's calls.
@@ -109,7 +109,9 @@ class RunLedger:
     ) -> Admitted:
         """Each parsed variant's status (a copy of known code is a duplicate) and the group's new children, whose
         hashes are claimed at once so that a group sampled beside this one sees them as known. `cut`: how many of
-        the completions stopped at their token budget."""
+        the completions stopped at their token budget. The group was prompted, sampled and parsed: those stages'
+        failure streaks end at once (a failure of a group sampled beside this one starts afresh)."""
+        self.ok("prompt", "sample", "parse")
         self.stats.cut += cut
         rows, new, fresh = [], [], dict[str, None]()
         for completion, count in zip(parsed, tokens, strict=True):
@@ -144,7 +146,9 @@ class RunLedger:
         self._unqueued(-len(admitted.new))
 
     def group_charged(self, group: GroupResult) -> None:
-        """A group is stored: the ensemble charges its member and ask what it cost and records what it wrote."""
+        """A group is stored (the store stage's failure streak ends): the ensemble charges its member and ask what
+        it cost and records what it wrote."""
+        self.ok("store")
         cost = group.cost
         self.ensemble.sampled(group.member, group.ask, cost.completions, cost.tokens, cost.seconds, group.statuses)
         self.stats.policy_version = group.policy_version
@@ -193,6 +197,12 @@ class RunLedger:
     def seed_claimed(self, seed: Child) -> None:
         self.known.claim([seed.digest])
         self.control.reserve(force=True)
+
+    def committed(self, batch: Sequence[StoredChild]) -> None:
+        """A batch of scored children is committed (the commit stage's failure streak ends): each applied."""
+        self.ok("commit")
+        for stored in batch:
+            self.child_stored(stored)
 
     def child_stored(self, stored: StoredChild) -> None:
         """A scored child's program row is committed: the population, the counters, the member and ask that wrote

@@ -193,14 +193,12 @@ class SearchLoop:
         sampled = await self.sampler.sample(index, member, ask, self.ledger.population)
         if sampled is None:
             return None
-        self.ledger.ok("prompt", "sample", "parse")  # at once: a failure of a group beside this one starts afresh
         admitted = self.ledger.admit(sampled.parsed, sampled.tokens, sampled.cut)
         try:
             group = await self.sampler.store(sampled, admitted, member, ask, arm)
         except StageFailure:
             self.ledger.store_failed(admitted)
             raise
-        self.ledger.ok("store")
         self.ledger.group_charged(group)  # before its children queue: the other generators' choices see its cost
         for child in group.children:
             await self.flow.put(child)

@@ -2,10 +2,12 @@
 
 from evolve.prompts.builder import (
     TEMPLATES,
+    Composed,
     PromptInputs,
     build_prompt,
     completion_budget,
     completion_stop,
+    compose,
     resolve_edit_format,
 )
 from evolve.prompts.parse_limits import ParseInterrupted
@@ -13,12 +15,14 @@ from evolve.prompts.parser import ParsedVariant, parse_completion
 
 __all__ = [
     "TEMPLATES",
+    "Composed",
     "ParseInterrupted",
     "ParsedVariant",
     "PromptInputs",
     "build_prompt",
     "completion_budget",
     "completion_stop",
+    "compose",
     "parse_completion",
     "resolve_edit_format",
 ]

@@ -222,6 +222,26 @@ def _closing(m: int, edit_format: str, n_blocks: int, has_recent: bool, tag: str
     return " ".join(lines)
 
 
+@dataclass(frozen=True)
+class Composed:
+    """A group's ask as one record: the prompt, the edit format it asks for (resolved for the parent), its fences'
+    tag, and the bounds of an answer (its token budget and stop strings)."""
+
+    text: str
+    edit_format: str  # diff | full
+    fence: str
+    max_new_tokens: int
+    stop: tuple[str, ...]
+
+
+def compose(p: PromptInputs, ceiling: int, fit_tokens: bool = True) -> Composed:
+    """The prompt of `p` and what bounds its answer: `ceiling` tokens (the problem's max_new_tokens), fitted to
+    the parent's code when `fit_tokens` (`completion_budget`)."""
+    fmt = resolve_edit_format(p.edit_format, p.parent_code)
+    budget = completion_budget(p.parent_code, p.variants, fmt, ceiling) if fit_tokens else ceiling
+    return Composed(build_prompt(p), fmt, p.fence_tag, budget, completion_stop(p.variants))
+
+
 def build_prompt(p: PromptInputs) -> str:
     fmt = resolve_edit_format(p.edit_format, p.parent_code)
     n_blocks = len(_safe_blocks(p.parent_code))
