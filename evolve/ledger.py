@@ -199,10 +199,11 @@ class RunLedger:
         self.control.reserve(force=True)
 
     def committed(self, batch: Sequence[StoredChild]) -> None:
-        """A batch of scored children is committed (the commit stage's failure streak ends): each applied."""
-        self.ok("commit")
+        """A batch of scored children is committed: each applied, then the commit stage's failure streak ends (not
+        before: a batch whose application fails is a commit failure, and the same one repeated stops the run)."""
         for stored in batch:
             self.child_stored(stored)
+        self.ok("commit")
 
     def child_stored(self, stored: StoredChild) -> None:
         """A scored child's program row is committed: the population, the counters, the member and ask that wrote

@@ -253,7 +253,7 @@ class SearchLoop:
             with contextlib.suppress(Exception):
                 state = self.ledger.snapshot(stop_reason=self.control.stop_reason(status))
                 self.archive.update_run(self.run.id, status=status, state=state)
-                self._saved(state)
+                self._saved(state, status)
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.remove_signal_handler(signal.SIGINT)
                 loop.remove_signal_handler(signal.SIGTERM)
@@ -363,9 +363,10 @@ class SearchLoop:
         self.archive.update_run(self.run.id, state=state)
         self._saved(state)
 
-    def _saved(self, state: RunState) -> None:
-        """Keep the run's record in step with what was just written: a loop built on it later resumes from it."""
-        self.run = replace(self.run, state=state.as_json())
+    def _saved(self, state: RunState, status: str | None = None) -> None:
+        """Keep the run's record in step with what was just written: a loop built on it later resumes from it (a
+        record left `running` after a clean end would count a kill that never happened)."""
+        self.run = replace(self.run, state=state.as_json(), status=status or self.run.status)
 
 
 def run_search(loop: SearchLoop) -> str:

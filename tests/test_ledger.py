@@ -4,10 +4,13 @@ not when its whole group is stored, and the run's typed state keeps what it does
 from __future__ import annotations
 
 import threading
+from dataclasses import replace
 
 from evolve.archive.records import RunState
 from evolve.loop import SearchLoop, run_search
+from evolve.runs import open_run
 from policies.base import Generated
+from policies.replay import ReplayPolicy
 from sandboxes.process import ProcessSandbox
 from tests.helpers import square_run
 
@@ -99,3 +102,52 @@ def test_the_run_state_keeps_keys_it_does_not_name(tmp_path):
     finally:
         loop.sandbox.close()
         archive.close()
+
+
+def _answer(k: int) -> str:
+    return f"<variant 1>\n```python\ndef solve(x):\n    return x * x + {k}\n```\n</variant 1>\n"
+
+
+def _session(problem, archive, run, options, answers: int = 40) -> SearchLoop:
+    policy = ReplayPolicy([_answer(k) for k in range(answers)])
+    loop = SearchLoop(problem, archive, policy, ProcessSandbox(slots=1), run, options)
+    try:
+        run_search(loop)
+    finally:
+        loop.sandbox.close()
+    return loop
+
+
+def test_a_stored_batch_that_never_applies_is_a_commit_failure_repeated_and_stops_the_run(tmp_path):
+    problem, archive, run, options = square_run(
+        tmp_path, group_size=1, variants=1, max_evaluations=50, max_groups=12, workers=1, max_failures=3
+    )
+    loop = SearchLoop(problem, archive, ReplayPolicy([_answer(k) for k in range(40)]), ProcessSandbox(1), run, options)
+    applied = loop.ledger.child_stored
+
+    def broken(stored):  # the batch is in the archive; applying its children to the ledger fails, every time
+        if stored.child.parent_id is None:
+            return applied(stored)  # the seed lands as usual
+        raise RuntimeError("cannot apply a stored child")
+
+    loop.ledger.child_stored = broken  # type: ignore[method-assign]
+    try:
+        reason = run_search(loop)
+    finally:
+        loop.sandbox.close()
+        archive.close()
+    assert reason.startswith("stopped: 3 commit failures in a row (RuntimeError"), (reason, loop.stats.incidents)
+
+
+def test_a_session_that_ended_cleanly_leaves_a_record_that_resumes_without_a_kill_counted(tmp_path):
+    problem, archive, run, options = square_run(tmp_path, group_size=1, variants=1, max_evaluations=3, workers=1)
+    first = _session(problem, archive, run, options)
+    assert first.run.status == archive.find_run(run.id).status != "running"
+    more = replace(options, max_evaluations=5)
+    resumed, _ = open_run(archive, problem, more, run=first.run)
+    second = _session(problem, archive, resumed, more)
+    assert second.run.status == archive.find_run(run.id).status != "running"
+    open_run(archive, problem, replace(more, max_evaluations=7), run=second.run)
+    interruptions = RunState.of(archive.find_run(run.id).state).interruptions
+    archive.close()
+    assert interruptions == 0
