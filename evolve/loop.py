@@ -80,7 +80,7 @@ class SearchLoop:
         specs = options.members()
         self.bases = {spec.name: self._base_ask(spec) for spec in specs}
         asks = [a for a in ask_arms(options.asks) if any(apply_arm(a, b) != b for b in self.bases.values())]
-        state = RunState.of(run.state)
+        state = run.state
         ensemble = Ensemble(
             specs,
             ["base", *asks],
@@ -366,7 +366,7 @@ class SearchLoop:
     def _saved(self, state: RunState, status: str | None = None) -> None:
         """Keep the run's record in step with what was just written: a loop built on it later resumes from it (a
         record left `running` after a clean end would count a kill that never happened)."""
-        self.run = replace(self.run, state=state.as_json(), status=status or self.run.status)
+        self.run = replace(self.run, state=state, status=status or self.run.status)
 
 
 def run_search(loop: SearchLoop) -> str:

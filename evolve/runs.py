@@ -12,7 +12,7 @@ from dataclasses import asdict, fields, replace
 from datetime import UTC, datetime
 from typing import Any
 
-from evolve.archive import Archive, ArchiveError, RunRecord, RunState
+from evolve.archive import Archive, ArchiveError, RunRecord
 from evolve.options import DEFAULT_POLICY, TRAIN_METHODS, RunOptions, RunOverrides, option_default
 from evolve.problem import Problem
 
@@ -89,11 +89,11 @@ def open_run(
         if overrides:
             stamp = datetime.now(UTC).isoformat(timespec="seconds")
             config["overrides"] = [*run.config.get("overrides", []), {"at": stamp, "changes": dict(overrides)}]
-        state = RunState.of(run.state)
+        state = run.state
         if run.status == "running":
             state = state.updated(interruptions=state.interruptions + 1)
         archive.update_run(run.id, status="running", config=config, state=state)
-        return replace(run, status="running", config=config, state=state.as_json()), True
+        return replace(run, status="running", config=config, state=state), True
     config = {
         "problem": problem.config.model_dump(mode="json"),
         "problem_path": str(problem.root),

@@ -171,7 +171,7 @@ def test_records_cannot_be_changed_and_the_run_is_written_through_values(stored)
     archive.update_run(other.id, status="stopped", state=RunState(elapsed_s=3.0, stop_reason="asked"))
     again = archive.find_run(other.id)
     assert again is not None and again.status == "stopped" and again.config == {"a": 1}
-    assert RunState.of(again.state).elapsed_s == 3.0 and again.state["stop_reason"] == "asked"
+    assert again.state.elapsed_s == 3.0 and again.state.stop_reason == "asked"
     assert other.status == "running"  # what the caller held is as it was read
 
 

@@ -3,6 +3,8 @@ not when its whole group is stored, and the run's typed state keeps what it does
 
 from __future__ import annotations
 
+import json
+import sqlite3
 import threading
 from dataclasses import replace
 
@@ -95,7 +97,8 @@ def test_the_run_state_keeps_keys_it_does_not_name(tmp_path):
     loop = SearchLoop(problem, archive, Interleaved(threading.Event()), ProcessSandbox(slots=1), run, options)
     try:
         run_search(loop)
-        saved = archive.find_run(run.id, problem.name).state
+        saved = json.loads(sqlite3.connect(tmp_path / "a.db").execute("SELECT state FROM runs").fetchone()[0])
+        assert archive.find_run(run.id).state == RunState.of(saved)
         assert saved["ask"] == "full edits" and saved["note"] == {"by": "a tool"}
         assert saved["elapsed_s"] > 2.5 and saved["stop_reason"] == "evaluation budget reached"
         assert RunState.of(saved).as_json() == saved
@@ -148,6 +151,6 @@ def test_a_session_that_ended_cleanly_leaves_a_record_that_resumes_without_a_kil
     second = _session(problem, archive, resumed, more)
     assert second.run.status == archive.find_run(run.id).status != "running"
     open_run(archive, problem, replace(more, max_evaluations=7), run=second.run)
-    interruptions = RunState.of(archive.find_run(run.id).state).interruptions
+    interruptions = archive.find_run(run.id).state.interruptions
     archive.close()
     assert interruptions == 0

@@ -111,8 +111,8 @@ def _copied(cls: type[Any], row: Any, **given: Any) -> Any:
 
 @dataclass(frozen=True)
 class RunRecord:
-    """A run as stored: what it is of, how it was started, how it stands. `state` is the stored JSON value as it
-    is (`RunState.of` reads it); `config` holds the problem's config and the run's options."""
+    """A run as stored: what it is of, how it was started, how it stands (`state`, the typed record of its stored
+    JSON value); `config` holds the problem's config and the run's options."""
 
     id: int
     problem_name: str
@@ -121,13 +121,13 @@ class RunRecord:
     config: dict[str, Any]
     seed: int
     status: str
-    state: dict[str, Any]
+    state: RunState
     created_at: datetime
     updated_at: datetime
 
     @classmethod
     def of(cls, row: Any) -> RunRecord:
-        return _copied(cls, row)
+        return _copied(cls, row, state=RunState.of(row.state))
 
 
 @dataclass(frozen=True)

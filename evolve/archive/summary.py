@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session
 from evolve.archive.arms import arm_rows
 from evolve.archive.clock import utcnow
 from evolve.archive.models import Completion, Evaluation, Incident, Program, Prompt, Variant
-from evolve.archive.records import PolicyVersionRecord, RunRecord, RunState
+from evolve.archive.records import PolicyVersionRecord, RunRecord
 from evolve.yields import Yield
 
 
@@ -75,7 +75,7 @@ def summarize(
     s: Session, run: RunRecord, signs: Mapping[str, float], versions: Sequence[PolicyVersionRecord]
 ) -> RunSummary:
     """`signs`: +1 for a component to maximise, -1 for one to minimise; a component not named is maximised."""
-    state = RunState.of(run.state)
+    state = run.state
     out = RunSummary(
         run.id,
         run.problem_name,

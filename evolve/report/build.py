@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 
 import numpy as np
 
-from evolve.archive import Archive, RunRecord, RunState
+from evolve.archive import Archive, RunRecord
 from evolve.report import queries
 from evolve.report.aggregate import (
     Views,
@@ -71,7 +71,7 @@ def build_views(archive: Archive, run: RunRecord) -> Views:
         "best_id": progress["all"].ids[-1] if progress["all"].ids else None,
         "variants": dict(Counter(statuses)),
         "completions": len(tokens),
-        "elapsed_s": RunState.of(run.state).elapsed_s if run.state.get("elapsed_s") is not None else t_end,
+        "elapsed_s": run.state.elapsed_s or t_end,
         "generated_at": datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC"),
     }
     return Views(
