@@ -147,7 +147,8 @@ def run_arm(folder: Path, arm: str, seed: int, s: ArmSettings, work: Path, held_
     work.mkdir(parents=True, exist_ok=True)
     archive = Archive(work / "arm.db")
     options = arm_options(problem, arm, seed, s)
-    run, resumed = open_run(archive, problem, options)
+    opened = open_run(archive, problem, options)
+    run, resumed = opened.run, opened.resumed
     policy = make_policy(s.policy)
     if resumed:  # the sampler serves the newest version again; ArchiveTrainer takes its weights up itself
         restore_latest_adapter(archive, run.id, policy)
@@ -209,7 +210,7 @@ def held_out_best(policy: Policy, folder: Path, seed: int, s: ArmSettings, work:
         max_groups=s.held_out_groups,
         stop_when_solved=False,
     )
-    run, _ = open_run(archive, problem, options)
+    run = open_run(archive, problem, options).run
     sandbox = make_sandbox("process", workers=s.workers)
     run_search(SearchLoop(problem, archive, policy, sandbox, run, options))
     sandbox.close()

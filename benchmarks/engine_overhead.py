@@ -91,7 +91,7 @@ def measure(size: int, children: int) -> tuple[float, float]:
     problem = load_problem(write_problem(folder / "p", seed=SEED))
     archive = Archive(folder / "a.db")
     options = RunOptions(workers=2, group_size=4, variants=3, max_evaluations=size + children, edit_format="full")
-    run, _ = open_run(archive, problem, options)
+    run = open_run(archive, problem, options).run
     prefill(archive, run.id, size, problem.component_names, problem.config.search.islands)
     loop = SearchLoop(problem, archive, ReplayPolicy(completions(children, 3)), InstantSandbox(), run, options)
     spent: dict[str, float] = {}

@@ -92,7 +92,7 @@ def run_arm(
         stall_groups=0,
         sandbox="process",
     )
-    run, _ = open_run(archive, problem, options)
+    run = open_run(archive, problem, options).run
     box = make_sandbox("process", workers=options.workers)
     loop = SearchLoop(problem, archive, policy, box, run, options)
     # No group starts after the time is up; the one being sampled finishes and every queued child is scored. (The

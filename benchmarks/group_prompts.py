@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass
 
 from evolve.problem import load_problem
-from evolve.prompts.builder import PromptInputs, build_prompt, resolve_edit_format
+from evolve.prompts.builder import PromptInputs, ShownProgram, build_prompt, resolve_edit_format
 
 VARIANTS = 3
 
@@ -55,7 +55,7 @@ def group_asks(problem_dir: str, groups: int, edit_format: str = "full") -> list
         draw = random.Random(k)  # per-case scores of 0 or 1, as a problem scored per hidden case has
         scores = {name: float(draw.random() < 0.3 + 0.1 * k) for name in names}
         met = [seed, *(child_of(seed, j) for j in range(1, k))][-2:]
-        inspirations = [(code, {name: 0.5 for name in names}) for code in (met if k else [seed, seed])]
+        inspirations = [ShownProgram(code, {name: 0.5 for name in names}) for code in (met if k else [seed, seed])]
         inputs = PromptInputs(problem.config.description, parent, scores, None, inspirations, VARIANTS, edit_format)
         asks.append(GroupAsk(build_prompt(inputs), parent, resolve_edit_format(edit_format, parent), inputs.fence_tag))
     return asks

@@ -67,7 +67,7 @@ def rate(url: str, slots: int, delay: float, evaluations: int) -> tuple[float, f
     problem = load_problem(write_problem(folder / "p", seed=SEED))
     archive = Archive(url)
     options = RunOptions(workers=slots, group_size=8, variants=4, max_evaluations=evaluations, edit_format="full")
-    run, _ = open_run(archive, problem, options)
+    run = open_run(archive, problem, options).run
     policy = ReplayPolicy(completions(evaluations // 4 + 64, 4))
     loop = SearchLoop(problem, archive, policy, SleepSandbox(delay), run, options)
     t0, cpu0 = time.perf_counter(), time.process_time()

@@ -42,7 +42,7 @@ from evolve.archive import Archive
 from evolve.fitness import scalar_view
 from evolve.loop import SearchLoop, run_search
 from evolve.problem import Problem, load_problem
-from evolve.prompts import PromptInputs, build_prompt, completion_stop, parse_completion
+from evolve.prompts import PromptInputs, ShownProgram, build_prompt, completion_stop, parse_completion
 from evolve.runs import RunOptions, open_run
 from evolve.training import ArchiveTrainer
 from policies.base import SamplingParams
@@ -151,9 +151,7 @@ def write_problem(root: Path, task: Task) -> Problem:
     return load_problem(root)
 
 
-def prompt(
-    task: Task, parent: str, scores: dict[str, float], feedback: str | None, others: list[tuple[str, dict]]
-) -> str:
+def prompt(task: Task, parent: str, scores: dict[str, float], feedback: str | None, others: list[ShownProgram]) -> str:
     return build_prompt(PromptInputs(task.description, program(parent), scores, feedback, others, VARIANTS, "full"))
 
 
@@ -164,7 +162,9 @@ def teaching_pairs(task: Task) -> list[tuple[str, str]]:
     for i, parent in enumerate(parents):
         scores = {f"c{j}": round(((i + j) % 3) / 3, 3) for j in range(n)}
         feedback = None if i == 0 else "\n".join(f"c{j}: solve({x}) = {i + x}" for j, x in enumerate(task.inputs))
-        others = [(program(parents[(i + k) % len(parents)]), {"c0": 1.0, "c1": 0.2}) for k in range(1, 1 + i % 3)]
+        others = [
+            ShownProgram(program(parents[(i + k) % len(parents)]), {"c0": 1.0, "c1": 0.2}) for k in range(1, 1 + i % 3)
+        ]
         prompts.append(prompt(task, parent, scores, feedback, others))
     pairs = []
     for i, answers in enumerate(task.taught):
@@ -242,7 +242,7 @@ def run_arm(
         train_every=train_every if arm != "none" else 0,
         train_method=arm if arm != "none" else "vpo",
     )
-    run, _ = open_run(archive, problem, options)
+    run = open_run(archive, problem, options).run
     policy = TransformersPolicy.load(str(model_dir))
     sandbox = ProcessSandbox(slots=2)
     step = None

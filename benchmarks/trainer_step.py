@@ -152,7 +152,7 @@ def embedded(policy_spec: str, group_size: int, max_new_tokens: int, groups: int
     )
     work = Path(tempfile.mkdtemp(prefix="trainer-step-"))
     archive = Archive(work / "step.db")
-    run, _ = open_run(archive, problem, options)
+    run = open_run(archive, problem, options).run
     policy = make_policy(policy_spec)
     sandbox = make_sandbox("process", workers=1)
     config = replace(  # versions_back=0: each update learns from the group just sampled, and from it alone

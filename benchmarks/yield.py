@@ -128,7 +128,7 @@ def run_problem(
     problem = load_problem(folder)
     archive = Archive(archive_file(work, problem))
     options = default_options(problem, groups, seed, policy_spec, sandbox, structured, others_view)
-    run, _ = open_run(archive, problem, options)
+    run = open_run(archive, problem, options).run
     box = make_sandbox(sandbox, workers=options.workers)
     loop = SearchLoop(problem, archive, policy, box, run, options)
     started = time.monotonic()

@@ -12,8 +12,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
+from evolve.archive import ScoredProgram
 from evolve.archive.records import VariantRow
 from evolve.problem.outcome import EvalOutcome
+from evolve.prompts import ParsedVariant
 from evolve.selection import Member
 
 
@@ -30,6 +32,23 @@ class Child:
     member: str = ""  # the ensemble member and ask arm whose group wrote it (credited when it lands)
     ask: str = ""
     parent_scalar: float | None = None  # what it must beat to count as an improvement
+
+
+@dataclass(frozen=True)
+class HashedVariant:
+    """One variant as parsed, with its code's normalised hash (None when it parsed into no code): what the ledger
+    reads to tell a new child from a copy."""
+
+    variant: ParsedVariant
+    digest: str | None
+
+
+@dataclass(frozen=True)
+class ScoredRun:
+    """What a session starts from: the run's scored programs and its code index (normalised hash → program id)."""
+
+    programs: list[ScoredProgram]
+    code_index: dict[str, int]
 
 
 @dataclass(frozen=True)

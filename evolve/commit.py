@@ -9,9 +9,8 @@ from collections.abc import Sequence
 
 from evolve.archive import Archive
 from evolve.archive.batch import NewProgram
-from evolve.archive.program_store import ScoredProgram
 from evolve.archive.records import EvaluationRecord
-from evolve.children import EvaluationResult, StoredChild
+from evolve.children import EvaluationResult, ScoredRun, StoredChild
 from evolve.fitness import scalar_view
 from evolve.problem import Problem
 from evolve.problem.config import ComponentSpec
@@ -51,11 +50,11 @@ class ProgramWriter:
     def __init__(self, problem: Problem, archive: Archive, run_id: int) -> None:
         self.problem, self.archive, self.run_id = problem, archive, run_id
 
-    def replay(self) -> tuple[list[ScoredProgram], dict[str, int]]:
+    def replay(self) -> ScoredRun:
         """The run's scored programs and its code index, a run stored by an earlier normalisation hashed as now."""
         rows = self.archive.scored_programs(self.run_id)
         self.archive.upgrade_code_hashes(self.run_id)
-        return rows, self.archive.code_hashes(self.run_id)
+        return ScoredRun(rows, self.archive.code_hashes(self.run_id))
 
     def write(self, batch: Sequence[EvaluationResult]) -> list[StoredChild]:
         """The rows (built here, off the event loop) and what became of each once the batch is committed."""

@@ -24,7 +24,7 @@ from evolve.adapt import Ask
 from evolve.archive import Archive, CompletionRecord, GroupTelemetry, code_hash
 from evolve.archive.clock import utcnow
 from evolve.archive.records import PendingVariant
-from evolve.children import Admitted, Child, GroupCost, GroupResult
+from evolve.children import Admitted, Child, GroupCost, GroupResult, HashedVariant
 from evolve.control import StageFailure
 from evolve.ensemble import estimated_tokens
 from evolve.filetree import is_tree
@@ -33,9 +33,9 @@ from evolve.policy_calls import PolicyMember
 from evolve.problem import Problem
 from evolve.prompts import (
     Composed,
-    ParsedVariant,
     ParseInterrupted,
     PromptInputs,
+    ShownProgram,
     compose,
     parse_completion,
 )
@@ -83,7 +83,7 @@ class SampledGroup:
     version_id: int  # the serving version's row: completions of an unknown version point to it
     version: int  # and its number
     generated: list[Generated]
-    parsed: list[list[tuple[ParsedVariant, str | None]]]  # each completion's variants with their code hashes
+    parsed: list[list[HashedVariant]]  # each completion's variants with their code hashes
     generation_s: float
     started: datetime
     tokens: list[int]  # each completion's token count (0 where the policy counts none)
@@ -104,14 +104,14 @@ class ResumedVariant:
 
 def parse_texts(
     parent_code: str, texts: list[str], m: int, stop: Callable[[], bool] | None = None
-) -> list[list[tuple[ParsedVariant, str | None]]]:
+) -> list[list[HashedVariant]]:
     """Each completion's variants with the normalised hash of each parsed child: the group's CPU-heavy part,
     pure so that it runs off the event loop (on a worker thread). `stop` (the run's interrupt flag) ends it with
     `ParseInterrupted` within one check of the parser's deadline."""
     out = []
     for text in texts:
         variants = parse_completion(parent_code, text, m, stop=stop)
-        out.append([(v, None if v.code is None else code_hash(v.code)) for v in variants])
+        out.append([HashedVariant(v, None if v.code is None else code_hash(v.code)) for v in variants])
     return out
 
 
@@ -248,7 +248,7 @@ class GroupSampler:
             codes[parent.id],
             self._scores_of(parent),
             context.feedback,
-            [(codes[i.id], self._scores_of(i)) for i in inspirations],
+            [ShownProgram(codes[i.id], self._scores_of(i)) for i in inspirations],
             self.options.variants,
             ask.edit_format,
             parent_stderr=context.stderr,

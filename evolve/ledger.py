@@ -16,14 +16,12 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from evolve.archive import code_hash
-from evolve.archive.program_store import ScoredProgram
 from evolve.archive.records import RunState, VariantRow
-from evolve.children import Admitted, Child, GroupResult, KnownCode, NewVariant, StoredChild
+from evolve.children import Admitted, Child, GroupResult, HashedVariant, KnownCode, NewVariant, ScoredRun, StoredChild
 from evolve.control import RunControl, StageFailure
 from evolve.ensemble import Choice, Ensemble
 from evolve.fitness import oriented_by_name, raw_scores, signs, solved
 from evolve.problem import Problem
-from evolve.prompts import ParsedVariant
 from evolve.runs import RunOptions
 from evolve.selection import Member, Population
 from evolve.stats import LoopStats
@@ -104,9 +102,7 @@ class RunLedger:
         """The group of `member` and `arm` is done, stored or not: it no longer counts as in flight."""
         self.ensemble.settled(member, arm)
 
-    def admit(
-        self, parsed: Sequence[Sequence[tuple[ParsedVariant, str | None]]], tokens: Iterable[int], cut: int = 0
-    ) -> Admitted:
+    def admit(self, parsed: Sequence[Sequence[HashedVariant]], tokens: Iterable[int], cut: int = 0) -> Admitted:
         """Each parsed variant's status (a copy of known code is a duplicate) and the group's new children, whose
         hashes are claimed at once so that a group sampled beside this one sees them as known. `cut`: how many of
         the completions stopped at their token budget. The group was prompted, sampled and parsed: those stages'
@@ -118,7 +114,8 @@ class RunLedger:
             self.stats.tokens += count
             self.stats.completions += 1
             row = []
-            for variant, digest in completion:
+            for hashed in completion:
+                variant, digest = hashed.variant, hashed.digest
                 status, program_id = variant.status, None
                 if variant.code is not None and digest is not None:
                     if digest in self.known or digest in fresh:
@@ -182,16 +179,16 @@ class RunLedger:
     def release(self, count: int = 1) -> None:
         self.control.release(count)
 
-    def replay(self, rows: Iterable[ScoredProgram], hashes: dict[str, int]) -> None:
+    def replay(self, scored: ScoredRun) -> None:
         """The archive's programs, at the start of a session: population, code index, counters, budget."""
-        for row in rows:
+        for row in scored.programs:
             ok = row.error_kind is None and row.scalar is not None
             member = self.population.member(
                 row.id, row.island, row.generation, row.scores, row.scalar or 0.0, row.code_length
             )
             self.population.add(member if ok else None)
             self._count(member, row.error_kind)
-        self.known.load(hashes)
+        self.known.load(scored.code_index)
         self.control.start_from(self.stats.evaluations)
 
     def seed_claimed(self, seed: Child) -> None:

@@ -259,7 +259,7 @@ class SearchLoop:
                 loop.remove_signal_handler(signal.SIGTERM)
 
     async def _run_session(self) -> str:
-        self.ledger.replay(*self.writer.replay())
+        self.ledger.replay(self.writer.replay())
         self.stats.groups = self.ledger.groups_started = self.archive.count_groups(self.run.id)
         tasks = [asyncio.create_task(self.flow.evaluate()) for _ in range(self.options.workers)]
         tasks += [asyncio.create_task(t) for t in (self.flow.commit_landed(), self._save_elapsed(), self._watch_time())]

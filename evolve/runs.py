@@ -8,7 +8,7 @@ explicitly on resume overrides its stored value, and each override is recorded w
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, fields, replace
+from dataclasses import asdict, dataclass, fields, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -59,17 +59,32 @@ def stored_options(run: RunRecord) -> RunOptions:
     return RunOptions(**raw)
 
 
-def resolve_options(
-    problem: Problem, run: RunRecord | None, overrides: RunOverrides
-) -> tuple[RunOptions, dict[str, list[Any]]]:
+@dataclass(frozen=True)
+class ResolvedOptions:
+    """The options a session runs with, and the given values that changed a stored run's (name → [stored, given])."""
+
+    options: RunOptions
+    changes: dict[str, list[Any]]
+
+
+@dataclass(frozen=True)
+class OpenedRun:
+    """The run a session goes on with, and whether it was resumed (False: made now)."""
+
+    run: RunRecord
+    resumed: bool
+
+
+def resolve_options(problem: Problem, run: RunRecord | None, overrides: RunOverrides) -> ResolvedOptions:
     """A new run: what was given over the problem's `[search]`. A resume: the stored options, with each given
-    value that differs as an override. Returns (options, overrides as name → [stored, given])."""
+    value that differs as an override."""
     chosen = overrides.given()
     if run is None:
-        return RunOptions.for_problem(problem.config.search, problem.config.training, root=problem.root, **chosen), {}
+        new = RunOptions.for_problem(problem.config.search, problem.config.training, root=problem.root, **chosen)
+        return ResolvedOptions(new, {})
     stored = stored_options(run)
     changes = {k: [getattr(stored, k), v] for k, v in chosen.items() if getattr(stored, k) != v}
-    return replace(stored, **{k: new for k, (_old, new) in changes.items()}), changes
+    return ResolvedOptions(replace(stored, **{k: new for k, (_old, new) in changes.items()}), changes)
 
 
 def open_run(
@@ -79,8 +94,8 @@ def open_run(
     *,
     run: RunRecord | None = None,
     overrides: Mapping[str, list[Any]] | None = None,
-) -> tuple[RunRecord, bool]:
-    """Resume `run` (default: the latest run of this problem) or start a new one; returns (run, resumed).
+) -> OpenedRun:
+    """Resume `run` (default: the latest run of this problem) or start a new one.
 
     A resumed run found `running` was killed (SIGKILL, power loss): it is counted as an interruption."""
     run = run if run is not None else check_resumable(archive, problem)
@@ -93,11 +108,13 @@ def open_run(
         if run.status == "running":
             state = state.updated(interruptions=state.interruptions + 1)
         archive.update_run(run.id, status="running", config=config, state=state)
-        return replace(run, status="running", config=config, state=state), True
+        return OpenedRun(replace(run, status="running", config=config, state=state), True)
     config = {
         "problem": problem.config.model_dump(mode="json"),
         "problem_path": str(problem.root),
         "problem_hash": problem.fingerprint(),
         "options": asdict(options),
     }
-    return archive.create_run(problem.name, str(problem.root), problem.fingerprint(), config, options.seed), False
+    return OpenedRun(
+        archive.create_run(problem.name, str(problem.root), problem.fingerprint(), config, options.seed), False
+    )

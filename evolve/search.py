@@ -234,7 +234,8 @@ def build_search(
             archive = Archive(target_db)
             opened.callback(archive.close)
             existing = check_resumable(archive, problem, run_id)
-            resolved, changes = resolve_options(problem, existing, given)
+            chosen = resolve_options(problem, existing, given)
+            resolved, changes = chosen.options, chosen.changes
             specs = check_ensemble(resolved)
             sandbox = make_sandbox(resolved.sandbox, workers=resolved.workers)
             opened.callback(sandbox.close)
@@ -246,7 +247,8 @@ def build_search(
                 members = MemberPolicies(
                     _load_members(policies_opened, specs, share=not resolved.train_every and not trained)
                 )
-                run_row, resumed = open_run(archive, problem, resolved, run=existing, overrides=changes)
+                session = open_run(archive, problem, resolved, run=existing, overrides=changes)
+                run_row, resumed = session.run, session.resumed
                 for i, spec in enumerate(specs):
                     number = restore_latest_adapter(archive, run_row.id, members.policies[spec.name], spec.name, i == 0)
                     members.restored = number if members.restored is None else members.restored

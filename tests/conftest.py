@@ -15,7 +15,7 @@ import pytest
 # 50.6 s with 2 threads and 5.9 s with 1 (the same tokens, the same asserts).
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-from evolve.prompts import PromptInputs, build_prompt
+from evolve.prompts import PromptInputs, ShownProgram, build_prompt
 from tests.helpers import SQUARE_SEED, TinySearch
 
 TEACH_STEPS = 500
@@ -39,7 +39,7 @@ def tiny_pairs() -> list[tuple[str, str]]:
     for i, parent in enumerate(programs):
         scores = {"c0": float(i % 2), "c1": float(i // 3 % 2)}
         feedback = None if i == 0 else f"c0: {i + 3}\nc1: {2 * i}"
-        others = [(programs[(i + k) % len(programs)], {"c0": 1.0, "c1": 0.0}) for k in range(1, 1 + i % 3)]
+        others = [ShownProgram(programs[(i + k) % len(programs)], {"c0": 1.0, "c1": 0.0}) for k in range(1, 1 + i % 3)]
         # After the first group a parent has children: the prompt then shows them just before the closing line.
         recent = [programs[(i + 2) % len(programs)]] if i % 2 else []
         prompts.append(

@@ -119,7 +119,7 @@ def square_run(tmp_path: Path, **options: object) -> tuple:
     problem = load_problem(write_square_problem(tmp_path / "sq"))
     archive = Archive(tmp_path / "a.db")
     run_options = RunOptions(**{**base, **options})  # type: ignore[arg-type]
-    run, _ = open_run(archive, problem, run_options)
+    run = open_run(archive, problem, run_options).run
     return problem, archive, run, run_options
 
 

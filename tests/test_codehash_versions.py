@@ -59,7 +59,7 @@ def test_a_run_stored_under_the_old_normalisation_resumes_and_catches_renamed_co
         resumed = SearchLoop(
             loop.problem, loop.archive, ReplayPolicy([answer(renamed, new)]), loop.sandbox, loop.run, loop.options
         )
-        resumed.ledger.replay(*resumed.writer.replay())
+        resumed.ledger.replay(resumed.writer.replay())
         group = asyncio.run(resumed.group(0, resumed.members[0], resumed.members[0].base))
         assert group is not None and group.statuses == {"duplicate": 1, "ok": 1}
         assert [c.code for c in group.children] == [block(new)]

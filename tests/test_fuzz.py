@@ -14,8 +14,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from evolve.archive import ChildFailure
 from evolve.problem.blocks import END, START, find_blocks, frame_changes
-from evolve.prompts import PromptInputs, build_prompt, parse_completion
+from evolve.prompts import PromptInputs, ShownProgram, build_prompt, parse_completion
 
 pytestmark = pytest.mark.slow
 
@@ -97,7 +98,9 @@ def check_variants(parent: str, text: str, m: int) -> None:
         assert frame_changes(parent, v.code) is None
         assert len(find_blocks(v.code)) == len(find_blocks(parent))
         ast.parse(v.code)
-        prompt = build_prompt(PromptInputs("p", v.code, {"a": 1.0}, None, [(parent, {"a": 0.0})], m, "diff"))
+        prompt = build_prompt(
+            PromptInputs("p", v.code, {"a": 1.0}, None, [ShownProgram(parent, {"a": 0.0})], m, "diff")
+        )
         assert "# Task" in prompt
 
 
@@ -119,14 +122,14 @@ def test_parser_on_arbitrary_unicode(text, parent):
     feedback=st.one_of(st.none(), st.text()),
     stderr=st.one_of(st.none(), st.text()),
     case_errors=st.dictionaries(st.text(max_size=10), st.text(), max_size=12),
-    failures=st.lists(st.tuples(st.sampled_from(["crash", "timeout"]), st.text()), max_size=5),
+    failures=st.lists(st.builds(ChildFailure, st.sampled_from(["crash", "timeout"]), st.text()), max_size=5),
     edit_format=st.sampled_from(["diff", "full"]),
 )
 def test_prompt_builder_takes_any_stored_program(code, feedback, stderr, case_errors, failures, edit_format):
     """Any text may sit in an old archive (markers broken included): a prompt is always built, and bounded."""
     prompt = build_prompt(
         PromptInputs(
-            "p", code, {"a": 1.0}, feedback, [(code, {"a": 0.0})], 3, edit_format,
+            "p", code, {"a": 1.0}, feedback, [ShownProgram(code, {"a": 0.0})], 3, edit_format,
             parent_stderr=stderr, parent_case_errors=case_errors, recent_failures=failures,
         )
     )  # fmt: skip

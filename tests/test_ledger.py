@@ -147,7 +147,7 @@ def test_a_session_that_ended_cleanly_leaves_a_record_that_resumes_without_a_kil
     first = _session(problem, archive, run, options)
     assert first.run.status == archive.find_run(run.id).status != "running"
     more = replace(options, max_evaluations=5)
-    resumed, _ = open_run(archive, problem, more, run=first.run)
+    resumed = open_run(archive, problem, more, run=first.run).run
     second = _session(problem, archive, resumed, more)
     assert second.run.status == archive.find_run(run.id).status != "running"
     open_run(archive, problem, replace(more, max_evaluations=7), run=second.run)

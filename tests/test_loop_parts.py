@@ -69,7 +69,7 @@ def test_the_group_sampler_stores_a_group_and_returns_only_new_children(tmp_path
         assert [(p.variant_id, p.slot, p.parent_id) for p in pending] == [(first.children[0].variant_id, 0, 1)]
         # a later session (the run killed before the child was scored) parses the pending variant again
         resumed = SearchLoop(loop.problem, loop.archive, ReplayPolicy(["-"]), loop.sandbox, loop.run, loop.options)
-        resumed.ledger.replay(*resumed.writer.replay())
+        resumed.ledger.replay(resumed.writer.replay())
         again = list(resumed.sampler.resumed())
         assert [(r.code, r.pending.variant_id, r.pending.island) for r in again] == [
             (block(SQUARE), first.children[0].variant_id, 0)

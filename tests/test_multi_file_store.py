@@ -100,7 +100,8 @@ def test_an_archive_from_before_program_files_opens_and_its_run_resumes(tmp_path
     archive = Archive(tmp_path / "a.db")
     try:
         assert archive.codes([seed_id]) == {seed_id: SQUARE_SEED}
-        run, resumed = open_run(archive, loop.problem, loop.options)
+        opened = open_run(archive, loop.problem, loop.options)
+        run, resumed = opened.run, opened.resumed
         assert resumed
         square = "def solve(x):\n    return x * x\n"
         again = SearchLoop(loop.problem, archive, ReplayPolicy([answer(square)]), loop.sandbox, run, loop.options)

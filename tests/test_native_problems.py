@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from evolve.archive import ChildFailure
 from evolve.cli import app
 from evolve.problem import ProblemError, load_problem
 from evolve.problem.outcome import ErrorKind
@@ -78,7 +79,7 @@ def test_the_c_example_builds_and_a_child_that_does_not_shows_its_log_in_the_nex
             [],
             1,
             "full",
-            recent_failures=[("build", broken.error or "")],
+            recent_failures=[ChildFailure("build", broken.error or "")],
         )
     )
     assert "- build: the build failed (exit 1):" in prompt and "error: expected ';'" in prompt

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from evolve.prompts import PromptInputs, build_prompt, parse_completion
+from evolve.prompts import PromptInputs, ShownProgram, build_prompt, parse_completion
 
 PARENT = """import math
 
@@ -190,7 +190,7 @@ def test_prompt_carries_vector_feedback_inspirations_and_the_ask():
             PARENT,
             {"n22": 1.5, "n23": 2.25},
             "circles overlap",
-            [("def solve(x):\n    return 0\n", {"n22": 0.1, "n23": 0.2})],
+            [ShownProgram("def solve(x):\n    return 0\n", {"n22": 0.1, "n23": 0.2})],
             3,
             "diff",
         )

@@ -307,7 +307,7 @@ def test_the_deadline_is_checked_per_edit_and_an_interrupt_ends_the_parse() -> N
         parse_completion(PARENT, many, 1, stop=lambda: True)
     with pytest.raises(ParseInterrupted):
         parse_texts(PARENT, [DIFF, many], 1, stop=lambda: True)
-    assert parse_texts(PARENT, [DIFF], 1)[0][0][0].status == "ok"
+    assert parse_texts(PARENT, [DIFF], 1)[0][0].variant.status == "ok"
 
 
 def test_an_interrupt_while_a_group_is_parsed_drops_the_group_and_ends_the_resume(tmp_path) -> None:
@@ -342,7 +342,7 @@ def test_an_interrupt_while_a_group_is_parsed_drops_the_group_and_ends_the_resum
         assert cut is None and stored is not None and len(stored.children) == 1
         assert sqlite3.connect(tmp_path / "a.db").execute("SELECT COUNT(*) FROM prompts").fetchone()[0] == 1
         resumed = SearchLoop(problem, archive, ReplayPolicy(["-"]), loop.sandbox, run, options)
-        resumed.ledger.replay(*resumed.writer.replay())
+        resumed.ledger.replay(resumed.writer.replay())
         resumed.sampler.interrupted = lambda: True
         assert list(resumed.sampler.resumed()) == []
         assert len(archive.pending_variants(run.id)) == 1  # still pending, for the next resume

@@ -4,7 +4,7 @@ paired with the parent's, or one too long to diff quickly, is shown whole as bef
 
 from __future__ import annotations
 
-from evolve.prompts import PromptInputs, build_prompt
+from evolve.prompts import PromptInputs, ShownProgram, build_prompt
 
 PARENT = """import math
 # EVOLVE-BLOCK-START
@@ -21,7 +21,7 @@ RECENT = PARENT.replace("b = 2", "b = 5")
 
 def prompt(view: str, others: list[str], recent: list[str] = (), parent: str = PARENT) -> str:
     inputs = PromptInputs(
-        "Score well.", parent, {"s": 1.0}, None, [(o, {"s": 2.0}) for o in others], 2, "full",
+        "Score well.", parent, {"s": 1.0}, None, [ShownProgram(o, {"s": 2.0}) for o in others], 2, "full",
         recent=list(recent), others_view=view,
     )  # fmt: skip
     return build_prompt(inputs)

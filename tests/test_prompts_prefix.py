@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from evolve.problem import load_problem
-from evolve.prompts import PromptInputs, build_prompt
+from evolve.prompts import PromptInputs, ShownProgram, build_prompt
 from policies.base import chat_token_ids
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -39,7 +39,9 @@ def test_prompts_of_two_parents_share_a_token_prefix_covering_the_fixed_part():
     seed, names = problem.seed_code, problem.component_names
     child = seed.replace('(10, "X")', '(50, "L"), (10, "X")')
     first = build_prompt(
-        PromptInputs(problem.config.description, seed, dict.fromkeys(names, 0.0), None, [(seed, {})], 3, "full")
+        PromptInputs(
+            problem.config.description, seed, dict.fromkeys(names, 0.0), None, [ShownProgram(seed, {})], 3, "full"
+        )
     )
     second = build_prompt(
         PromptInputs(
@@ -47,7 +49,7 @@ def test_prompts_of_two_parents_share_a_token_prefix_covering_the_fixed_part():
             child,
             {name: float(i % 2) for i, name in enumerate(names)},
             "case t_003 wrong",
-            [(seed, dict.fromkeys(names, 0.0))],
+            [ShownProgram(seed, dict.fromkeys(names, 0.0))],
             3,
             "full",
             recent=[seed.replace("out = ", "out: str = ")],

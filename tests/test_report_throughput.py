@@ -22,7 +22,7 @@ from tests.helpers import write_square_problem
 def test_a_slow_groups_tokens_are_spread_over_its_sampling_time(tmp_path: Path) -> None:
     archive = Archive(tmp_path / "runs.db")
     problem = load_problem(write_square_problem(tmp_path / "square"))
-    run, _ = open_run(archive, problem, RunOptions.for_problem(problem.config.search, policy="embedded"))
+    run = open_run(archive, problem, RunOptions.for_problem(problem.config.search, policy="embedded")).run
     now = utcnow()
     with archive.db.session() as s:  # the run began 300 s ago; its seed is the group's parent
         s.execute(update(Run).where(Run.id == run.id).values(created_at=now - timedelta(seconds=300)))

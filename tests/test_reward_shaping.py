@@ -120,15 +120,15 @@ def test_zero_advantage_groups_stay_out_of_the_batch_unless_asked_to_dilute_it()
 def test_the_options_come_from_the_problems_training_section_and_flags_and_are_stored_with_the_run(tmp_path):
     toml = SQUARE_TOML + '\n[training]\nlazy_penalty = -0.25\nreward_normalisation = "group"\n'
     problem = load_problem(write_problem(tmp_path / "sq", seed=SQUARE_SEED, toml=toml))
-    options, _ = resolve_options(problem, None, RunOverrides(skip_zero_advantage=False))
+    options = resolve_options(problem, None, RunOverrides(skip_zero_advantage=False)).options
     assert (options.skip_zero_advantage, options.lazy_penalty, options.reward_normalisation) == (False, -0.25, "group")
-    flag_wins, _ = resolve_options(problem, None, RunOverrides(lazy_penalty=0.0, reward_normalisation="bounds"))
+    flag_wins = resolve_options(problem, None, RunOverrides(lazy_penalty=0.0, reward_normalisation="bounds")).options
     assert (flag_wins.lazy_penalty, flag_wins.reward_normalisation) == (0.0, "bounds")
     config = train_config(options, versions_back=7)  # what each update runs with, stored with its version
     assert (config.skip_zero_advantage, config.lazy_penalty, config.reward_normalisation) == (False, -0.25, "group")
     assert config.versions_back == 7
     archive = Archive(tmp_path / "a.db")
-    run, _ = open_run(archive, problem, options)
+    run = open_run(archive, problem, options).run
     stored = archive.summarize(run, {}).options  # what `evolve inspect --json` prints
     assert (stored["skip_zero_advantage"], stored["lazy_penalty"], stored["reward_normalisation"]) == (
         False,

@@ -39,7 +39,7 @@ def served(tmp_path: Path) -> Iterator[tuple[Archive, int, str]]:
     db = tmp_path / "runs.db"
     writer = Archive(db)
     problem = load_problem(write_square_problem(tmp_path / "square"))
-    run, _ = open_run(writer, problem, RunOptions.for_problem(problem.config.search, policy="embedded"))
+    run = open_run(writer, problem, RunOptions.for_problem(problem.config.search, policy="embedded")).run
     reader = Archive(db, create=False)
     server = make_dashboard(reader, run.id, "127.0.0.1", 0)
     thread = threading.Thread(target=server.serve_forever, daemon=True)

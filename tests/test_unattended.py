@@ -16,7 +16,7 @@ import pytest
 
 from evolve.archive import Archive
 from evolve.problem import find_blocks, load_problem
-from evolve.prompts import PromptInputs, build_prompt
+from evolve.prompts import PromptInputs, ShownProgram, build_prompt
 from sandboxes.process import ProcessSandbox
 from tests.helpers import SPLIT_EVAL, SPLIT_TOML, executions, log_executions, write_problem
 
@@ -76,7 +76,7 @@ def test_stray_end_marker_is_rejected_and_the_run_finishes(tmp_path, initialised
     # no archived program has a broken frame, and each one rebuilds a prompt
     for (code,) in con.execute("SELECT code FROM programs"):
         assert len(find_blocks(code)) == 1 and code.count("EVOLVE-BLOCK-END") == 1
-        build_prompt(PromptInputs("d", code, {}, None, [(code, {})], 3, "diff"))
+        build_prompt(PromptInputs("d", code, {}, None, [ShownProgram(code, {})], 3, "diff"))
     again = evolve(*args)  # the bare command on a finished run resumes it and ends cleanly, no traceback
     assert again.returncode == 0 and "Traceback" not in again.stdout + again.stderr, again.stderr[-2000:]
 
@@ -84,7 +84,7 @@ def test_stray_end_marker_is_rejected_and_the_run_finishes(tmp_path, initialised
 def test_a_program_with_broken_markers_still_gets_a_prompt():
     """Archives written before `bad_blocks` existed may hold such a program: it is shown whole, not raised on."""
     broken = "# EVOLVE-BLOCK-START\ndef solve(x):\n    return x\n# EVOLVE-BLOCK-END\n# EVOLVE-BLOCK-END\n"
-    text = build_prompt(PromptInputs("d", broken, {"a": 1.0}, None, [(broken, {"a": 0.0})], 2, "full"))
+    text = build_prompt(PromptInputs("d", broken, {"a": 1.0}, None, [ShownProgram(broken, {"a": 0.0})], 2, "full"))
     assert text.count("return x") == 2
 
 
@@ -167,7 +167,7 @@ def test_failures_and_case_errors_reach_the_next_prompt(tmp_path):
     context = archive.parent_context(seed_id)
     assert context.case_errors is not None and "c1" in context.case_errors
     failures = archive.recent_child_failures(seed_id)
-    assert failures and failures[0][0] == "crash" and "negative input" in failures[0][1]
+    assert failures and failures[0].kind == "crash" and "negative input" in failures[0].error
     archive.close()
     prompt = build_prompt(
         PromptInputs(

@@ -7,7 +7,7 @@ from evolve.archive.facade import Archive
 from evolve.archive.group_store import GroupRows
 from evolve.archive.inserts import CompletionRecord, GroupTelemetry
 from evolve.archive.lineage import LineageNode
-from evolve.archive.parents import ParentContext
+from evolve.archive.parents import ChildFailure, ParentContext
 from evolve.archive.program_store import ScoredProgram
 from evolve.archive.records import PolicyVersionRecord, ProgramRecord, RunRecord, RunState, StoredEvaluation
 from evolve.archive.summary import RunSummary, summary_yield
@@ -16,6 +16,7 @@ from evolve.archive.urls import archive_url, sqlite_file
 __all__ = [
     "Archive",
     "ArchiveError",
+    "ChildFailure",
     "CompletionRecord",
     "GroupRows",
     "GroupTelemetry",

@@ -23,13 +23,21 @@ class ParentContext:
 
 
 @dataclass(frozen=True)
+class ChildFailure:
+    """How one of a parent's children failed: its error kind and message (a prompt shows the first lines)."""
+
+    kind: str
+    error: str
+
+
+@dataclass(frozen=True)
 class PromptReads:
     """Everything a group's prompt reads from the archive, in one call: the codes shown (parent and inspirations, by
     id), what the parent's evaluation said, and its newest children, failed and all."""
 
     codes: dict[int, str]
     context: ParentContext
-    recent_failures: list[tuple[str, str]]
+    recent_failures: list[ChildFailure]
     recent: list[str]
 
 
@@ -47,8 +55,8 @@ class ParentReads:
             ).first()
         return ParentContext(*row) if row else ParentContext(None, None, None)
 
-    def recent_child_failures(self, parent_id: int, limit: int = 3) -> list[tuple[str, str]]:
-        """(error kind, error) of the newest failed children of a parent (index on parent_id: no scan)."""
+    def recent_child_failures(self, parent_id: int, limit: int = 3) -> list[ChildFailure]:
+        """The newest failed children of a parent, how each failed (index on parent_id: no scan)."""
         q = (
             select(Evaluation.error_kind, Evaluation.error)
             .join(Program, Program.id == Evaluation.program_id)
@@ -57,7 +65,7 @@ class ParentReads:
             .limit(limit)
         )
         with self.db.session() as s:
-            return [(kind, error or "") for kind, error in s.execute(q)]
+            return [ChildFailure(kind, error or "") for kind, error in s.execute(q)]
 
     def recent_children(self, parent_id: int, limit: int = 2) -> list[str]:
         """The code of a parent's newest children, oldest first: what was already tried from it."""

@@ -21,6 +21,7 @@ import difflib
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from evolve.filetree import is_tree
 from evolve.problem.blocks import BlockError, EditableBlock, find_blocks
@@ -58,18 +59,36 @@ DIRECTIONS = (
 )
 
 
+class FailureShown(Protocol):
+    """A failed child as a prompt shows it (the archive's `ChildFailure` is one)."""
+
+    @property
+    def kind(self) -> str: ...
+
+    @property
+    def error(self) -> str: ...
+
+
+@dataclass(frozen=True)
+class ShownProgram:
+    """Another program a prompt shows beside the parent: its code and its named scores."""
+
+    code: str
+    scores: Mapping[str, float]
+
+
 @dataclass(frozen=True)
 class PromptInputs:
     description: str
     parent_code: str
     parent_scores: Mapping[str, float]
     parent_feedback: str | None
-    inspirations: Sequence[tuple[str, Mapping[str, float]]]  # (code, scores)
+    inspirations: Sequence[ShownProgram]
     variants: int
     edit_format: str  # "diff", "full" or "auto" (see resolve_edit_format)
     parent_stderr: str | None = None  # the parent's stderr / traceback (its tail is shown)
     parent_case_errors: Mapping[str, str] | None = None  # case name → error, for cases the parent failed
-    recent_failures: Sequence[tuple[str, str]] = ()  # (error kind, error) of this parent's latest failed children
+    recent_failures: Sequence[FailureShown] = ()  # this parent's latest failed children
     recent: Sequence[str] = ()  # the code of this parent's latest children: the variants must differ from them
     template: str = "directed"  # one of TEMPLATES
     # The code fences' tag ("python", "c", "rust"); None: told from the parent's code (fence_tag)
@@ -263,7 +282,7 @@ def build_prompt(p: PromptInputs) -> str:
         parts += ["Evaluator feedback:", p.parent_feedback.strip()[:FEEDBACK_CAP]]
     parts += _failures(p)
     as_diffs = p.others_view == "diff" and not tree
-    for i, (code, scores) in enumerate(p.inspirations, 1):
+    for i, (code, scores) in enumerate(((s.code, s.scores) for s in p.inspirations), 1):
         shown = _changes(p.parent_code, code) if as_diffs else None
         heading = f"# Other program {i}" + (" (its changes from the current program)" if shown is not None else "")
         parts += [heading, f"Scores: {_vector(scores)}", _blocks(code, tag) if shown is None else shown]
@@ -321,7 +340,7 @@ def _failures(p: PromptInputs) -> list[str]:
         more = [f"- … and {len(items) - CASE_ERRORS_SHOWN} more failed cases"] if len(items) > CASE_ERRORS_SHOWN else []
         parts += ["Cases it failed:", "\n".join(shown + more)]
     if p.recent_failures:
-        lines = [f"- {kind}: {_failure_text(kind, err)}" for kind, err in p.recent_failures]
+        lines = [f"- {f.kind}: {_failure_text(f.kind, f.error)}" for f in p.recent_failures]
         parts += ["Recent attempts from this program that failed (avoid these mistakes):", "\n".join(lines)]
     return parts
 
