@@ -6,7 +6,7 @@ its member and its ask when it is sampled; its value arrives as its children are
 one more per child that beats its parent's scalar, one more per new best of the run. Copies (unchanged variants
 and duplicates) bring nothing while their tokens cost, so they count against the member and ask that wrote them.
 
-The record is kept in the run's state (`Run.state["ensemble"]`, saved every few seconds and at the end) and read
+The record is kept in the run's state (`RunState.ensemble`, saved every few seconds and at the end) and read
 back on resume by name: a member that is no longer listed keeps its record there (and gets it back if listed
 again), a new one starts from its prior, and an order that changed changes nothing. What changed is said in
 one line (`changes`).

@@ -8,6 +8,7 @@ import sqlite3
 import threading
 from dataclasses import replace
 
+from evolve.archive import Archive
 from evolve.archive.records import RunState
 from evolve.loop import SearchLoop, run_search
 from evolve.runs import open_run
@@ -154,3 +155,21 @@ def test_a_session_that_ended_cleanly_leaves_a_record_that_resumes_without_a_kil
     interruptions = archive.find_run(run.id).state.interruptions
     archive.close()
     assert interruptions == 0
+
+
+def test_a_run_whose_stored_state_holds_unreadable_values_still_opens_and_keeps_them(tmp_path):
+    """A state edited by hand or written by another tool: the run is found and resumed, its bad values read as
+    their defaults, its other keys kept."""
+    problem, archive, run, options = square_run(tmp_path, max_evaluations=1)
+    archive.close()
+    con = sqlite3.connect(tmp_path / "a.db")
+    bad = {"elapsed_s": "n/a", "interruptions": [1], "stop_reason": 3, "adaptations": "x", "note": "kept"}
+    con.execute("UPDATE runs SET state = ?", (json.dumps(bad),))
+    con.commit()
+    con.close()
+    archive = Archive(tmp_path / "a.db")
+    found = archive.find_run(run.id)
+    assert (found.state.elapsed_s, found.state.interruptions, found.state.stop_reason) == (0.0, 0, None)
+    assert found.state.adaptations == () and found.state.extra == {"note": "kept"}
+    assert open_run(archive, problem, options, run=found).resumed
+    archive.close()

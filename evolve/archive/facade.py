@@ -24,7 +24,7 @@ from evolve.archive.database import Database
 from evolve.archive.group_store import GroupRows, GroupStore
 from evolve.archive.inserts import CompletionRecord, GroupTelemetry
 from evolve.archive.lineage import LineageNode
-from evolve.archive.parents import ParentContext, ParentReads, PromptReads
+from evolve.archive.parents import ChildFailure, ParentContext, ParentReads, PromptReads
 from evolve.archive.program_store import HashUpgrade, ProgramStore, ScoredProgram
 from evolve.archive.records import (
     PendingVariant,
@@ -220,7 +220,7 @@ class Archive:
     def parent_context(self, program_id: int) -> ParentContext:
         return self.parents.parent_context(program_id)
 
-    def recent_child_failures(self, parent_id: int, limit: int = 3) -> list[tuple[str, str]]:
+    def recent_child_failures(self, parent_id: int, limit: int = 3) -> list[ChildFailure]:
         return self.parents.recent_child_failures(parent_id, limit)
 
     def recent_children(self, parent_id: int, limit: int = 2) -> list[str]:

@@ -82,16 +82,19 @@ class RunState:
 
     @classmethod
     def of(cls, raw: Any) -> RunState:
+        """The state of a stored JSON value. Every run is read through this, so a value it cannot use (a hand edit,
+        another tool) is left at its default rather than making the run unreadable; other keys are kept as they are."""
         raw = raw if isinstance(raw, dict) else {}
         ensemble = raw.get("ensemble")
         named = {f.name for f in fields(cls)}
+        stop, adaptations = raw.get("stop_reason"), raw.get("adaptations")
         return cls(
             extra={k: v for k, v in raw.items() if k not in named},
-            elapsed_s=float(raw.get("elapsed_s") or 0.0),
-            groups_since_train=int(raw.get("groups_since_train") or 0),
-            interruptions=int(raw.get("interruptions") or 0),
-            stop_reason=raw.get("stop_reason"),
-            adaptations=tuple(raw.get("adaptations") or ()),
+            elapsed_s=_number(raw.get("elapsed_s"), float),
+            groups_since_train=_number(raw.get("groups_since_train"), int),
+            interruptions=_number(raw.get("interruptions"), int),
+            stop_reason=stop if isinstance(stop, str) else None,
+            adaptations=tuple(adaptations) if isinstance(adaptations, list | tuple) else (),
             ensemble=dict(ensemble) if isinstance(ensemble, dict) else {},
         )
 
@@ -101,6 +104,14 @@ class RunState:
 
     def updated(self, **changes: Any) -> RunState:
         return replace(self, **changes)
+
+
+def _number(value: Any, kind: type) -> Any:
+    """`value` as an int or float, 0 when absent or unreadable."""
+    try:
+        return kind(value or 0)
+    except (TypeError, ValueError, OverflowError):
+        return kind(0)
 
 
 def _copied(cls: type[Any], row: Any, **given: Any) -> Any:
