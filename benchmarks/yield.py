@@ -21,6 +21,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -159,18 +160,18 @@ def run_problem(
 
 
 def pooled(runs: list[ProblemYield]) -> Yield:
-    """The runs' yields as one: completions, tokens, children and variant statuses summed."""
-    total = Yield(statuses={})
-    for r in runs:
-        y = r.yields
-        total.completions, total.tokens, total.new_valid = (
-            total.completions + y.completions,
-            total.tokens + y.tokens,
-            total.new_valid + y.new_valid,
-        )
-        total.cut += y.cut
-        total.statuses = {k: total.statuses.get(k, 0) + y.statuses.get(k, 0) for k in {*total.statuses, *y.statuses}}
-    return total
+    """The runs' yields as one: completions, tokens, children, cut completions and variant statuses summed."""
+    ys = [r.yields for r in runs]
+    statuses: Counter[str] = Counter()
+    for y in ys:
+        statuses.update(y.statuses)
+    return Yield(
+        sum(y.completions for y in ys),
+        sum(y.tokens for y in ys),
+        sum(y.new_valid for y in ys),
+        dict(statuses),
+        cut=sum(y.cut for y in ys),
+    )
 
 
 def sampling_rate(runs: list[ProblemYield]) -> float:
