@@ -20,7 +20,7 @@ from __future__ import annotations
 import difflib
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 from evolve.filetree import is_tree
@@ -256,9 +256,9 @@ class Composed:
 def compose(p: PromptInputs, ceiling: int, fit_tokens: bool = True) -> Composed:
     """The prompt of `p` and what bounds its answer: `ceiling` tokens (the problem's max_new_tokens), fitted to
     the parent's code when `fit_tokens` (`completion_budget`)."""
-    fmt = resolve_edit_format(p.edit_format, p.parent_code)
-    budget = completion_budget(p.parent_code, p.variants, fmt, ceiling) if fit_tokens else ceiling
-    return Composed(build_prompt(p), fmt, p.fence_tag, budget, completion_stop(p.variants))
+    p = replace(p, edit_format=resolve_edit_format(p.edit_format, p.parent_code))  # resolved once, here
+    budget = completion_budget(p.parent_code, p.variants, p.edit_format, ceiling) if fit_tokens else ceiling
+    return Composed(build_prompt(p), p.edit_format, p.fence_tag, budget, completion_stop(p.variants))
 
 
 def build_prompt(p: PromptInputs) -> str:
