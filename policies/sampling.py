@@ -70,8 +70,10 @@ def constrained_distribution(
     Truncate, then constrain: the warped distribution (temperature, top-k, top-p) restricted to the tokens the
     grammar allows and renormalised, p(t) / p(A). Only the warped distribution's support (the nucleus, mostly
     tens of tokens) is judged, which costs ~0.2 ms a row, where judging all 152k tokens costs 20-45 ms (more than
-    the model's decoding step of the whole group). When the grammar allows none of the nucleus, the grammar
-    masks the whole vocabulary and temperature, top-k and top-p are applied among the allowed tokens only.
+    the model's decoding step of the whole group). When the grammar allows none of the nucleus (or only tokens
+    of no probability: at temperature 0 with top-p 1 the support is the whole vocabulary, all of it but one token
+    at 0), the grammar masks the whole vocabulary and temperature, top-k and top-p are applied among the allowed
+    tokens only.
 
     Both cases are fixed functions of the logits and the grammar's state, and the normaliser p(A) is summed over
     every allowed token of the support, so the probabilities returned are exactly those the token is drawn from.
@@ -81,8 +83,8 @@ def constrained_distribution(
     """
     ids, probs = warped_distribution(logits, params)
     ok = allowed(ids)
-    if ok.any():
-        kept = probs[ok]
+    kept = probs[ok]
+    if kept.sum() > 0:  # an allowed token of the support with no mass (greedy keeps one token's) does not count
         return ids[ok], kept / kept.sum()
     every = np.flatnonzero(allowed(np.arange(logits.shape[0])))
     if not every.size:

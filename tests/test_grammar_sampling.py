@@ -63,6 +63,18 @@ def test_held_draws_follow_the_distribution_whose_logprob_they_carry(allowed):
     assert expected[0] == 0  # the model's most likely token was never drawn
 
 
+def test_greedy_under_a_grammar_takes_the_likeliest_allowed_token():
+    """At temperature 0 every token but the likeliest has probability 0, and top-p 1 keeps them all in the
+    support: where the grammar refuses the likeliest, the allowed tokens of the support carry no mass, so they are
+    warped among themselves (the case of no allowed token in the support), not renormalised from zero (0 / 0: a
+    pick among NaNs, its logprob NaN). A vLLM stand-in's greedy grammar probe met it (tests/vllm_server.py)."""
+    logits = np.log(np.array([0.4, 0.25, 0.15, 0.1, 0.06, 0.04])).astype(np.float32)
+    params = SamplingParams(temperature=0.0, top_p=1.0, max_new_tokens=1, seed=3)
+    held = constrained_distribution(logits, params, among(np.array([2, 4])))
+    assert held is not None and dense(*held, 6).tolist() == [0, 0, 1, 0, 0, 0]
+    assert TokenSampler(params).draw_held(logits, among(np.array([2, 4]))) == (2, 0.0)
+
+
 # ---- the llama.cpp policy, on the tiny model written as a float32 GGUF --------------------------------------
 LOGPROB_BOUND = 2e-3  # float32 GGUF against float32 torch (as tests/test_llama_policy.py)
 
