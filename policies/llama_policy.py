@@ -113,13 +113,17 @@ class LlamaPolicy:
     def generate(self, prompt: str, params: SamplingParams, n: int) -> list[Generated]:
         return self.generate_ids(chat_token_ids(self.tokenizer, prompt), params, n)
 
-    def generate_ids(self, prompt_ids: list[int], params: SamplingParams, n: int) -> list[Generated]:
-        """Sample n completions of an already rendered and tokenised prompt."""
+    def generate_ids(
+        self, prompt_ids: list[int], params: SamplingParams, n: int, *, gbnf: str | None = None
+    ) -> list[Generated]:
+        """Sample n completions of an already rendered and tokenised prompt. `gbnf`: a grammar given as GBNF text
+        holds every row in place of `params.structured`'s (a server that serves this policy reads its requests'
+        grammars as text: tests/vllm_server.py)."""
         if not prompt_ids or max(prompt_ids) >= self.runtime.n_vocab:
             raise PolicyError(f"the prompt needs at least one token, all below the model's {self.runtime.n_vocab}")
         self.progress.start(n, params.max_new_tokens, len(prompt_ids))
         try:
-            rows = self._sample(prompt_ids, params, n)
+            rows = self._sample(prompt_ids, params, n, gbnf)
         except DecodeAborted:
             self._cached = []  # an aborted decode leaves cells in an unknown state
             self.runtime.clear()
@@ -132,7 +136,7 @@ class LlamaPolicy:
             return [Generated("", [], [], "interrupted", self.version) for _ in range(n)]
         return [self._completion(r) for r in rows]
 
-    def _sample(self, prompt_ids: list[int], params: SamplingParams, n: int) -> list[_Row] | None:
+    def _sample(self, prompt_ids: list[int], params: SamplingParams, n: int, gbnf: str | None) -> list[_Row] | None:
         runtime = self.runtime
         if runtime.ensure_context(len(prompt_ids) + n * params.max_new_tokens + 1, n + 1, PREFILL_CHUNK):
             self._cached = []
@@ -146,7 +150,7 @@ class LlamaPolicy:
         step_logits = [logits] * n
         grammars: dict[int, RowGrammar] = {}
         try:
-            grammars.update(self._row_grammars(params, n))
+            grammars.update(self._row_grammars(params, n, gbnf))
             while True:
                 if self._interrupt.is_set():
                     return None
@@ -166,11 +170,13 @@ class LlamaPolicy:
                 self.grammar_cost.add(grammar.cost)
                 grammar.close()
 
-    def _row_grammars(self, params: SamplingParams, n: int) -> dict[int, RowGrammar]:
-        """A fresh state of the answer's grammar per row sequence, or none for free text."""
-        if params.structured is None:
+    def _row_grammars(self, params: SamplingParams, n: int, gbnf: str | None) -> dict[int, RowGrammar]:
+        """A fresh grammar state per row sequence: of `gbnf` where given, else of the answer's shape, or none for
+        free text."""
+        if gbnf is None and params.structured is not None:
+            gbnf = answer_gbnf(params.structured)
+        if gbnf is None:
             return {}
-        gbnf = answer_gbnf(params.structured)
         return {seq: self.grammars.row(gbnf) for seq in range(1, n + 1)}
 
     def _step(
