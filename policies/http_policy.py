@@ -8,17 +8,25 @@ before temperature, top-k and top-p, not those of the behaviour policy the train
 Every request names temperature, top-p and top-k explicitly, so the model's `generation_config` defaults
 (vLLM applies them to whatever a request leaves out) never change the distribution sampled from. New LoRA
 adapters are loaded with `/v1/load_lora_adapter` under a name per version; requests then name that adapter.
+A group asked for in the answer's shape carries its GBNF grammar in the field the server was found to read
+(`structured_outputs.grammar`, or `guided_grammar` before vLLM 0.10.2: policies/http_grammar.py). vLLM masks
+the logits with the grammar before its sampler, so a processed logprob is then that of the masked distribution
+warped by temperature, top-k and top-p (mask first, then warp; the llama policy warps first, then masks): still
+exactly the distribution the token was drawn from.
 
 OpenAI-compatible (SGLang, llama.cpp, hosted APIs): chat completions; logprobs are kept where the server
 gives them (llama-cpp-python's are the model's raw ones, before temperature, top-k, top-p and any grammar);
-token ids are not, so such completions are searched with but never trained on. Once, before its first group
-(`structured_formats`, asked by the engine for its opening lines), the policy asks the server a tiny question
-under llama.cpp's GBNF `grammar` field with `n=2`: a server that answers within the grammar (llama.cpp's,
-llama-cpp-python's) is sent each group's answer shape as a grammar (policies/answer_grammar.py), and its own
-sampler defaults (top-k 40, min-p 0.05, a repeat penalty of 1.1) are overridden by the group's settings; any
-other is sent the plain prompt. A server that returns one choice where n were asked (llama-cpp-python ignores
-`n`) is asked n times, each with its own seed. A stop string the server cut from the text is put back when
-its tokens (the logprobs' `token` texts) show it was sampled, as `SamplingParams.stop` promises.
+token ids are not, so such completions are searched with but never trained on. A server found to keep to
+llama.cpp's GBNF `grammar` field (llama.cpp's, llama-cpp-python's) is sent each group's answer shape as a
+grammar, and its own sampler defaults (top-k 40, min-p 0.05, a repeat penalty of 1.1) are overridden by the
+group's settings; any other is sent the plain prompt. A server that returns one choice where n were asked
+(llama-cpp-python ignores `n`) is asked n times, each with its own seed. A stop string the server cut from the
+text is put back when its tokens (the logprobs' `token` texts) show it was sampled, as `SamplingParams.stop`
+promises.
+
+Which grammar field a server reads is asked once, before its first group (`structured_formats`, asked by the
+engine for its opening lines): a tiny request under a tiny grammar (`_probe`, policies/http_grammar.py); a server
+that keeps to none of its flavor's fields is sent the plain prompt, and the run's opening lines say so.
 
 Transient failures (connection refused, timeouts, 5xx, malformed JSON) are retried with capped exponential
 backoff for up to `max_wait_s`; a 4xx (a wrong model name, say) is reported at once.
@@ -38,16 +46,15 @@ import httpx
 
 from policies.answer_grammar import EDIT_FORMATS, answer_gbnf
 from policies.base import SYSTEM, Generated, PolicyError, SamplingParams
-
-CHAT = "/v1/chat/completions"
-# The grammar probe: what the server is asked once, and the grammar its answer must keep to (no model answers
-# "qqqq" to this unasked).
-PROBE_MESSAGES = [{"role": "user", "content": "Say hello."}]
-PROBE_GRAMMAR = 'root ::= "q"+'
+from policies.http_grammar import CHAT, FIELDS, GrammarField, kept_to_probe, probe_request, probe_texts
 
 
 class _Retryable(Exception):
     pass
+
+
+class _Refused(PolicyError):
+    """A 4xx: the server understood the request and will not answer it (retrying would not help)."""
 
 
 class HttpPolicy:
@@ -76,9 +83,10 @@ class HttpPolicy:
         self._adapters: list[str] = []
         self._lock = threading.Lock()
         self.name = f"{flavor}:{self.base_url}@{model or '?'}"
-        # The openai flavor's probe (`_probe`): None until asked, then whether the server keeps to a GBNF grammar
-        # (why not, in `grammar_note`) and whether it answers one choice where n were asked.
+        # The probe (`_probe`): None until asked, then whether the server keeps to a GBNF grammar, sent in which
+        # field (why not, in `grammar_note`), and whether it answers one choice where n were asked.
         self.takes_grammar: bool | None = None
+        self.grammar_field: GrammarField | None = None
         self.one_choice: bool | None = None
         self.grammar_note = ""
         self._probe_lock = threading.Lock()
@@ -91,7 +99,7 @@ class HttpPolicy:
         if response.status_code >= 500:
             raise _Retryable(f"HTTP {response.status_code}")
         if response.status_code >= 400:
-            raise PolicyError(
+            raise _Refused(
                 f"{url}: HTTP {response.status_code}: {response.text[:300]}; check the model name "
                 f"(--policy {self.flavor}:{self.base_url}@MODEL) and the server's flags"
             )
@@ -158,6 +166,11 @@ class HttpPolicy:
                 sampling["include_stop_str_in_output"] = True
         if self.flavor == "openai":
             return await self._chat(served, prompt, params, sampling, n, version)
+        if params.structured is not None:
+            if self.takes_grammar is None:
+                await asyncio.to_thread(self._probe)
+            if self.grammar_field is not None:
+                sampling.update(self.grammar_field.payload(answer_gbnf(params.structured)))
         tokens = await self._post(
             "/tokenize", {"model": base, "messages": self._messages(prompt), "add_generation_prompt": True}
         )
@@ -193,41 +206,46 @@ class HttpPolicy:
             ids, logprobs = None, None
         return Generated(str(choice.get("text", "")), ids, logprobs, choice.get("finish_reason"), version)
 
-    # ---- the openai flavor: chat completions, and a grammar where the server keeps to one -------------------
+    # ---- a grammar, where the server keeps to one ---------------------------------------------------------
     @property
     def structured_formats(self) -> tuple[str, ...]:
         """`StructuredSampling`: the edit formats whose answer shape is sent to the server as a GBNF grammar. None
-        for the vllm flavor, nor for a server that did not keep to a grammar when asked once (`_probe`): the engine
-        then sends the plain prompt and its opening lines say so."""
-        if self.flavor != "openai":
-            return ()
+        for a server that kept to no grammar when asked once (`_probe`): the engine then sends the plain prompt
+        and its opening lines say so."""
         self._probe()
         return EDIT_FORMATS if self.takes_grammar else ()
 
     def _probe(self) -> None:
-        """Once: a tiny chat request with llama.cpp's `grammar` field and n=2. A server that answers within the
-        grammar takes grammars (llama.cpp's, llama-cpp-python's); one that ignores the field or refuses it (a 4xx)
-        does not. Its number of choices says whether it honours `n`. Transient failures are retried as for any
-        request; a server that never answers is taken as one without grammars (its groups then fail as usual)."""
+        """Once: a tiny request (n=2) under a tiny grammar, in each field this flavor's servers may read, in turn
+        (policies/http_grammar.py), until an answer keeps to it. A field ignored (free text) or refused (a 4xx)
+        is noted and the next one tried; none kept: no grammar. The first answer's number of choices says
+        whether the server honours `n`. Transient failures are retried as for any request; a server that never
+        answers is taken as one without grammars (its groups then fail as usual)."""
         with self._probe_lock:
             if self.takes_grammar is not None:
                 return
-            payload = {"messages": PROBE_MESSAGES, "grammar": PROBE_GRAMMAR, "n": 2, "max_tokens": 4, "temperature": 0}
-            try:
-                body = _blocking(lambda: self._probe_request(payload))
-            except PolicyError as exc:
-                self.takes_grammar, self.grammar_note = False, f"no grammar: the probe failed ({exc})"
-                return
-            choices = body.get("choices") if isinstance(body, dict) else None
-            texts = [str((c.get("message") or {}).get("content") or "") for c in choices or [] if isinstance(c, dict)]
-            self.takes_grammar = bool(texts) and all(t and set(t) == {"q"} for t in texts)
-            self.one_choice = len(texts) == 1
-            if not self.takes_grammar:
-                self.grammar_note = f"no grammar: the server answered {texts[:1]!r} outside a GBNF grammar"
+            notes = []
+            for field in FIELDS[self.flavor]:
+                try:
+                    texts = probe_texts(_blocking(lambda f=field: self._probe_request(f)))
+                except _Refused as exc:
+                    notes.append(f"`{field.name}` refused ({exc})")
+                    continue
+                except PolicyError as exc:
+                    notes.append(f"the probe failed ({exc})")
+                    break
+                if self.one_choice is None:
+                    self.one_choice = len(texts) == 1
+                if kept_to_probe(texts):
+                    self.takes_grammar, self.grammar_field = True, field
+                    return
+                notes.append(f"the server answered {texts[:1]!r} outside a GBNF grammar sent as `{field.name}`")
+            self.takes_grammar, self.grammar_note = False, "no grammar: " + "; ".join(notes)
 
-    async def _probe_request(self, payload: dict[str, Any]) -> Any:
-        return await self._post(CHAT, {"model": self.served or await self._base_model(), **payload})
+    async def _probe_request(self, field: GrammarField) -> Any:
+        return await self._post(*probe_request(self.flavor, self.served or await self._base_model(), field))
 
+    # ---- the openai flavor: chat completions ---------------------------------------------------------------
     async def _chat(
         self, served: str, prompt: str, params: SamplingParams, sampling: dict[str, Any], n: int, version: int
     ) -> list[Generated]:
@@ -237,8 +255,8 @@ class HttpPolicy:
         payload.update(sampling)  # top_logprobs 0: llama-cpp-python returns no logprobs without it
         if self.takes_grammar:  # a llama.cpp server, whose own defaults would change the distribution sampled from
             payload.update(top_k=max(params.top_k, 0), min_p=0.0, repeat_penalty=1.0)
-            if params.structured is not None:
-                payload["grammar"] = answer_gbnf(params.structured)
+            if params.structured is not None and self.grammar_field is not None:
+                payload.update(self.grammar_field.payload(answer_gbnf(params.structured)))
         if n > 1 and self.one_choice:
             bodies = await asyncio.gather(*(self._post(CHAT, _nth(payload, i)) for i in range(n)))
             choices = [self._choices(b, 1)[0] for b in bodies]
