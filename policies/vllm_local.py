@@ -1,10 +1,19 @@
-"""`vllm-local:MODEL`: vLLM in this process (the `vllm` extra). New adapters become new `LoRARequest`s."""
+"""`vllm-local:MODEL`: vLLM in this process (the `vllm` extra). New adapters become new `LoRARequest`s.
+
+A group asked for in the answer's shape is held to its GBNF grammar (policies/answer_grammar.py), passed as vLLM
+takes one in process: `SamplingParams(structured_outputs=StructuredOutputsParams(grammar=...))` from vLLM 0.10.2
+on, `SamplingParams(guided_decoding=GuidedDecodingParams(grammar=...))` before (removed in 0.12.0). The grammar
+is sent unconverted: xgrammar, vLLM's default backend, reads llama.cpp's GBNF (policies/http_grammar.py). With
+`processed_logprobs` the stored logprob is that of the masked, warped distribution the token was drawn from.
+Not run by this project's tests: vLLM needs a GPU and is not installed there.
+"""
 
 from __future__ import annotations
 
 import os
 from typing import Any
 
+from policies.answer_grammar import EDIT_FORMATS, AnswerShape, answer_gbnf
 from policies.base import SYSTEM, Generated, PolicyError, SamplingParams
 
 
@@ -25,6 +34,7 @@ class VLLMLocalPolicy:
             logprobs_mode="processed_logprobs",
         )
         self.tokenizer = self.llm.get_tokenizer()
+        self.structured_formats = EDIT_FORMATS if _grammar_kwargs(AnswerShape(1, "full")) else ()
         self.name, self.version = f"vllm-local:{model}", 0
         self._lora: Any = None
 
@@ -43,6 +53,7 @@ class VLLMLocalPolicy:
             logprobs=0,
             stop=list(params.stop) or None,
             include_stop_str_in_output=True,
+            **(_grammar_kwargs(params.structured) if params.structured is not None else {}),
         )
         version, lora = self.version, self._lora
         (result,) = self.llm.generate([{"prompt_token_ids": ids}], sampling, lora_request=lora, use_tqdm=False)
@@ -64,3 +75,18 @@ class VLLMLocalPolicy:
 
     def close(self) -> None:
         self.llm = None
+
+
+def _grammar_kwargs(shape: AnswerShape) -> dict[str, Any]:
+    """The `SamplingParams` keyword that holds a completion to `shape`'s grammar, in this vLLM's name for it; none
+    where this vLLM has neither (the policy then says it cannot: `structured_formats` is empty)."""
+    gbnf = answer_gbnf(shape)
+    try:
+        from vllm.sampling_params import StructuredOutputsParams  # vLLM 0.10.2 on
+    except ImportError:
+        try:
+            from vllm.sampling_params import GuidedDecodingParams  # before 0.10.2
+        except ImportError:
+            return {}
+        return {"guided_decoding": GuidedDecodingParams(grammar=gbnf)}
+    return {"structured_outputs": StructuredOutputsParams(grammar=gbnf)}
