@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 from policies.answer_grammar import AnswerShape, answer_gbnf
 from policies.answer_matcher import AnswerMatcher
+from policies.held_rows import HeldVocab, VocabTexts
 from tests.helpers import need_llama
 from tests.test_answer_grammar import DIFF, FULL
 
@@ -199,3 +200,25 @@ def answers(draw: st.DrawFn) -> tuple[AnswerShape, str]:
 def test_the_matcher_and_llama_cpp_agree_on_generated_answers_at_every_character(llama_engine, answer, cuts):
     shape, text = answer
     assert_same(llama_engine, shape, text, cuts)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(answers(), st.lists(st.integers(0, 400), max_size=30), st.lists(st.sampled_from(TRICKY), max_size=8))
+def test_a_whole_vocabulary_mask_judges_every_token_as_its_text_alone_would(answer, cuts, extra):
+    """`HeldVocab.full_mask` walks the vocabulary in groups of shared first characters; it must agree with
+    judging each token's text alone, for tokens that span lines and tags (pieces of the answer itself)."""
+    shape, text = answer
+    bounds = sorted({0, len(text), *(c % (len(text) + 1) for c in cuts)})
+    pieces = [text[a:b] for a, b in pairwise(bounds)]
+    extra_pieces = [piece for p in extra for piece in (p + "\n", "\n" + p, "x\n" + p, "é\n" + p, "  \n" + p)]
+    extra_pieces += ["\n\n", " " * 8, "é\n```", "", "\t=="]
+    texts: list[str | None] = [*sorted({*pieces, *extra_pieces}), None]
+    eos = len(texts)
+    held = HeldVocab(shape, VocabTexts.of_texts([*texts, None], [eos]))
+    matcher, row = held.matcher, held.row()
+    for piece in [*pieces, None]:
+        direct = [t is not None and t != "" and matcher.advance(row.state, t) is not None for t in texts]
+        assert held.full_mask(row.state).tolist() == [*direct, matcher.complete(row.state)]
+        if piece is None or matcher.advance(row.state, piece) is None:
+            return
+        row.accept(texts.index(piece))
