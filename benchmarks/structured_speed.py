@@ -1,9 +1,12 @@
-"""The llama.cpp policy sampling free text beside the same policy held to the answer's grammar, on real prompts.
+"""A policy sampling free text beside the same policy held to the answer's grammar, on real prompts: llama.cpp
+(its grammar engine), or with `--backend transformers` the transformers policy (the pure-Python matcher of
+`policies.answer_matcher`).
 
 Per prompt (`benchmarks.group_prompts.group_asks`: a problem's first groups, `problem:diff` for SEARCH/REPLACE
 edits), one group sampled plain and one held to the grammar (`SamplingParams.structured`), same seed, same stop
-string as the engine's. The prompt is decoded once before either is timed, so both time decoding and sampling
-only, which is all the grammar touches. Each completion is parsed as the engine parses it
+string as the engine's. With llama.cpp the prompt is decoded once before either is timed, so both time decoding
+and sampling only, which is all the grammar touches; the transformers policy keeps no prompt cache, so each of
+its groups pays the prompt's pass, plain and held alike. Each completion is parsed as the engine parses it
 (`evolve.prompts.parse_completion`): a variant is parseable unless it is a `parse_error`; `ok` is a child that
 applied and changed the code.
 
@@ -19,7 +22,8 @@ The last line: `structured plain_tok_s=... grammar_tok_s=... ratio=... plain_cpu
 grammar_cpu_ms_per_token=... plain_parseable=...% grammar_parseable=...% plain_ok=...% grammar_ok=...%
 grammar_ms_per_token=... candidates_per_token=... full_mask_ms_per_token=... full_masks=N/T ...`.
 Run by `python -m benchmarks.policy_speed --structured PROBLEMS`, or alone:
-`python -m benchmarks.structured_speed [--problems problems/roman_numerals,...] [--groups 1] [--g 4]`.
+`python -m benchmarks.structured_speed [--problems problems/roman_numerals,...] [--groups 1] [--g 4]
+[--backend llama|transformers]`.
 """
 
 from __future__ import annotations
@@ -36,7 +40,10 @@ from benchmarks.group_prompts import VARIANTS, GroupAsk, group_asks
 from evolve.prompts import completion_stop, parse_completion
 from policies.answer_grammar import AnswerShape, answer_gbnf
 from policies.base import SamplingParams, chat_token_ids
+from policies.held_rows import HeldRow, HeldVocab
+from policies.llama_grammar import RowGrammar
 from policies.llama_policy import LlamaPolicy
+from policies.transformers_policy import TransformersPolicy
 
 DEFAULT_PROBLEMS = "problems/roman_numerals,problems/roman_numerals_c,problems/bin_packing:diff"
 REPLAYED_TOKENS = 40  # tokens of one completion per group replayed under full masks
@@ -71,10 +78,20 @@ def _asks(problems: str, groups: int) -> list[tuple[str, GroupAsk]]:
     return out
 
 
-def full_mask_seconds(policy: LlamaPolicy, shape: AnswerShape, token_ids: list[int]) -> tuple[float, int]:
+def _fresh_row(policy: LlamaPolicy | TransformersPolicy, shape: AnswerShape) -> tuple[RowGrammar | HeldRow, int]:
+    """A row at the start of `shape`'s answer, with no whole-vocabulary mask remembered; the vocabulary's size."""
+    if isinstance(policy, LlamaPolicy):
+        return policy.grammars.row(answer_gbnf(shape)), policy.runtime.n_vocab
+    vocab = policy.held_vocab(shape).vocab
+    return HeldVocab(shape, vocab).row(), len(vocab.texts)
+
+
+def full_mask_seconds(
+    policy: LlamaPolicy | TransformersPolicy, shape: AnswerShape, token_ids: list[int]
+) -> tuple[float, int]:
     """Seconds spent masking the whole vocabulary before each of `token_ids` (replayed), and how many masks."""
-    row = policy.grammars.row(answer_gbnf(shape))
-    every = np.arange(policy.runtime.n_vocab)
+    row, n_vocab = _fresh_row(policy, shape)
+    every = np.arange(n_vocab)
     start = time.perf_counter()
     masks = 0
     try:
@@ -88,14 +105,15 @@ def full_mask_seconds(policy: LlamaPolicy, shape: AnswerShape, token_ids: list[i
     return time.perf_counter() - start, masks
 
 
-def compare(model: str, problems: str, groups: int, g: int, max_new_tokens: int) -> str:
+def compare(model: str, problems: str, groups: int, g: int, max_new_tokens: int, backend: str = "llama") -> str:
     """Sample each ask both ways; print a line per group and return the summary line."""
-    policy = LlamaPolicy.load(model)
+    policy = LlamaPolicy.load(model) if backend == "llama" else TransformersPolicy.load(model)
     modes = {"plain": Mode(), "grammar": Mode()}
     mask_s, masks = 0.0, 0
     for k, (name, ask) in enumerate(_asks(problems, groups)):
         ids = chat_token_ids(policy.tokenizer, ask.prompt)
-        policy.generate_ids(ids, SamplingParams(0.8, 0.95, 1, seed=0), 1)  # the prompt decoded, not timed
+        if isinstance(policy, LlamaPolicy):
+            policy.generate_ids(ids, SamplingParams(0.8, 0.95, 1, seed=0), 1)  # the prompt decoded, not timed
         shape = AnswerShape(VARIANTS, ask.edit_format, ask.fence_tag)
         for mode_name, structured in (("plain", None), ("grammar", shape)):
             stop = completion_stop(VARIANTS)
@@ -119,7 +137,7 @@ def compare(model: str, problems: str, groups: int, g: int, max_new_tokens: int)
             if structured is not None:
                 spent, n = full_mask_seconds(policy, shape, group[0].token_ids[:REPLAYED_TOKENS])
                 mask_s, masks = mask_s + spent, masks + n
-    cost, vocab = policy.grammar_cost, policy.runtime.n_vocab
+    cost, vocab = policy.grammar_cost, _fresh_row(policy, AnswerShape(1, "full"))[1]
     policy.close()
     plain, held = modes["plain"], modes["grammar"]
     plain_rate, held_rate = plain.tokens / plain.seconds, held.tokens / held.seconds
@@ -148,8 +166,9 @@ def main() -> None:
     ap.add_argument("--groups", type=int, default=1, help="groups per problem")
     ap.add_argument("--g", type=int, default=4)
     ap.add_argument("--max-new-tokens", type=int, default=300)
+    ap.add_argument("--backend", choices=("llama", "transformers"), default="llama")
     args = ap.parse_args()
-    print(compare(args.model, args.problems, args.groups, args.g, args.max_new_tokens))
+    print(compare(args.model, args.problems, args.groups, args.g, args.max_new_tokens, args.backend))
 
 
 if __name__ == "__main__":

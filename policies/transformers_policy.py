@@ -5,6 +5,9 @@ temperature, top-k and top-p), because the trainer treats them as the behaviour 
 own temperature/top-k/top-p warpers *after* any `logits_processor` a caller passes, so a recorder passed there
 would see unwarped scores. We therefore switch generate's warpers off and pass our own chain, with the recorder
 last: what it sees is exactly what `torch.multinomial` draws from.
+
+With `SamplingParams.structured` set, each row is held to the answer's shape instead (`policies.held_rows`): its
+tokens are drawn in numpy among those the answer's language allows, and a greedy `generate` takes them.
 """
 
 from __future__ import annotations
@@ -15,8 +18,11 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from policies.answer_grammar import EDIT_FORMATS, AnswerShape
 from policies.base import Generated, PolicyError, SamplingParams, SamplingProgress, chat_token_ids, render_chat
 from policies.embedded import EMBEDDED_NAME, INSTALL_HINT, embedded_model_dir
+from policies.held_rows import HeldSampler, HeldVocab, VocabTexts
+from policies.llama_grammar import GrammarCost
 from policies.prefill import PromptPrefill
 from policies.stops import RowStops
 
@@ -117,6 +123,7 @@ class _CountTokens:
 
 class TransformersPolicy:
     max_concurrency = 1
+    structured_formats = EDIT_FORMATS  # StructuredSampling: each row's tokens judged by its answer's matcher
 
     def __init__(self, model: Any, tokenizer: Any, name: str) -> None:
         self.model, self.tokenizer, self.name = model, tokenizer, name
@@ -130,6 +137,9 @@ class TransformersPolicy:
         self.prefill = PromptPrefill.for_model(model)
         self._interrupt = threading.Event()
         self.progress = SamplingProgress()
+        self._vocab_texts: VocabTexts | None = None  # decoded on the first structured call
+        self._held: dict[AnswerShape, HeldVocab] = {}
+        self.grammar_cost = GrammarCost()  # summed over every structured call, for the benchmarks
         twin = ", prompt in a float32 twin" if self.prefill.use_float32_twin else ""
         self.description = f"transformers on {self.device.type}, {str(next(model.parameters()).dtype)[6:]}{twin}"
 
@@ -188,20 +198,42 @@ class TransformersPolicy:
         stopper = _Interrupted(self._interrupt)
         rows = RowStops(self.tokenizer, input_ids.shape[1], params.stop)
         counter = _CountTokens(self.progress, rows, input_ids.shape[1], self.eos_ids)
+        held = None if params.structured is None else self._held_sampler(params, params.structured, n, rows)
+        processors = [*warper_chain(params), recorder] if held is None else [held]
         self.progress.start(n, params.max_new_tokens, len(prompt_ids))
         try:
             with self._weights_served():
-                out = self._generate(input_ids, prompt_ids, params, n, recorder, [stopper, rows, counter])
+                criteria = [stopper, rows, counter]
+                out = self._generate(input_ids, prompt_ids, params, processors, criteria, sample=held is None)
         finally:
             self.progress.active = False
+            if held is not None:
+                self.grammar_cost.add(held.cost())
         if stopper.honoured():
             return [Generated("", [], [], "interrupted", self.version) for _ in range(n)]
         new = out[:, input_ids.shape[1] :]
-        logprobs = recorder.finish(new[:, -1]) if new.shape[1] else None
+        if held is not None:
+            logprobs: Any = held.row_logprobs()
+        else:
+            logprobs = recorder.finish(new[:, -1]) if new.shape[1] else None
         return [
             self._completion(new[i], None if logprobs is None else logprobs[i], rows.ended.get(i), rows.reasons.get(i))
             for i in range(n)
         ]
+
+    def held_vocab(self, shape: AnswerShape) -> HeldVocab:
+        """`shape` over this model's vocabulary (its token texts decoded on the first call, about 3 s for 152k
+        ids; its whole-vocabulary masks remembered from group to group)."""
+        if self._vocab_texts is None:
+            self._vocab_texts = VocabTexts.of(self.tokenizer, self.model.config.vocab_size, self.eos_ids)
+        held = self._held.get(shape)
+        if held is None:
+            held = self._held[shape] = HeldVocab(shape, self._vocab_texts)
+        return held
+
+    def _held_sampler(self, params: SamplingParams, shape: AnswerShape, n: int, stops: RowStops) -> HeldSampler:
+        held = self.held_vocab(shape)
+        return HeldSampler(params, [held.row() for _ in range(n)], stops, self.eos_ids)
 
     def _weights_served(self) -> Any:
         """The adapter switched off for the call after `serve_base`, else the model as it is."""
@@ -210,17 +242,24 @@ class TransformersPolicy:
         return contextlib.nullcontext()
 
     def _generate(
-        self, input_ids: Any, prompt_ids: list[int], params: SamplingParams, n: int, recorder: Any, criteria: list[Any]
+        self,
+        input_ids: Any,
+        prompt_ids: list[int],
+        params: SamplingParams,
+        processors: list[Any],
+        criteria: list[Any],
+        sample: bool,
     ) -> Any:
         """One batched `generate` call. The prompt runs once, not n times: generate() feeds only the last prompt
-        token on top of the cache of the others."""
+        token on top of the cache of the others. `sample`: transformers draws from the scores `processors` leave;
+        else the last processor has drawn each row's token already (`HeldSampler`) and greedy decoding takes it."""
         import torch
         from transformers import LogitsProcessorList, StoppingCriteriaList
 
         cached = {}
         if len(prompt_ids) > 1:
             weights = (self.version, self.serving_base)
-            cached["past_key_values"] = self.prefill.cache(self.model, weights, prompt_ids[:-1], n)
+            cached["past_key_values"] = self.prefill.cache(self.model, weights, prompt_ids[:-1], input_ids.shape[0])
         with torch.no_grad(), warnings.catch_warnings():
             # transformers 5 renamed past_key_values to `cache`; the old name is the one 4.x and 5.x both take
             warnings.filterwarnings("ignore", message=".*past_key_values.*deprecated", category=FutureWarning)
@@ -228,12 +267,12 @@ class TransformersPolicy:
                 input_ids,
                 attention_mask=torch.ones_like(input_ids),
                 **cached,
-                do_sample=True,
+                do_sample=sample,
                 **_NO_BUILTIN_WARPERS,
                 max_new_tokens=params.max_new_tokens,
                 eos_token_id=self.eos_ids,
                 pad_token_id=self.pad_id,
-                logits_processor=LogitsProcessorList([*warper_chain(params), recorder]),
+                logits_processor=LogitsProcessorList(processors),
                 stopping_criteria=StoppingCriteriaList(criteria),
             )
 

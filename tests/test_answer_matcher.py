@@ -1,0 +1,224 @@
+"""The pure-Python matcher of the answer's language (policies/answer_matcher.py) takes exactly what llama.cpp's
+grammar engine takes under `answer_gbnf(shape)`: both are driven character by character over generated answers
+and near-misses (a fence line inside code, a closing tag at a line start inside code, indented markers, missing
+newlines, a variant too many, text after the last tag), and give the same verdict at every character (may it
+come next, may the answer end here); cut into chunks of several characters (tokens spanning lines and tags),
+the matcher takes a chunk exactly when llama.cpp takes each of its characters.
+
+llama.cpp judges token ids of a llama vocab: the tiny model's GGUF, whose tokens are single bytes, so a string
+is fed to it one byte at a time (a character of two bytes is taken when both are)."""
+
+from __future__ import annotations
+
+from itertools import pairwise
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from policies.answer_grammar import AnswerShape, answer_gbnf
+from policies.answer_matcher import AnswerMatcher
+from policies.held_rows import HeldVocab, VocabTexts
+from tests.helpers import need_llama
+from tests.test_answer_grammar import DIFF, FULL
+
+Trace = list[tuple[bool, bool]]  # per character of a string, until the first refused: (taken, may end before it)
+
+
+@pytest.fixture(scope="module")
+def llama_engine(tiny_gguf):
+    need_llama()
+    from transformers import AutoTokenizer
+
+    from policies.llama_grammar import GrammarBook
+    from policies.llama_runtime import llama_module
+
+    lib = llama_module()
+    model = lib.llama_model_load_from_file(str(tiny_gguf).encode(), lib.llama_model_default_params())
+    vocab = lib.llama_model_get_vocab(model)
+    tokenizer = AutoTokenizer.from_pretrained(tiny_gguf.parent)
+    grammars = GrammarBook(lib, vocab, lib.llama_vocab_n_tokens(vocab), {tokenizer.eos_token_id})
+    yield grammars, tokenizer
+    grammars.close()
+    lib.llama_model_free(model)
+
+
+def llama_trace(engine, shape: AnswerShape, text: str) -> Trace:
+    """llama.cpp's verdicts on `text` under the grammar of `shape`, plus one for the end of turn after it."""
+    grammars, tokenizer = engine
+    eos = tokenizer.eos_token_id
+    row = grammars.row(answer_gbnf(shape))
+    trace: Trace = []
+    try:
+        for char in text:
+            ids = tokenizer(char, add_special_tokens=False).input_ids
+            taken = True
+            for at, token in enumerate(ids):
+                ok = row.allowed(np.array([token, eos]))
+                if at == 0:
+                    trace.append((bool(ok[0]), bool(ok[1])))
+                taken = taken and bool(ok[0])
+                if not taken:
+                    break
+                row.accept(token)
+            trace[-1] = (taken, trace[-1][1])
+            if not taken:
+                return trace
+        trace.append((False, bool(row.allowed(np.array([eos]))[0])))
+        return trace
+    finally:
+        row.close()
+
+
+def matcher_trace(shape: AnswerShape, text: str) -> Trace:
+    matcher = AnswerMatcher(shape)
+    state = matcher.start()
+    trace: Trace = []
+    for char in text:
+        after = matcher.advance(state, char)
+        trace.append((after is not None, matcher.complete(state)))
+        if after is None:
+            return trace
+        state = after
+    trace.append((False, matcher.complete(state)))
+    return trace
+
+
+def check_chunks(shape: AnswerShape, text: str, taken: int, cuts: list[int]) -> None:
+    """From every cut, the next chunk is taken whole exactly when each of its characters is (`taken`: how many
+    characters of `text` are, from its start)."""
+    matcher = AnswerMatcher(shape)
+    state = matcher.start()
+    bounds = sorted({0, len(text), *(c % (len(text) + 1) for c in cuts)})
+    for start, end in pairwise(bounds):
+        if start > taken:
+            return
+        after = matcher.advance(state, text[start:end])
+        assert (after is not None) == (end <= taken), (text[:start], text[start:end])
+        if after is None:
+            return
+        state = after
+
+
+def assert_same(engine, shape: AnswerShape, text: str, cuts: list[int] = ()) -> Trace:
+    expected = llama_trace(engine, shape, text)
+    assert matcher_trace(shape, text) == expected, (shape, text)
+    check_chunks(shape, text, len(expected) - 1, list(cuts))  # the last entry is the first refused, or the end
+    return expected
+
+
+# ---- near-misses, named ---------------------------------------------------------------------------------------
+FULL2, FULL3 = AnswerShape(2, "full", "python"), AnswerShape(3, "full", "python")
+DIFF1 = AnswerShape(1, "diff")
+FIRST = FULL.split("\n\n<variant 2>")[0]
+NEAR_MISSES = [
+    (FULL2, FULL),
+    (FULL2, FULL.replace("    return x * x\n", "    return x * x\n```python\n")),  # a fence's opening inside code
+    (FULL2, FULL.replace("    return x * x\n", "</variant 1>\n")),  # a closing tag at a line start inside code
+    (FULL2, FULL.replace("    return x * x\n", "  </variant 1>\n")),  # ...indented
+    (FULL2, FULL.replace("    return x * x\n", "    <variant 2>\n")),
+    (FULL2, FULL.replace("    return x * x\n", "    return x < y </b>\n")),  # a tag inside a line: code
+    (FULL2, FULL.replace("```\n</variant 1>", "\t  ```\n</variant 1>")),  # an indented fence close
+    (FULL2, FULL.replace("```\n</variant 1>", "```</variant 1>")),  # a missing newline
+    (FULL2, FULL.replace("<variant 1>\n", "<variant 1>")),
+    (FULL2, FULL.replace("</variant 1>\n\n", "</variant 1>")),
+    (FULL2, FULL.replace("</variant 1>\n\n", "</variant 1>\n")),
+    (FULL2, FULL + "\n"),  # text after the last tag
+    (FULL2, FULL + " "),
+    (FULL2, FULL + "\n\n<variant 3>\n```python\nx\n```\n</variant 3>"),  # a variant too many
+    (FULL3, FULL + "\n<variant 3>\n```python\nx\n```\n</variant 3>"),
+    (FULL3, FULL + "\n\n\n<variant 3>"),
+    (AnswerShape(2, "full", "c"), FULL),  # the wrong fence tag
+    (AnswerShape(2, "full"), FULL.replace("```python", "```")),
+    (DIFF1, DIFF),
+    (DIFF1, DIFF.replace("=======", "  =======")),  # an indented divider
+    (DIFF1, DIFF.replace("=======", "======")),
+    (DIFF1, DIFF.replace("=======", "========")),
+    (DIFF1, DIFF.replace(">>>>>>> REPLACE", "    >>>>>>> REPLACE")),
+    (DIFF1, DIFF.replace(">>>>>>> REPLACE", ">>>>>>> REPLACE ")),
+    (DIFF1, DIFF.replace("<<<<<<< SEARCH", " <<<<<<< SEARCH")),  # an indented SEARCH is not one
+    (DIFF1, DIFF.replace("    return x * x\n", "    <<<<<<< SEARCH\n")),  # a marker inside an edit
+    (DIFF1, DIFF.replace("    return x * x\n", "    ====\n    <<<<\n    >>>> x\n")),  # short runs are code
+    (DIFF1, DIFF.replace("</variant 1>", DIFF.split("\n", 1)[1])),  # two edits
+    (DIFF1, DIFF.replace("</variant 1>", "```\nx\n```\n</variant 1>")),  # an edit then a fence: not both
+    (AnswerShape(1, "diff", "python"), FIRST),  # fenced code under diff
+    (AnswerShape(1, "full", "python"), DIFF),  # an edit under full
+    (AnswerShape(2, "full", "python"), FULL.replace("# `x`", "é → ü `x`")),  # characters of several bytes
+    (AnswerShape(11, "full"), "".join(f"<variant {k}>\n```\nx\n```\n</variant {k}>\n" for k in range(1, 12))[:-1]),
+]
+
+
+@pytest.mark.parametrize(("shape", "text"), NEAR_MISSES)
+def test_the_matcher_and_llama_cpp_agree_on_named_near_misses(llama_engine, shape, text):
+    assert_same(llama_engine, shape, text, cuts=list(range(0, len(text), 7)))
+
+
+def test_the_named_answers_are_taken_whole_and_may_end_and_their_near_misses_not():
+    """The matcher's own verdicts on a few of the cases above, so a wrong shared assumption is seen too."""
+    matcher = AnswerMatcher(FULL2)
+    done = matcher.advance(matcher.start(), FULL)
+    assert done is not None and matcher.complete(done)
+    assert matcher.advance(done, "\n") is None and matcher.advance(matcher.start(), FULL[:-1]) is not None
+    assert not matcher.complete(matcher.advance(matcher.start(), FULL[:-1]))
+    assert matcher.advance(matcher.start(), NEAR_MISSES[1][1]) is None
+    assert matcher.advance(matcher.start(), NEAR_MISSES[5][1]) is not None
+
+
+# ---- generated answers and their mutations ------------------------------------------------------------------
+TRICKY = ["```", "```python", "```c", "  ```", "\t```", "``` ", "``", "`x`", "</variant 1>", "</variant 2>",
+          "<variant 2>", "<variant 3>", " </variant 1>", "<<<<<<< SEARCH", "=======", "  =======", ">>>>>>> REPLACE",
+          "\t>>>>>>> REPLACE", "<<<<", "<<<<<", "====", "=====", ">>>>", ">>>>>", "<b>", "<", "</", "<v", "<vari",
+          "<variant", "<variantx", "", " ", "\t", "    return x", "x = 1 # é"]  # fmt: skip
+PLAIN = st.text(alphabet="ab1 \t=<>/`é", max_size=10).map(lambda s: s.replace("\n", ""))
+LINE = st.one_of(PLAIN, PLAIN, PLAIN, st.sampled_from(TRICKY))
+
+
+@st.composite
+def answers(draw: st.DrawFn) -> tuple[AnswerShape, str]:
+    m = draw(st.integers(1, 3))
+    shape = AnswerShape(m, draw(st.sampled_from(["full", "diff"])), draw(st.sampled_from(["", "python", "c"])))
+    code = st.lists(LINE, max_size=3).map(lambda lines: "".join(line + "\n" for line in lines))
+    fence = code.map(lambda body: f"```{shape.language}\n{body}```\n")
+    edit = st.tuples(code, code).map(lambda sr: f"<<<<<<< SEARCH\n{sr[0]}=======\n{sr[1]}>>>>>>> REPLACE\n")
+    parts = []
+    for k in range(1, m + 1 + draw(st.integers(0, 1))):  # sometimes a variant too many
+        blocks = edit if shape.edit_format == "diff" and draw(st.booleans()) else fence
+        body = "".join(draw(st.lists(blocks, min_size=1, max_size=2)))
+        parts.append(f"<variant {k}>\n{body}</variant {k}>")
+    text = "".join(p + draw(st.sampled_from(["\n", "\n\n", "\n\n", "", "\n\n\n"])) for p in parts[:-1]) + parts[-1]
+    if draw(st.booleans()):  # a near-miss: one edit at one place, or text after the end
+        at = draw(st.integers(0, len(text)))
+        cut = draw(st.integers(0, 3))
+        text = text[:at] + draw(st.one_of(PLAIN, st.sampled_from(["\n", " ", "`", "<", "=", ">"]))) + text[at + cut :]
+    checked = shape if draw(st.integers(0, 4)) else AnswerShape(draw(st.integers(1, 3)), "diff", shape.language)
+    return checked, text
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(answers(), st.lists(st.integers(0, 400), max_size=12))
+def test_the_matcher_and_llama_cpp_agree_on_generated_answers_at_every_character(llama_engine, answer, cuts):
+    shape, text = answer
+    assert_same(llama_engine, shape, text, cuts)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(answers(), st.lists(st.integers(0, 400), max_size=30), st.lists(st.sampled_from(TRICKY), max_size=8))
+def test_a_whole_vocabulary_mask_judges_every_token_as_its_text_alone_would(answer, cuts, extra):
+    """`HeldVocab.full_mask` walks the vocabulary in groups of shared first characters; it must agree with
+    judging each token's text alone, for tokens that span lines and tags (pieces of the answer itself)."""
+    shape, text = answer
+    bounds = sorted({0, len(text), *(c % (len(text) + 1) for c in cuts)})
+    pieces = [text[a:b] for a, b in pairwise(bounds)]
+    extra_pieces = [piece for p in extra for piece in (p + "\n", "\n" + p, "x\n" + p, "é\n" + p, "  \n" + p)]
+    extra_pieces += ["\n\n", " " * 8, "é\n```", "", "\t=="]
+    texts: list[str | None] = [*sorted({*pieces, *extra_pieces}), None]
+    eos = len(texts)
+    held = HeldVocab(shape, VocabTexts.of_texts([*texts, None], [eos]))
+    matcher, row = held.matcher, held.row()
+    for piece in [*pieces, None]:
+        direct = [t is not None and t != "" and matcher.advance(row.state, t) is not None for t in texts]
+        assert held.full_mask(row.state).tolist() == [*direct, matcher.complete(row.state)]
+        if piece is None or matcher.advance(row.state, piece) is None:
+            return
+        row.accept(texts.index(piece))
