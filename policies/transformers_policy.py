@@ -28,9 +28,12 @@ from policies.stops import RowStops
 
 
 def warper_chain(params: SamplingParams) -> list[Any]:
-    """Temperature, then top-k, then top-p: the order vLLM applies them too."""
+    """Temperature, then top-k, then top-p: the order vLLM applies them too. Temperature 0 is greedy, as vLLM and
+    llama.cpp read it: the likeliest token alone, drawn with probability 1 (logprob 0)."""
     from transformers import TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
 
+    if params.temperature <= 0.0:
+        return [TopKLogitsWarper(1)]
     chain: list[Any] = []
     if params.temperature != 1.0:
         chain.append(TemperatureLogitsWarper(params.temperature))

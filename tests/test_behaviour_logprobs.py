@@ -70,6 +70,18 @@ def test_transformers_stores_the_warped_logprob_of_every_token(policy, params):
     assert float(torch.stack(gaps_to_raw).mean()) > 1e-2  # the raw logprobs would not have passed
 
 
+def test_temperature_zero_is_greedy_with_a_logprob_of_zero_per_token(policy):
+    """Temperature 0 asks for the likeliest token at each step (as vLLM and llama.cpp read it; the openai policy's
+    grammar probe sends it): every row the same, each token the argmax, drawn with probability 1."""
+    prompt_ids = _prompt_ids(policy)
+    group = policy.generate(PROMPT, SamplingParams(temperature=0.0, top_p=1.0, max_new_tokens=40, seed=1), 3)
+    assert len({tuple(g.token_ids) for g in group}) == 1 and all(lp == 0.0 for lp in group[0].logprobs)
+    ids = torch.tensor([prompt_ids + group[0].token_ids])
+    with torch.no_grad():
+        logits = policy.model(input_ids=ids).logits[0, len(prompt_ids) - 1 : -1]
+    assert logits.argmax(dim=-1).tolist() == group[0].token_ids
+
+
 def test_trainer_recomputation_matches_the_sampler_so_the_importance_weight_is_one(policy, tiny_model_dir):
     params = SamplingParams(temperature=0.7, top_p=1.0, max_new_tokens=120, seed=9)
     local = TransformersPolicy.load(str(tiny_model_dir))

@@ -157,8 +157,8 @@ def test_a_server_without_grammars_gets_the_plain_prompt(refuse):
         sent = handler.bodies[-1]
         assert sent["n"] == 2 and not {"grammar", "top_k", "min_p", "repeat_penalty"} & set(sent)
         assert _structured_line(_search_of(policy)) == (
-            f"structured sampling: auto, but {policy.name} cannot (only llama.cpp and transformers policies and "
-            "servers that take a GBNF grammar can): their answers are free text"
+            f"structured sampling: auto, but {policy.name} cannot (only llama.cpp and transformers policies, and "
+            "servers that keep to a grammar, can): their answers are free text"
         )
     finally:
         httpd.shutdown()

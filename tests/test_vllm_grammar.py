@@ -92,8 +92,8 @@ def test_a_server_that_holds_no_grammar_gets_the_plain_prompt_and_the_opening_li
     assert len(group) == 2 and all(g.token_ids for g in group)
     assert not _fields(server.completions(COMPLETIONS)[-1])  # the plain prompt: no field sent
     assert _structured_line(_search_of(policy)) == (
-        f"structured sampling: auto, but {policy.name} cannot (only llama.cpp policies and servers that take "
-        "a GBNF grammar can): their answers are free text"
+        f"structured sampling: auto, but {policy.name} cannot (only llama.cpp and transformers policies, and "
+        "servers that keep to a grammar, can): their answers are free text"
     )
 
 

@@ -101,8 +101,8 @@ def _structured_line(search: Search) -> str:
         return f"structured sampling: {mode}: every answer is held to its tags and fences while it is sampled"
     said = ", ".join(free)
     return (
-        f"structured sampling: {mode}, but {said} cannot (only llama.cpp and transformers policies and servers that "
-        "take a GBNF grammar can): their answers are free text"
+        f"structured sampling: {mode}, but {said} cannot (only llama.cpp and transformers policies, and servers that "
+        "keep to a grammar, can): their answers are free text"
     )
 
 
