@@ -55,6 +55,16 @@ def test_compare_structured_runs_each_problem_off_then_on_and_reports_the_archiv
 
 
 def test_compare_structured_refuses_a_policy_without_a_grammar(tmp_path, tiny_model_dir, capsys):
-    argv = ["--compare-structured", "--problems", "minimizer", "--policy", f"transformers:{tiny_model_dir}"]
-    assert bench.main([*argv, "--keep", str(tmp_path)]) == 2
+    """An OpenAI-compatible server that ignores the grammar field (the tests' loopback one) holds nothing: the
+    comparison would measure free text twice."""
+    from tests.openai_server import LoopbackServer
+
+    server = LoopbackServer(tiny_model_dir).start()
+    try:
+        spec = f"openai:{server.url}@{server.model_name}"
+        argv = ["--compare-structured", "--problems", "minimizer", "--policy", spec, "--keep", str(tmp_path)]
+        assert bench.main(argv) == 2
+    finally:
+        server.stop()
     assert "cannot hold its answers to a grammar" in capsys.readouterr().err
+    assert [path for path, _ in server.requests] == ["/v1/chat/completions"]  # the probe alone: nothing sampled
