@@ -14,7 +14,8 @@ Fixed before looking at any result (written here first, then run):
   results file holds at any time. Run it niced in the background: `nice -n 19 python -m benchmarks.closed_loop
   --problems ... &`.
 - **Reward shaping** (policies/shaping.py), the same for both trained arms: zero-advantage groups skipped,
-  copies (echoes of the parent, duplicates) rewarded -0.5, each component stretched over its group
+  answers without a new valid program (copies, unparseable, failed) rewarded -0.5, each component stretched over
+  its group
   (`--lazy-penalty`, `--reward-normalisation`, `--keep-zero-advantage` change it for a run of the study).
 - **Problems, by rule.** Candidates, in this order: minimizer, tour_heuristic, durations, spread_points,
   bin_packing (benchmarks/problems and problems/, none written or tuned for this experiment). A candidate is kept

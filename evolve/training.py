@@ -24,7 +24,6 @@ from evolve.archive import Archive, PolicyVersionRecord
 from evolve.archive.group_store import StoredCompletion
 from evolve.fitness import oriented_array, oriented_bounds
 from evolve.problem.config import ComponentSpec
-from evolve.yields import COPIES
 from policies.base import InProcessPolicy, Policy, PublishingPolicy, TrainsAsTransformers
 from policies.groups import Batch, TrainingCompletion, TrainingGroup, normalise
 from policies.trainer import PolicyTrainer, ShouldStop, TrainConfig, UpdateStats, never
@@ -63,18 +62,15 @@ def load_batch(
     """Groups of the given policy versions, newest first, normalised; skipped groups counted by reason.
 
     Completions without token ids or logprobs (from some OpenAI-compatible servers) cannot be trained on
-    and are refused, counted under that reason. Answers that echoed the parent or repeated a known program are
-    marked lazy (a zero row unless the training config penalises them).
+    and are refused, counted under that reason. Answers that gave no new valid program (copies, unparseable or
+    missing, failed) are marked wasted: zero rows, unless the training config's lazy penalty puts them below.
     """
     batch = Batch()
     rows = archive.group_rows(run_id, version_ids, max_groups)
     by_completion: dict[int, np.ndarray] = {c.id: np.full((m, len(components)), np.nan) for c in rows.completions}
-    lazy: dict[int, np.ndarray] = {c.id: np.zeros(m, bool) for c in rows.completions}
     for a in rows.answers:
         if a.status == "ok" and a.scores is not None and a.error_kind is None and a.slot < m:
             by_completion[a.completion_id][a.slot] = oriented_array(components, a.scores)
-        elif a.status in COPIES and a.slot < m:
-            lazy[a.completion_id][a.slot] = True
     grouped: dict[int, list[StoredCompletion]] = defaultdict(list)
     for c in rows.completions:
         grouped[c.prompt_id].append(c)
@@ -85,7 +81,9 @@ def load_batch(
             if not ids or not lps or len(ids) != len(lps):
                 batch.skipped["completion without token ids or logprobs"] += 1
                 continue
-            trainable.append(TrainingCompletion(c.id, ids, lps, c.temperature, by_completion[c.id], lazy[c.id]))
+            answers = by_completion[c.id]
+            wasted = np.isnan(answers).any(axis=1)  # no new valid program in that slot
+            trainable.append(TrainingCompletion(c.id, ids, lps, c.temperature, answers, wasted))
         if len(trainable) < 2:
             batch.skipped["fewer than 2 scored completions"] += 1
             continue

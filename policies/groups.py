@@ -3,7 +3,8 @@
 Rewards are oriented (larger is better) and normalised per component to [0, 1] by the bounds the problem
 declares, or else by the range observed among the answers of the batch being trained on (the recent groups,
 so the cost of an update does not grow with the archive). Unparseable, failed and duplicate answers are zero
-rows; echoes of the parent and duplicates are also marked `lazy`, for the optional penalty (policies/shaping.py).
+rows; every answer that gave no new valid program is also marked `wasted`, for the optional penalty
+(policies/shaping.py).
 The engine reads these groups out of its archive (`evolve.training.load_batch`); this module knows no archive,
 so the policies package stays independent of the engine.
 """
@@ -24,9 +25,9 @@ class TrainingCompletion:
     logprobs: list[float]
     temperature: float
     answers: np.ndarray  # (m, D) oriented raw scores; NaN rows for zero answers until normalised
-    # (m,) True where the answer echoed the parent or repeated a known program (policies/shaping.py penalises
-    # them when asked); None: no answer was such a copy.
-    lazy: np.ndarray | None = None
+    # (m,) True where the answer gave no new valid program: it echoed the parent, repeated a known program, did
+    # not parse, was missing or failed (policies/shaping.py penalises them when asked); None: none was wasted.
+    wasted: np.ndarray | None = None
 
 
 @dataclass
@@ -38,10 +39,10 @@ class TrainingGroup:
     def rewards(self) -> np.ndarray:
         return np.stack([c.answers for c in self.completions])
 
-    def lazy(self) -> np.ndarray:
-        """(G, m) mask of the answers that copied (the parent, or a program already known)."""
+    def wasted(self) -> np.ndarray:
+        """(G, m) mask of the answers that gave no new valid program."""
         m = self.completions[0].answers.shape[0] if self.completions else 0
-        return np.stack([np.zeros(m, bool) if c.lazy is None else c.lazy for c in self.completions])
+        return np.stack([np.zeros(m, bool) if c.wasted is None else c.wasted for c in self.completions])
 
 
 @dataclass

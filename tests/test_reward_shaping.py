@@ -26,8 +26,10 @@ def z(values: list[float]) -> np.ndarray:
     return (r - r.mean()) / (r.std() + EPS)
 
 
-def group(answers: list[list[list[float]]], lazy: list[list[bool]] | None = None, prompt_id: int = 1) -> TrainingGroup:
-    """A training group whose completion i has answers[i] (m rows of D rewards) and copy mask lazy[i]."""
+def group(
+    answers: list[list[list[float]]], wasted: list[list[bool]] | None = None, prompt_id: int = 1
+) -> TrainingGroup:
+    """A training group whose completion i has answers[i] (m rows of D rewards) and wasted-answer mask wasted[i]."""
     completions = [
         TrainingCompletion(
             completion_id=10 * prompt_id + i,
@@ -35,7 +37,7 @@ def group(answers: list[list[list[float]]], lazy: list[list[bool]] | None = None
             logprobs=[-0.1, -0.2, -0.3],
             temperature=0.7,
             answers=np.array(rows, dtype=np.float64),
-            lazy=None if lazy is None else np.array(lazy[i]),
+            wasted=None if wasted is None else np.array(wasted[i]),
         )
         for i, rows in enumerate(answers)
     ]
@@ -64,27 +66,25 @@ def test_group_normalisation_gives_a_component_with_a_narrow_spread_its_say_in_t
         shape_rewards(rewards, np.zeros((3, 1), bool), normalisation="zscore")
 
 
-def test_the_lazy_penalty_makes_copying_worse_than_failing_where_it_was_free():
+def test_the_lazy_penalty_puts_every_wasted_answer_below_every_valid_one():
     # m = 2 answers, one component: VPO's set reward is then the best answer (every weight is 1).
     weights = np.array([[1.0]])
-    copies = [[True, True], [True, True], [False, False]]  # two completions copied, the third failed twice
-    rewards = np.zeros((3, 2, 1))  # copies and failures are both zero rows
-    off = shape_rewards(rewards, np.array(copies))
-    assert np.array_equal(VPO()(off), np.zeros(3))  # no spread: the group teaches nothing, copying is safe
-    on = shape_rewards(rewards, np.array(copies), lazy_penalty=-0.5)
-    np.testing.assert_allclose(vpo_advantages(on, weights), z([-0.5, -0.5, 0.0]), rtol=1e-12)
-    np.testing.assert_allclose(vpo_advantages(on, weights), [-0.70710378, -0.70710378, 1.41420756], rtol=1e-6)
-    # With a valid answer beside a copy: set rewards 0.4 (valid + copy), -0.5 (two copies), 0 (two failures).
-    mixed = np.array([[[0.4], [0.0]], [[0.0], [0.0]], [[0.0], [0.0]]])
-    mask = np.array([[False, True], [True, True], [False, False]])
-    np.testing.assert_allclose(vpo_advantages(shape_rewards(mixed, mask), weights), z([0.4, 0.0, 0.0]), rtol=1e-12)
-    np.testing.assert_allclose(
-        vpo_advantages(shape_rewards(mixed, mask, lazy_penalty=-0.5), weights),
-        [1.1769615, -1.267497, 0.0905355],
-        atol=1e-6,
-    )
-    # 0 is off in both normalisations: a copy stays a zero row, the bottom of its group, as a failure is.
-    stretched = shape_rewards(mixed, mask, normalisation="group", lazy_penalty=0.0)
+    wasted = np.ones((3, 2), bool)  # two completions copied, the third failed twice: all wasted, all zero rows
+    rewards = np.zeros((3, 2, 1))
+    assert np.array_equal(VPO()(shape_rewards(rewards, wasted)), np.zeros(3))
+    assert np.array_equal(VPO()(shape_rewards(rewards, wasted, lazy_penalty=-0.5)), np.zeros(3))  # alike: level
+    # A poor valid answer (0.0 by the bounds) beside a copy; two copies; two failures. Off: no spread at all.
+    mixed = np.zeros((3, 2, 1))
+    mask = np.array([[False, True], [True, True], [True, True]])
+    assert np.array_equal(vpo_advantages(shape_rewards(mixed, mask), weights), np.zeros(3))
+    on = shape_rewards(mixed, mask, lazy_penalty=-0.5)
+    np.testing.assert_allclose(vpo_advantages(on, weights), z([0.0, -0.5, -0.5]), rtol=1e-12)
+    np.testing.assert_allclose(vpo_advantages(on, weights), [1.41420756, -0.70710378, -0.70710378], rtol=1e-6)
+    # GRPO (the mean of a completion's answers): copying and failing weigh the same, and below a valid answer.
+    np.testing.assert_allclose(GRPO()(on), z([-0.25, -0.5, -0.5]), rtol=1e-12)
+    # 0 is off in both normalisations: a wasted answer stays a zero row, the bottom of its group.
+    valid = np.array([[[0.4], [0.0]], [[0.0], [0.0]], [[0.0], [0.0]]])
+    stretched = shape_rewards(valid, mask, normalisation="group", lazy_penalty=0.0)
     assert np.array_equal(stretched[..., 0], [[1.0, 0.0], [0.0, 0.0], [0.0, 0.0]])
 
 

@@ -53,7 +53,10 @@ def test_evolve_train_writes_versions_and_continues_from_the_newest(tmp_path, ti
     assert sorted(p.name for p in adapters.iterdir()) == ["v1", "v2", "v3"]  # nothing half-written left behind
 
 
-def test_load_batch_marks_exactly_the_echoes_and_duplicates_as_lazy(tiny_search):
+def test_load_batch_marks_every_answer_without_a_new_valid_program_as_wasted(tiny_search):
+    """Copies, unparseable or missing answers and programs that failed are marked alike: under the lazy penalty a
+    copy alone below a failure made writing nothing parseable the way up (a GRPO policy trained so wrote no
+    parseable variant in 180, issue 36)."""
     from evolve.archive import Archive
     from evolve.training import load_batch, recent_version_ids
 
@@ -62,8 +65,15 @@ def test_load_batch_marks_exactly_the_echoes_and_duplicates_as_lazy(tiny_search)
     batch = load_batch(archive, tiny_search.run_id, tiny_search.components, 2, versions)
     archive.close()
     con = sqlite3.connect(tiny_search.db)
+    valid = {
+        (c, s)
+        for c, s in con.execute(
+            "SELECT v.completion_id, v.slot FROM variants v JOIN evaluations e ON e.program_id = v.program_id "
+            "WHERE v.status = 'ok' AND e.error_kind IS NULL"
+        )
+    }
     statuses = dict(((c, s), st) for c, s, st in con.execute("SELECT completion_id, slot, status FROM variants"))
-    marked = {(c.completion_id, k): bool(c.lazy[k]) for g in batch.groups for c in g.completions for k in range(2)}
-    expected = {key: statuses.get(key) in ("unchanged", "duplicate") for key in marked}
-    assert marked == expected
-    assert any(expected.values()), "the taught model repeats itself: its search has copies to mark"
+    marked = {(c.completion_id, k): bool(c.wasted[k]) for g in batch.groups for c in g.completions for k in range(2)}
+    assert marked == {key: key not in valid for key in marked}
+    assert any(marked.values()) and not all(marked.values())
+    assert {statuses.get(key) for key, wasted in marked.items() if wasted} >= {"duplicate"}, "copies are marked"

@@ -210,9 +210,9 @@ class TrainingSection(_Strict):
     lazy_penalty: float = Field(
         default=0.0,
         le=0.0,
-        description="reward of an answer that echoes its parent or repeats a known program, on every component "
-        "(rewards are in [0, 1]; below 0 a copy ranks under every valid and every failed answer); 0: off, a copy "
-        "scores as a failure",
+        description="reward of an answer that gave no new valid program (an echo of its parent, a known program "
+        "repeated, unparseable or missing, failed), on every component (rewards are in [0, 1]; below 0 each ranks "
+        "under every valid answer); 0: off, a zero row",
     )
     reward_normalisation: Literal["bounds", "group"] = Field(
         default="bounds",
