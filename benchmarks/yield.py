@@ -10,8 +10,12 @@ With `--compare-structured` each problem runs twice from the same seed, `--struc
 answer's shape held by a grammar while sampling; a policy that can, llama.cpp by default), and the last line
 compares the two: unparseable variants, new valid children per 1,000 tokens and tokens per second.
 
+`--lead-comment on` asks for a lead comment (`# Change: ...` first in each fenced block of a `full` answer held
+to its shape, issue 37): run once with it on and once off (the default, as the engine's) for its A/B.
+
 Usage: python -m benchmarks.yield [--groups 6] [--problems roman_numerals,durations] [--max-time 600]
        python -m benchmarks.yield --compare-structured [--groups 6] [--keep results/yield]
+       python -m benchmarks.yield --policy llama:embedded [--lead-comment on]
 """
 
 from __future__ import annotations
@@ -58,6 +62,7 @@ def default_options(
     sandbox: str,
     structured: str = "auto",
     others_view: str = "code",
+    lead_comment: bool = False,
 ) -> RunOptions:
     """What `evolve run PROBLEM` would use, with a group budget (None: none) instead of an evaluation budget."""
     return RunOptions.for_problem(
@@ -70,6 +75,7 @@ def default_options(
         max_groups=groups,
         structured=structured,
         others_view=others_view,
+        lead_comment=lead_comment,
     )
 
 
@@ -124,11 +130,12 @@ def run_problem(
     work: Path,
     structured: str = "auto",
     others_view: str = "code",
+    lead_comment: bool = False,
 ) -> ProblemYield:
     """One fresh run of `folder` with its own defaults, its archive kept in `work`."""
     problem = load_problem(folder)
     archive = Archive(archive_file(work, problem))
-    options = default_options(problem, groups, seed, policy_spec, sandbox, structured, others_view)
+    options = default_options(problem, groups, seed, policy_spec, sandbox, structured, others_view, lead_comment)
     run = open_run(archive, problem, options).run
     box = make_sandbox(sandbox, workers=options.workers)
     loop = SearchLoop(problem, archive, policy, box, run, options)
@@ -205,6 +212,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--keep", type=Path, default=None, help="keep the archives in this folder (default: discard)")
     ap.add_argument("--others-view", default="code", choices=("code", "diff"), help="how prompts show other programs")
     ap.add_argument("--compare-structured", action="store_true", help="each problem with --structured off, then on")
+    ap.add_argument("--lead-comment", default="off", choices=("on", "off"), help="the `# Change: ...` lead line")
     args = ap.parse_args(argv)
     spec = args.policy or ("llama:embedded" if args.compare_structured else "transformers:embedded")
     wanted = [w for w in args.problems.split(",") if w]
@@ -243,12 +251,14 @@ def main(argv: list[str] | None = None) -> int:
                     where,
                     mode,
                     args.others_view,
+                    args.lead_comment == "on",
                 )
                 runs[mode].append(r)
                 console.print(f"{folder.name} ({mode}): {r.reason}; {r.yields.line()}", highlight=False)
     policy.close()
     for mode, done in runs.items():
         title = f"yield: {spec}, structured {mode}, {args.groups} groups per problem, seed {args.seed}"
+        title += f", lead comment {args.lead_comment}"
         table = Table(title=title)
         for col in COLUMNS:
             table.add_column(col, justify="left" if col == "problem" else "right")

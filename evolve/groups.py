@@ -15,7 +15,7 @@ import asyncio
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 import numpy as np
@@ -38,10 +38,11 @@ from evolve.prompts import (
     ShownProgram,
     compose,
     parse_completion,
+    resolve_edit_format,
 )
 from evolve.runs import RunOptions
 from evolve.selection import Member, Population, Selector, pick_parent
-from policies.answer_grammar import AnswerShape
+from policies.answer_grammar import LINE_COMMENTS, AnswerShape
 from policies.base import Generated, Policy, SamplingParams, StructuredSampling
 
 RECENT_FAILURES = 3  # failed children of the parent listed in its prompt
@@ -50,11 +51,13 @@ RECENT_CHILDREN = 2  # newest children of the parent shown in its prompt, so tha
 
 @dataclass(frozen=True)
 class Prompted:
-    """A group's prompt with what it was made of: the codes shown (by program id), and what it asks (`Composed`:
-    the text, the edit format resolved for the parent, the fences' tag and the answer's bounds)."""
+    """A group's prompt with what it was made of: the codes shown (by program id), what it asks (`Composed`: the
+    text, the edit format resolved for the parent, the fences' tag and the answer's bounds), and the shape its
+    answer is held to while sampled (None: free text), which the text asks for (`answer_shape`)."""
 
     codes: dict[int, str]
     asked: Composed
+    shape: AnswerShape | None = None
 
     @property
     def text(self) -> str:
@@ -142,9 +145,9 @@ class GroupSampler:
             island = index % len(population.islands)
             chosen = pick_parent(population, self.selector, rng, island, self.problem.config.search.inspirations)
             parent, inspirations = chosen.parent, chosen.inspirations
-            prompted = await asyncio.to_thread(self.prompt, parent, inspirations, ask)
+            prompted = await asyncio.to_thread(self.prompt, parent, inspirations, ask, structured_by(member.policy))
             stage = "sample"
-            params = self._params(rng, ask, prompted, prompted.codes[parent.id], structured_by(member.policy))
+            params = self._params(rng, ask, prompted)
             version_id, version = member.versions.serving(), member.policy.version
             started, clock = utcnow(), time.monotonic()
             group = await member.calls.sample(prompted.text, params, self.options.group_size)
@@ -238,11 +241,14 @@ class GroupSampler:
             sampled.index, parent, sampled.island, children, counts, member.name, arm, spent, sampled.version
         )
 
-    def prompt(self, parent: Member, inspirations: list[Member], ask: Ask) -> Prompted:
+    def prompt(self, parent: Member, inspirations: list[Member], ask: Ask, held: tuple[str, ...] = ()) -> Prompted:
         """The prompt for a parent: the group's archive reads and its prompt, done together (on a worker thread,
-        by `sample`) so that the event loop goes on meanwhile."""
+        by `sample`) so that the event loop goes on meanwhile. `held`: the edit formats whose answers the policy
+        holds to their shape (`structured_by`); the shape is decided here, so that the prompt asks for its lead
+        comment exactly when the grammar holds it."""
         reads = self.archive.prompt_reads(parent.id, [i.id for i in inspirations], RECENT_FAILURES, RECENT_CHILDREN)
         codes, context = reads.codes, reads.context
+        edit_format = resolve_edit_format(ask.edit_format, codes[parent.id])
         inputs = PromptInputs(
             self.problem.config.description,
             codes[parent.id],
@@ -260,7 +266,10 @@ class GroupSampler:
             program_view=self.problem.config.program.prompt_view,
             others_view=self.options.others_view,
         )
-        return Prompted(codes, compose(inputs, self.options.max_new_tokens, self.options.fit_tokens_to_code))
+        shape = answer_shape(self.options, edit_format, inputs.fence_tag, codes[parent.id], held)
+        inputs = replace(inputs, lead_comment=shape.lead_comment if shape is not None else "")
+        composed = compose(inputs, self.options.max_new_tokens, self.options.fit_tokens_to_code)
+        return Prompted(codes, composed, shape)
 
     def resumed(self) -> Iterator[ResumedVariant | StageFailure]:
         """On resume: the stored variants whose evaluations never landed, parsed again (an unreadable one comes as
@@ -291,22 +300,32 @@ class GroupSampler:
     def _scores_of(self, m: Member) -> dict[str, float]:
         return raw_scores(self.problem.components, m.oriented)
 
-    def _params(
-        self, rng: np.random.Generator, ask: Ask, prompted: Prompted, parent_code: str, formats: tuple[str, ...]
-    ) -> SamplingParams:
+    def _params(self, rng: np.random.Generator, ask: Ask, prompted: Prompted) -> SamplingParams:
         """The group's sampling: its ask, the answer's bounds (a token budget fitted to the parent, stop strings),
-        and, with `--structured` on or auto and a policy that can (`formats`: the edit formats it holds answers
-        to), the answer's shape."""
-        m, asked = self.options.variants, prompted.asked
-        shaped = self.options.structured != "off" and asked.edit_format in formats and not is_tree(parent_code)
+        and the answer's shape its prompt was made for (`answer_shape`)."""
+        asked = prompted.asked
         return SamplingParams(
             ask.temperature,
             ask.top_p,
             asked.max_new_tokens,
             int(rng.integers(2**31)),
             stop=asked.stop,
-            structured=AnswerShape(m, asked.edit_format, asked.fence) if shaped else None,
+            structured=prompted.shape,
         )
+
+
+def answer_shape(
+    options: RunOptions, edit_format: str, fence: str, parent_code: str, held: tuple[str, ...]
+) -> AnswerShape | None:
+    """The shape a group's answer is held to while sampled, the one place that decides it: with `--structured` on
+    or auto, for a policy that holds answers in this (resolved) edit format (`held`), and a parent of one file;
+    else None (free text). Its lead comment (`# Change: ...`, issue 37) where `--lead-comment` is on, the format
+    is `full` and the fence's language has a known line comment (none for a bare fence or another tag); the prompt
+    asks for exactly this lead (`PromptInputs.lead_comment`)."""
+    if options.structured == "off" or edit_format not in held or is_tree(parent_code):
+        return None
+    lead = LINE_COMMENTS.get(fence, "") if options.lead_comment and edit_format == "full" else ""
+    return AnswerShape(options.variants, edit_format, fence, lead)
 
 
 def structured_by(policy: Policy) -> tuple[str, ...]:

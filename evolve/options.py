@@ -87,6 +87,12 @@ class RunOptions:
         "policy can (llama.cpp's grammars); auto and on: there, off: free text",
         choices=("auto", "on", "off"),
     )
+    lead_comment: bool = option(
+        False,
+        "where an answer is held to its shape in the full format, open each fenced block with a comment line "
+        "`# Change: ...` (in the language's line comment) that says what the variant changes (off until measured: "
+        "docs/policies.md)",
+    )
     others_view: str = option(
         "code",
         "how a prompt shows the other programs and the parent's recent children: code (whole) or diff (only their "

@@ -10,16 +10,20 @@ start settles it. A code line that starts with none of the refused prefixes (`CO
 
 It takes exactly the strings `answer_gbnf(shape)` takes, prefix by prefix (tests/test_answer_matcher.py drives
 both over generated answers and near-misses): a line is either a whole literal (a tag, a fence's opening, an
-edit's SEARCH), a marker after optional indentation (a fence's close, an edit's divider and close), or a code
-line where the part allows code. `advance` takes any text, so a token spanning several lines and tags is
-judged as the text it is.
+edit's SEARCH), a marker after optional indentation (a fence's close, an edit's divider and close), a line that
+begins with a given start and goes on (a lead comment, `# Change: ...`, and the comment line that may follow it),
+or a code line where the part allows code (after a lead comment: one that holds code, `_Rules.real`). A line
+settled free leads to the part its kind leads to (a code line to the same part, a lead comment's to the next), so
+a state free to its newline already names the part after it. `advance` takes any text, so a token spanning
+several lines and tags is judged as the text it is.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
 
-from policies.answer_grammar import CODE_LINE_NEVER, EDIT_MARKERS, INDENT, AnswerShape
+from policies.answer_grammar import CODE_LINE_NEVER, EDIT_MARKERS, INDENT, AnswerShape, lead_text
 
 REFUSED_STARTS = CODE_LINE_NEVER + EDIT_MARKERS  # what no code line begins with after its indentation
 SEARCH, DIVIDER, REPLACE = "<<<<<<< SEARCH", "=======", ">>>>>>> REPLACE"
@@ -29,6 +33,8 @@ TAG = "tag"  # its opening tag (the first variant, or after the blank line betwe
 GAP = "gap"  # after the previous variant's closing tag and newline: a blank line or the opening tag
 OPEN = "open"  # after the opening tag: a fence's opening (or, under `diff`, an edit's SEARCH)
 FENCE = "fence"  # inside a fenced block: code, or the fence's close
+LEAD, COMMENTED = "lead", "commented"  # after a `full` fence's opening: its lead comment; then code, or a comment
+FIRST_CODE = "first_code"  # after the lead comment and the one comment line that may follow it: a line of code
 AFTER_FENCE = "after_fence"  # another fenced block, or the closing tag
 SEARCH_PART, REPLACE_PART = "search", "replace"  # inside an edit, before and after its divider
 AFTER_EDIT = "after_edit"  # another edit, or the closing tag
@@ -37,7 +43,7 @@ AFTER_EDIT = "after_edit"  # another edit, or the closing tag
 @dataclass(frozen=True, slots=True)
 class MatchState:
     """Where an answer stands: the part it is in, of which variant (1-based), and its current line so far
-    (None once the line is code free to its end)."""
+    (None once the line is free to its end: the part is then the one after its newline)."""
 
     part: str
     variant: int
@@ -46,18 +52,22 @@ class MatchState:
 
 @dataclass(frozen=True)
 class _Rules:
-    """The lines a part takes: whole `literals` and indented `markers`, each to the part it leads to; `code`
-    lines where code may stand; `final`, the line that ends the answer where it stands (`</variant m>`)."""
+    """The lines a part takes: whole `literals`, indented `markers` and lines that go on from one of `starts` by
+    a character or more, each to the part it leads to; `code` lines, to the part they lead to, where code may
+    stand (None: none), which must hold code where `real` (not blank, nor starting with `real` after their
+    indentation); `final`, the line that ends the answer where it stands (`</variant m>`)."""
 
     literals: dict[str, tuple[str, int]]
     markers: dict[str, tuple[str, int]] = field(default_factory=dict)
-    code: bool = False
+    code: tuple[str, int] | None = None
     final: str = ""
+    starts: dict[str, tuple[str, int]] = field(default_factory=dict)
+    real: str = ""
 
 
-def _code_ok(content: str) -> bool:
+def _code_ok(content: str, real: str = "") -> bool:
     """Whether a line whose text after its indentation is `content` (so far) is still a code line."""
-    return not content.startswith(REFUSED_STARTS)
+    return not content.startswith(REFUSED_STARTS) and not (real and content.startswith(real))
 
 
 class AnswerMatcher:
@@ -66,6 +76,7 @@ class AnswerMatcher:
     def __init__(self, shape: AnswerShape) -> None:
         self.shape = shape
         self.fence_open = f"```{shape.language}"
+        self.fence_code = LEAD if shape.lead_comment else FENCE  # the part after a fence's opening
         self._rules: dict[tuple[str, int], _Rules] = {}
 
     def start(self) -> MatchState:
@@ -91,7 +102,7 @@ class AnswerMatcher:
             char = text[at]
             at += 1
             if char == "\n":
-                after = self._line_end(rules, line, part, variant)
+                after = self._line_end(rules, line)
                 if after is None:
                     return None
                 part, variant = after
@@ -101,8 +112,11 @@ class AnswerMatcher:
             settled = self._settles(rules, line)
             if settled is False:
                 return None
-            if settled is True:
+            if settled is not None:
                 line = None
+                if settled != (part, variant):
+                    part, variant = settled
+                    rules = self.rules(part, variant)
         return MatchState(part, variant, line)
 
     def rules(self, part: str, variant: int) -> _Rules:
@@ -126,38 +140,60 @@ class AnswerMatcher:
         if part == GAP:
             return _Rules({"": (TAG, k), tag: (OPEN, k)})
         if part == OPEN:
-            return _Rules({self.fence_open: (FENCE, k), **({SEARCH: (SEARCH_PART, k)} if diff else {})})
+            return _Rules({self.fence_open: (self.fence_code, k), **({SEARCH: (SEARCH_PART, k)} if diff else {})})
         if part == FENCE:
-            return _Rules({}, {"```": (AFTER_FENCE, k)}, code=True)
+            return _Rules({}, {"```": (AFTER_FENCE, k)}, code=(FENCE, k))
         if part == AFTER_FENCE:
-            return _Rules({self.fence_open: (FENCE, k), **close}, final=final)
+            return _Rules({self.fence_open: (self.fence_code, k), **close}, final=final)
+        if part in (LEAD, COMMENTED, FIRST_CODE):
+            return self._lead_rules(part, k)
         if part == SEARCH_PART:
-            return _Rules({}, {DIVIDER: (REPLACE_PART, k)}, code=True)
+            return _Rules({}, {DIVIDER: (REPLACE_PART, k)}, code=(SEARCH_PART, k))
         if part == REPLACE_PART:
-            return _Rules({}, {REPLACE: (AFTER_EDIT, k)}, code=True)
+            return _Rules({}, {REPLACE: (AFTER_EDIT, k)}, code=(REPLACE_PART, k))
         if part == AFTER_EDIT:
             return _Rules({SEARCH: (SEARCH_PART, k), **close}, final=final)
         raise ValueError(f"no part {part!r} in an answer")
 
+    def _lead_rules(self, part: str, k: int) -> _Rules:
+        """A `full` block's opening lines: the lead comment (`# Change: ` and a character or more), then one
+        comment line at column 0 or a line of code, then (after the comment) a line of code; then the block's
+        code (`FENCE`)."""
+        prefix = self.shape.lead_comment
+        if part == LEAD:
+            return _Rules({}, starts={lead_text(prefix): (COMMENTED, k)})
+        comment = {prefix: (FIRST_CODE, k)} if part == COMMENTED else {}
+        return _Rules(comment, code=(FENCE, k), starts=comment, real=prefix[0])
+
     @staticmethod
-    def _line_end(rules: _Rules, line: str, part: str, variant: int) -> tuple[str, int] | None:
+    def _line_end(rules: _Rules, line: str) -> tuple[str, int] | None:
         """The part after `line` and its newline, or None when no line of this part is `line`."""
         if line in rules.literals:
             return rules.literals[line]
+        for start, after in rules.starts.items():
+            if len(line) > len(start) and line.startswith(start):
+                return after
         content = line.lstrip(INDENT)
         if content in rules.markers:
             return rules.markers[content]
-        return (part, variant) if rules.code and _code_ok(content) else None
+        if rules.code is None or not _code_ok(content, rules.real) or (rules.real and not content):
+            return None
+        return rules.code
 
     @staticmethod
-    def _settles(rules: _Rules, line: str) -> bool | None:
-        """Whether the line so far (not yet ended) is refused (False), is code free to its end (True), or may
-        still become one of the part's literals or markers, or be refused (None)."""
+    def _settles(rules: _Rules, line: str) -> tuple[str, int] | Literal[False] | None:
+        """Whether the line so far (not yet ended) is refused (False), is free to its end (the part it leads to),
+        or may still become one of the part's literals, starts or markers, or be refused (None)."""
         if rules.final.startswith(line) or any(literal.startswith(line) for literal in rules.literals):
             return None
+        for start, after in rules.starts.items():
+            if start.startswith(line):
+                return None
+            if line.startswith(start):
+                return after
         content = line.lstrip(INDENT)
         if any(marker.startswith(content) for marker in rules.markers):
             return None
-        if not rules.code or not _code_ok(content):
+        if rules.code is None or not _code_ok(content, rules.real):
             return False
-        return True if all(not refused.startswith(content) for refused in REFUSED_STARTS) else None
+        return rules.code if all(not refused.startswith(content) for refused in REFUSED_STARTS) else None

@@ -1,7 +1,9 @@
 """The answer's grammar, run in llama.cpp's own grammar engine over a byte-level vocabulary (one token a
 character): every answer the prompt asks for is accepted and parses into m changed children; the shapes the
 parser dropped (prose headings, a tag with no code, a missing or extra variant, a line of prose or of code before
-the fence, the closing tag inside an open fence) are refused at the character where they go wrong."""
+the fence, the closing tag inside an open fence) are refused at the character where they go wrong. With a lead
+comment asked (`AnswerShape.lead_comment`), each fenced block opens with `<prefix> Change: <text>`, at most one more
+comment line, then a line of code: a block without it, a comment-only block and a run of comments are refused."""
 
 from __future__ import annotations
 
@@ -158,3 +160,65 @@ def test_an_end_token_is_allowed_only_where_both_the_grammar_and_the_policy_end(
         assert row.allowed(np.array([pad, eos])).tolist() == [pad_allowed, False]  # no end inside the code
         row.close()
         grammars.close()
+
+
+# ---- the lead comment: `# Change: ...` first in each fenced block ------------------------------------------------
+LEAD_PY, LEAD_C = AnswerShape(1, "full", "python", "#"), AnswerShape(1, "full", "c", "//")
+LEAD = """<variant 1>
+```python
+# Change: square it
+def solve(x):
+    return x * x
+```
+</variant 1>"""
+LEAD_IN_C = "<variant 1>\n```c\n// Change: one more\n// why\nint f(int x) { return x + 2; }\n```\n</variant 1>"
+
+
+def test_a_lead_comment_one_more_comment_line_and_the_code_are_taken_and_parse_as_code_alone(book):
+    assert refused_at(book, LEAD_PY, LEAD) is None
+    assert refused_at(book, LEAD_PY, LEAD.replace("it\n", "it\n# x * x, not x + 1\n")) is None
+    assert refused_at(book, LEAD_C, LEAD_IN_C) is None
+    blocks = "<variant 1>\n```c\n// Change: a\n  int a;\n\n```\n```c\n// Change: b\nint b;\n```\n</variant 1>"
+    assert refused_at(book, LEAD_C, blocks) is None
+    two = LEAD + "\n\n" + LEAD.replace("variant 1", "variant 2").replace("square it", "x ** 2")
+    assert refused_at(book, AnswerShape(2, "full", "python", "#"), two) is None
+    (parsed,) = parse_completion(SQUARE_SEED, LEAD, 1)
+    assert parsed.status == "ok" and "Change" not in parsed.code and "return x * x" in parsed.code
+
+
+@pytest.mark.parametrize(
+    ("shape", "text", "where"),
+    [
+        (LEAD_PY, LEAD.replace("# Change: square it\n", ""), "d"),
+        (LEAD_PY, LEAD.replace("square it", ""), "\n"),
+        (LEAD_PY, LEAD.replace("# Change: ", "# Change:"), "s"),
+        (LEAD_PY, LEAD.replace("# Change: ", "# change: "), "c"),
+        (LEAD_PY, LEAD.replace("# Change: ", "// Change: "), "/"),
+        (LEAD_C, LEAD_IN_C.replace("// Change: ", "# Change: "), "#"),
+        (LEAD_PY, LEAD.replace("it\n", "it\n# one\n# two\n"), "#"),
+        (LEAD_PY, LEAD.replace("def solve(x):\n    return x * x\n", ""), "`"),
+        (LEAD_PY, LEAD.replace("def solve(x):\n    return x * x\n", "# only a comment\n"), "`"),
+        (LEAD_PY, LEAD.replace("it\n", "it\n\n"), "\n"),
+        (LEAD_PY, LEAD.replace("it\n", "it\n    # indented\n"), "#"),
+        (LEAD_C, LEAD_IN_C.replace("// why", "/* why */"), "*"),  # `/` might start `//`
+        (LEAD_PY, LEAD.replace("```\n</variant 1>", "```\n```python\nx = 1\n```\n</variant 1>"), "x"),
+    ],
+    ids=["no-lead", "empty-lead", "no-space", "lower-case", "wrong-prefix", "wrong-prefix-c", "two-more-comments",
+         "lead-only", "comments-only", "blank-after-lead", "indented-comment", "block-comment-c",
+         "second-block-without-lead"],
+)  # fmt: skip
+def test_a_block_without_its_lead_comment_or_without_code_after_it_is_refused_where_it_goes_wrong(
+    book, shape, text, where
+):
+    at = refused_at(book, shape, text)
+    assert at is not None and at < len(text)
+    assert text[at] == where, (at, text[:at])
+
+
+def test_a_lead_comment_is_asked_in_the_full_format_only_and_with_a_known_prefix():
+    with pytest.raises(ValueError):
+        AnswerShape(1, "diff", "python", "#")
+    with pytest.raises(ValueError):
+        AnswerShape(1, "full", "python", "--")
+    assert answer_gbnf(AnswerShape(1, "full", "python")) == answer_gbnf(AnswerShape(1, "full", "python", ""))
+    assert "Change" not in answer_gbnf(AnswerShape(1, "full", "python"))

@@ -1,9 +1,10 @@
 """The pure-Python matcher of the answer's language (policies/answer_matcher.py) takes exactly what llama.cpp's
 grammar engine takes under `answer_gbnf(shape)`: both are driven character by character over generated answers
 and near-misses (a fence line inside code, a closing tag at a line start inside code, indented markers, missing
-newlines, a variant too many, text after the last tag), and give the same verdict at every character (may it
-come next, may the answer end here); cut into chunks of several characters (tokens spanning lines and tags),
-the matcher takes a chunk exactly when llama.cpp takes each of its characters.
+newlines, a variant too many, text after the last tag; with a lead comment asked, a block without it, with its text
+empty or its prefix wrong, with two more comment lines, or with comments only), and give the same verdict at
+every character (may it come next, may the answer end here); cut into chunks of several characters (tokens
+spanning lines and tags), the matcher takes a chunk exactly when llama.cpp takes each of its characters.
 
 llama.cpp judges token ids of a llama vocab: the tiny model's GGUF, whose tokens are single bytes, so a string
 is fed to it one byte at a time (a character of two bytes is taken when both are)."""
@@ -21,7 +22,7 @@ from policies.answer_grammar import AnswerShape, answer_gbnf
 from policies.answer_matcher import AnswerMatcher
 from policies.held_rows import HeldVocab, VocabTexts
 from tests.helpers import need_llama
-from tests.test_answer_grammar import DIFF, FULL
+from tests.test_answer_grammar import DIFF, FULL, LEAD, LEAD_C, LEAD_IN_C, LEAD_PY
 
 Trace = list[tuple[bool, bool]]  # per character of a string, until the first refused: (taken, may end before it)
 
@@ -146,6 +147,35 @@ NEAR_MISSES = [
     (AnswerShape(1, "full", "python"), DIFF),  # an edit under full
     (AnswerShape(2, "full", "python"), FULL.replace("# `x`", "é → ü `x`")),  # characters of several bytes
     (AnswerShape(11, "full"), "".join(f"<variant {k}>\n```\nx\n```\n</variant {k}>\n" for k in range(1, 12))[:-1]),
+    # a lead comment asked (`# Change: ...` first in each fenced block), and its near-misses
+    (LEAD_PY, LEAD),
+    (LEAD_PY, LEAD.replace("it\n", "it\n# one more\n")),
+    (LEAD_C, LEAD_IN_C),
+    (LEAD_C, LEAD_IN_C.replace("// why\n", "")),
+    (LEAD_C, LEAD_IN_C.replace("// why", "//")),  # a comment line of its prefix alone
+    (LEAD_PY, LEAD.replace("# Change: square it\n", "")),  # the lead missing
+    (LEAD_PY, LEAD.replace("square it", "")),  # its text empty
+    (LEAD_PY, LEAD.replace("# Change: square it", "# Change:  ")),  # ...or a space
+    (LEAD_PY, LEAD.replace("# Change: ", "# Change:")),
+    (LEAD_PY, LEAD.replace("# Change: ", "// Change: ")),  # the wrong prefix
+    (LEAD_C, LEAD_IN_C.replace("// Change: ", "# Change: ")),
+    (LEAD_C, LEAD_IN_C.replace("// Change: ", "/ Change: ")),
+    (LEAD_PY, LEAD.replace("it\n", "it\n# one\n# two\n")),  # two more comment lines
+    (LEAD_PY, LEAD.replace("def solve(x):\n    return x * x\n", "")),  # the lead alone
+    (LEAD_PY, LEAD.replace("def solve(x):\n    return x * x\n", "# only a comment\n")),  # comments only
+    (LEAD_C, LEAD_IN_C.replace("// why", "/* why */")),  # a line of code may not start with the prefix's `/`
+    (LEAD_C, LEAD_IN_C.replace("// why", "/")),
+    (LEAD_PY, LEAD.replace("it\n", "it\n\n")),  # a blank line, or one of spaces, is no code
+    (LEAD_PY, LEAD.replace("it\n", "it\n  \t\n")),
+    (LEAD_PY, LEAD.replace("it\n", "it\n    # indented\n")),  # an indented comment
+    (LEAD_PY, LEAD.replace("def solve(x):", "```")),  # the fence closed after the lead
+    (LEAD_PY, LEAD.replace("def solve(x):", "  </variant 1>")),
+    (LEAD_PY, LEAD.replace("def solve(x):", "  =======")),
+    (LEAD_PY, LEAD.replace("def solve(x):", "<b> = 1")),  # a `<` that starts no tag: code
+    (LEAD_PY, LEAD.replace("square it", "é → ü ```")),  # the lead's text is free
+    (LEAD_PY, LEAD.replace("```\n</variant 1>", "```\n```python\nx = 1\n```\n</variant 1>")),  # 2nd block: no lead
+    (LEAD_PY, FULL.split("\n\n<variant 2>")[0]),
+    (AnswerShape(1, "full", "python"), LEAD),  # no lead asked: it is a code line
 ]
 
 
@@ -169,17 +199,25 @@ def test_the_named_answers_are_taken_whole_and_may_end_and_their_near_misses_not
 TRICKY = ["```", "```python", "```c", "  ```", "\t```", "``` ", "``", "`x`", "</variant 1>", "</variant 2>",
           "<variant 2>", "<variant 3>", " </variant 1>", "<<<<<<< SEARCH", "=======", "  =======", ">>>>>>> REPLACE",
           "\t>>>>>>> REPLACE", "<<<<", "<<<<<", "====", "=====", ">>>>", ">>>>>", "<b>", "<", "</", "<v", "<vari",
-          "<variant", "<variantx", "", " ", "\t", "    return x", "x = 1 # é"]  # fmt: skip
-PLAIN = st.text(alphabet="ab1 \t=<>/`é", max_size=10).map(lambda s: s.replace("\n", ""))
+          "<variant", "<variantx", "", " ", "\t", "    return x", "x = 1 # é", "# Change: x", "// Change: x",
+          "#", "//", "/", "/* c */", "  # c", "# Change:", "// Change: "]  # fmt: skip
+PLAIN = st.text(alphabet="ab1 \t=<>/`é#", max_size=10).map(lambda s: s.replace("\n", ""))
 LINE = st.one_of(PLAIN, PLAIN, PLAIN, st.sampled_from(TRICKY))
 
 
 @st.composite
 def answers(draw: st.DrawFn) -> tuple[AnswerShape, str]:
-    m = draw(st.integers(1, 3))
-    shape = AnswerShape(m, draw(st.sampled_from(["full", "diff"])), draw(st.sampled_from(["", "python", "c"])))
+    m, edit_format = draw(st.integers(1, 3)), draw(st.sampled_from(["full", "diff"]))
+    lead = draw(st.sampled_from(["", "", "#", "//"])) if edit_format == "full" else ""
+    shape = AnswerShape(m, edit_format, draw(st.sampled_from(["", "python", "c"])), lead)
     code = st.lists(LINE, max_size=3).map(lambda lines: "".join(line + "\n" for line in lines))
-    fence = code.map(lambda body: f"```{shape.language}\n{body}```\n")
+    head = st.just("")
+    if lead:  # the lead line (its text sometimes empty), comment lines (two sometimes), code (mostly)
+        text = st.one_of(st.just("x"), PLAIN)
+        comments = st.lists(text.map(lambda t: f"{lead}{t}\n"), max_size=draw(st.sampled_from([1, 1, 2])))
+        first = st.sampled_from(["x = 1\n", "  y\n", "<b>\n", ""])
+        head = st.tuples(text.map(lambda t: f"{lead} Change: {t}\n"), comments.map("".join), first).map("".join)
+    fence = st.tuples(head, code).map(lambda hc: f"```{shape.language}\n{hc[0]}{hc[1]}```\n")
     edit = st.tuples(code, code).map(lambda sr: f"<<<<<<< SEARCH\n{sr[0]}=======\n{sr[1]}>>>>>>> REPLACE\n")
     parts = []
     for k in range(1, m + 1 + draw(st.integers(0, 1))):  # sometimes a variant too many
@@ -191,7 +229,10 @@ def answers(draw: st.DrawFn) -> tuple[AnswerShape, str]:
         at = draw(st.integers(0, len(text)))
         cut = draw(st.integers(0, 3))
         text = text[:at] + draw(st.one_of(PLAIN, st.sampled_from(["\n", " ", "`", "<", "=", ">"]))) + text[at + cut :]
-    checked = shape if draw(st.integers(0, 4)) else AnswerShape(draw(st.integers(1, 3)), "diff", shape.language)
+    other, n = draw(st.integers(0, 5)), draw(st.integers(1, 3))  # sometimes judged as another shape's answer
+    checked = shape if other > 1 else AnswerShape(n, "diff", shape.language)
+    if other == 1:
+        checked = AnswerShape(n, "full", shape.language, draw(st.sampled_from(["", "#", "//"])))
     return checked, text
 
 

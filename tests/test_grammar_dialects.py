@@ -19,7 +19,7 @@ from evolve.prompts import parse_completion
 from policies.answer_grammar import AnswerShape, answer_gbnf
 from policies.tiny import tiny_tokenizer
 from tests.helpers import SQUARE_SEED
-from tests.test_answer_grammar import DIFF, FULL
+from tests.test_answer_grammar import DIFF, FULL, LEAD, LEAD_C, LEAD_IN_C, LEAD_PY
 
 Taker = Callable[[AnswerShape, str], bool]
 FIRST = FULL.split("\n\n<variant 2>")[0]
@@ -34,6 +34,9 @@ TAKEN = [
     # the character classes' escapes: a backslash, brackets, a caret, a dash and a tab in code; a c# fence
     (AnswerShape(1, "full", "python"), "<variant 1>\n```python\nx = '\\\\] ^ - [' \t# tab\n\n```\n</variant 1>"),
     (AnswerShape(1, "full", "c#"), "<variant 1>\n```c#\nint a; // b\n```\n</variant 1>"),
+    # a lead comment first in each block, one more comment line, then code
+    (LEAD_PY, LEAD),
+    (LEAD_C, LEAD_IN_C),
 ]
 REFUSED = [
     (AnswerShape(2, "full", "python"), "### Variant 1\n" + FULL),  # a prose heading
@@ -45,6 +48,9 @@ REFUSED = [
     (AnswerShape(1, "diff"), DIFF.replace("=======\n", "    >>>>> REPLACE\n")),  # an indented marker
     (AnswerShape(2, "full", "python"), FIRST),  # a variant missing
     (AnswerShape(2, "full", "python"), FULL + "\n"),  # anything after the last tag
+    (LEAD_PY, LEAD.replace("# Change: square it\n", "")),  # a block without its lead comment
+    (LEAD_PY, LEAD.replace("it\n", "it\n# one\n# two\n")),  # two more comment lines
+    (LEAD_C, LEAD_IN_C.replace("int f(int x) { return x + 2; }\n", "")),  # comments only
 ]
 
 

@@ -211,6 +211,7 @@ def test_no_single_regex_call_holds_the_gil_for_long_on_the_largest_completion()
         "fence line": parser_module._FENCE_LINE,
         "python fence": parser_module._FENCE,
         "any fence": parser_module._ANY_FENCE,
+        "lead comment": parser_module._LEAD,
         "file header": tree_edits._NAMED,
         "defined names": block_match._DEFINES,
         "openers": edit_scan._OPENERS,

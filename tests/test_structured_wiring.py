@@ -1,6 +1,7 @@
 """`--structured` reaches the policy: a group asks a policy that holds answers to their shape (StructuredSampling)
-for the shape its prompt asked (m, edit format, the prompt's fence tag), asks one that cannot for free text, and
-`off` asks none; the group's stored sampling says which."""
+for the shape its prompt asked (m, edit format, the prompt's fence tag, the lead comment), asks one that cannot for
+free text, and `off` asks none; the group's stored sampling says which, and its stored prompt asks for the lead
+comment exactly when the shape holds it."""
 
 from __future__ import annotations
 
@@ -40,18 +41,20 @@ class Holding(Recording):
 
 
 @pytest.mark.parametrize(
-    ("policy_class", "mode", "asked"),
+    ("policy_class", "mode", "lead", "asked"),
     [
-        (Holding, "auto", AnswerShape(1, "full", "python")),
-        (Holding, "on", AnswerShape(1, "full", "python")),
-        (Holding, "off", None),
-        (Recording, "auto", None),
+        (Holding, "auto", True, AnswerShape(1, "full", "python", "#")),
+        (Holding, "on", True, AnswerShape(1, "full", "python", "#")),
+        (Holding, "auto", False, AnswerShape(1, "full", "python")),
+        (Holding, "off", True, None),
+        (Recording, "auto", True, None),
     ],
 )
-def test_a_group_asks_for_the_answer_s_shape_where_the_policy_can_hold_it(tmp_path, policy_class, mode, asked):
+def test_a_group_asks_for_the_answer_s_shape_where_the_policy_can_hold_it(tmp_path, policy_class, mode, lead, asked):
     problem, archive, run, options = square_run(
-        tmp_path, group_size=1, variants=1, max_evaluations=3, max_groups=2, workers=1, structured=mode
-    )
+        tmp_path, group_size=1, variants=1, max_evaluations=3, max_groups=2, workers=1, structured=mode,
+        lead_comment=lead,
+    )  # fmt: skip
     policy = policy_class()
     loop = SearchLoop(problem, archive, policy, ProcessSandbox(slots=1), run, options)
     try:
@@ -62,3 +65,6 @@ def test_a_group_asks_for_the_answer_s_shape_where_the_policy_can_hold_it(tmp_pa
     assert policy.asked and all(a == asked for a in policy.asked), policy.asked
     stored = [json.loads(s) for (s,) in sqlite3.connect(tmp_path / "a.db").execute("SELECT sampling FROM completions")]
     assert [s["structured"] for s in stored] == [None if asked is None else vars(asked)] * len(stored)
+    prompts = [p for (p,) in sqlite3.connect(tmp_path / "a.db").execute("SELECT text FROM prompts")]
+    said = "first line of each fenced block is a comment, `# Change: ...`"
+    assert prompts and all((said in p) == bool(asked and asked.lead_comment) for p in prompts)

@@ -42,6 +42,8 @@ def normalize_one(code: str) -> str:
     """Python code as `ast.unparse` writes it with canonical local names; other text without blank lines and
     trailing blanks; Python too deep or too large to walk (which CPython may still run) exactly as written.
 
+    Other text keeps its comments, so a copy of the parent that differs only in one looks new there (the parser
+    drops the lead comment a held answer opens each fenced block with, `// Change: ...`, before it comes here).
     Only text that does not parse loses its blank lines: in a program that parses, a blank line can sit inside a
     string literal, and two programs merged by such a loss would be one evaluation short. How deep the parser can
     go depends on the caller's stack, so a deep program may be hashed as written on one thread and normalised on

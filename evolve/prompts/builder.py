@@ -12,7 +12,9 @@ raises on a stored program: a program whose markers are broken is shown whole.
 
 Small models mostly echo the code they are shown. So the ask says plainly that a copy is wasted, shows what was
 already tried from this parent, and (in the `directed` template) gives each variant its own kind of change, which
-is what makes the m answers of one completion differ from each other.
+is what makes the m answers of one completion differ from each other. Where the answer is held to its shape, each
+fenced block of a `full` answer opens with a comment naming its change (`# Change: ...`, `lead_comment`): the
+prompt says so in one sentence, exactly when evolve/groups.py's `answer_shape` asks the grammar for it.
 """
 
 from __future__ import annotations
@@ -97,6 +99,9 @@ class PromptInputs:
     # "code": other programs and recent children whole; "diff": only their changes from the parent, which a small
     # model cannot paste back as its answer (whole programs shown were the largest source of its copies)
     others_view: str = "code"
+    # The comment prefix ("#", "//") of the line each fenced block must open with, `# Change: ...`, where the answer
+    # is held to it (`AnswerShape.lead_comment`, decided with the shape in evolve/groups.py); "": not asked
+    lead_comment: str = ""
 
     @property
     def fence_tag(self) -> str:
@@ -185,9 +190,12 @@ def _blocks(code: str, tag: str, cap: int | None = None) -> str:
     return "\n".join(f"Block {b.index + 1}:\n```{tag}\n{body(b.text)}\n```" for b in blocks)
 
 
-def _instructions(m: int, edit_format: str, n_blocks: int, template: str, tag: str, tree: bool = False) -> str:
+def _instructions(
+    m: int, edit_format: str, n_blocks: int, template: str, tag: str, tree: bool = False, lead: str = ""
+) -> str:
     """The ask's rules, fixed for a run (the variants, their format and directions); the part that depends on the
-    group (its recent children) is in the closing line."""
+    group (its recent children) is in the closing line. `lead`: the comment prefix of the lead line each fenced
+    block opens with (`PromptInputs.lead_comment`), said in one sentence where the grammar holds it."""
     tags = " ".join(f"<variant {k}>…</variant {k}>" for k in range(1, m + 1))
     many = "s" if m > 1 else ""
     rules = [
@@ -213,7 +221,13 @@ def _instructions(m: int, edit_format: str, n_blocks: int, template: str, tag: s
         )
     if tree:  # the files' rules above say it all: a second, positional rule only confuses a small model
         return head
-    return head + f"Inside a variant, give {_fences(n_blocks, tag)} holding the complete new editable code.\n"
+    fences = f"Inside a variant, give {_fences(n_blocks, tag)} holding the complete new editable code.\n"
+    if lead:
+        fences += (
+            f"The first line of each fenced block is a comment, `{lead} Change: ...`, saying in a few words what this "
+            "variant changes; the code follows it.\n"
+        )
+    return head + fences
 
 
 def _fences(n_blocks: int, tag: str) -> str:
@@ -270,7 +284,7 @@ def build_prompt(p: PromptInputs) -> str:
         "# Problem",
         p.description.strip(),
         "# Task",
-        _instructions(p.variants, fmt, n_blocks, p.template, tag, tree),
+        _instructions(p.variants, fmt, n_blocks, p.template, tag, tree, p.lead_comment),
     ]
     parts += [  # this group's own: from here on every prompt differs
         "# Current program",

@@ -39,6 +39,14 @@ _FENCE = re.compile(r"```(?:[ \t]*(?:python|py))?[ \t]*\n(.*?)(?:```|\Z)", re.S 
 # Another language's fence (```c, ```rust). Neither pattern lets two quantifiers share a run of spaces: a fence
 # opener followed by 20,000 spaces took 0.8 s.
 _ANY_FENCE = re.compile(r"```(?:[ \t]*[\w+#.-]+)?[ \t]*\n(.*?)(?:```|\Z)", re.S | re.I)
+# The lead comment a `full` answer's fenced blocks open with where its shape asks for one (`# Change: ...`, `//` in
+# C and its kin: policies/answer_grammar.py). It says what the variant changes, not what the program does, so it is
+# dropped: the parent written back under a new lead is then `unchanged` in every language (a program in another
+# language than Python is hashed as written, comments and all, and would have looked new), and a child's lead
+# does not stay on in its own children's code. Another comment line after it is code like any other: in Python the
+# hash drops it (a copy is a duplicate), elsewhere it makes a copy look new. The two runs of blanks are parted by
+# the prefix, so a failed match gives each back once; it starts only at line starts, as the other line patterns.
+_LEAD = re.compile(r"^[ \t]*(?:#|//)[ \t]*Change:[^\n]*(?:\n|\Z)", re.M)
 
 
 @dataclass(frozen=True)
@@ -164,10 +172,16 @@ def _bare_code(body: str, python: bool) -> str | None:
     return code
 
 
+def _without_lead(code: str) -> str:
+    """A fenced block's code without its lead comment line (`_LEAD`), where it opens with one."""
+    lead = _LEAD.match(code)
+    return code if lead is None else code[lead.end() :]
+
+
 def _full_rewrite(parent: str, body: str, deadline: Deadline = UNLIMITED) -> tuple[str | None, str, str | None]:
     python = is_python(parent)
     fence = _FENCE if python else _ANY_FENCE  # a Python answer's ```bash aside is not its code
-    fences = [f for f in fence.findall(body) if f.strip()]
+    fences = [f for f in map(_without_lead, fence.findall(body)) if f.strip()]
     blocks = [b.text for b in find_blocks(parent)]
     python_blocks = len(blocks) > 1 and all(map(is_python, blocks))  # pieces are then placed statement by statement
     deadline.check()
