@@ -91,7 +91,7 @@ class RunOptions:
         False,
         "where an answer is held to its shape in the full format, open each fenced block with a comment line "
         "`# Change: ...` (in the language's line comment) that says what the variant changes (off until measured: "
-        "docs/policies.md)",
+        "docs/answer-shape.md)",
     )
     others_view: str = option(
         "code",
