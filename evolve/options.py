@@ -11,6 +11,7 @@ flags of `evolve run` and `evolve resume` (`flag_parameters`, evolve/cli/run_cmd
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import MISSING, Field, asdict, dataclass, field, fields, make_dataclass
 from pathlib import Path
@@ -209,6 +210,8 @@ def invalid_value(values: Mapping[str, Any]) -> str | None:
         flag = f"--{info.flag or f.name.replace('_', '-')}"
         if info.choices and value not in info.choices:
             return f"{flag} {value}: use {_one_of(info.choices)}"
+        if isinstance(value, float) and not math.isfinite(value):
+            return f"{flag} {value}: give a finite number"
         low, high = info.low, info.high
         if isinstance(value, int | float) and (
             (low is not None and value < low) or (high is not None and value > high)

@@ -30,7 +30,8 @@ measured itself, and the full A/B over all problems (benchmarks/yield.py, `--lea
 to be run. The parser drops the lead line (evolve/prompts/parser.py), so a copy under a new lead is `unchanged` in
 any language; a copy with one more comment line is a duplicate in Python (its hash drops comments), but looks new
 in another language (hashed as written), and a C block that opens with a `/* ... */` line cannot be copied verbatim
-(that line starts with `/`).
+(that line starts with `/`). The two comment lines hold no backtick, `<` or backslash (`COMMENT_NEVER`): a
+reviewer's lead `# Change: unlike <variant 2>, ...` cost both variants.
 
 The grammar is a pure function of the answer's shape (m, edit format, fence language, lead comment): the same
 string for every group of a run, so a backend can parse it once and copy its state per row.
@@ -56,6 +57,11 @@ LINE_COMMENTS = {"python": "#"} | dict.fromkeys(
     "//",
 )  # fmt: skip
 LEAD_WORD = "Change: "  # after the comment's prefix and a space: `# Change: <what this variant changes>`
+# What the lead comment's text and the comment line after it may not hold anywhere: a backtick and a `<` (the parser
+# reads a fence or a tag in the middle of a line: a lead that says `unlike <variant 2>` lost both variants), and a
+# backslash (a `//` comment that ends with one goes on over the next line in C, which the parser would then make
+# code by dropping the lead).
+COMMENT_NEVER = "`<\\"
 
 
 def lead_text(prefix: str) -> str:
@@ -134,8 +140,9 @@ def answer_gbnf(shape: AnswerShape) -> str:
     if shape.lead_comment:
         prefix = shape.lead_comment
         first = line_not_starting_with(*CODE_LINE_NEVER, *EDIT_MARKERS, prefix[0], indent=True, blank=False)
-        comment = f'( {_literal(prefix)} [^\\n]* "\\n" )?'
-        rules.append(f'lead ::= {_literal(lead_text(prefix))} [^\\n]+ "\\n" {comment} first-code')
+        text = _char_not(COMMENT_NEVER)
+        comment = f'( {_literal(prefix)} {text}* "\\n" )?'
+        rules.append(f'lead ::= {_literal(lead_text(prefix))} {text}+ "\\n" {comment} first-code')
         rules.append(f"first-code ::= {first}")
     if shape.edit_format == "diff":
         divider, closer = '[ \\t]* "=======\\n"', '[ \\t]* ">>>>>>> REPLACE\\n"'

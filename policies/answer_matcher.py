@@ -11,9 +11,9 @@ start settles it. A code line that starts with none of the refused prefixes (`CO
 It takes exactly the strings `answer_gbnf(shape)` takes, prefix by prefix (tests/test_answer_matcher.py drives
 both over generated answers and near-misses): a line is either a whole literal (a tag, a fence's opening, an
 edit's SEARCH), a marker after optional indentation (a fence's close, an edit's divider and close), a line that
-begins with a given start and goes on (a lead comment, `# Change: ...`, and the comment line that may follow it),
-or a code line where the part allows code (after a lead comment: one that holds code, `_Rules.real`). A line
-settled free leads to the part its kind leads to (a code line to the same part, a lead comment's to the next), so
+begins with a given start and goes on without `COMMENT_NEVER`'s characters (a lead comment, `# Change: ...`, and
+the comment line that may follow it, judged to their newline), or a code line where the part allows code (after a
+lead comment: one that holds code, `_Rules.real`). A code line settled free leads to the part code leads to, so
 a state free to its newline already names the part after it. `advance` takes any text, so a token spanning
 several lines and tags is judged as the text it is.
 """
@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from policies.answer_grammar import CODE_LINE_NEVER, EDIT_MARKERS, INDENT, AnswerShape, lead_text
+from policies.answer_grammar import CODE_LINE_NEVER, COMMENT_NEVER, EDIT_MARKERS, INDENT, AnswerShape, lead_text
 
 REFUSED_STARTS = CODE_LINE_NEVER + EDIT_MARKERS  # what no code line begins with after its indentation
 SEARCH, DIVIDER, REPLACE = "<<<<<<< SEARCH", "=======", ">>>>>>> REPLACE"
@@ -186,11 +186,11 @@ class AnswerMatcher:
         or may still become one of the part's literals, starts or markers, or be refused (None)."""
         if rules.final.startswith(line) or any(literal.startswith(line) for literal in rules.literals):
             return None
-        for start, after in rules.starts.items():
+        for start in rules.starts:
             if start.startswith(line):
                 return None
-            if line.startswith(start):
-                return after
+            if line.startswith(start):  # judged to its newline: its text may not hold COMMENT_NEVER's characters
+                return False if line[-1] in COMMENT_NEVER else None  # the characters before it were judged so
         content = line.lstrip(INDENT)
         if any(marker.startswith(content) for marker in rules.markers):
             return None

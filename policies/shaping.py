@@ -23,7 +23,8 @@ zero spread and so zero advantage. Three options (each stored with the run and w
   normalisation keeps at 0.
 - `reward_normalisation`: "bounds" (default, as before) leaves the rewards as the problem's bounds (or the batch's
   observed range) put them; "group" then stretches each component to [0, 1] over the G x m answers of its own
-  group (min-max, zero rows included, a constant component becomes 0), so a component whose answers differ by
+  group (min-max, a constant component becomes 0; zero rows included without a lazy penalty, over the valid
+  answers alone with one, which then sits below them), so a component whose answers differ by
   0.003 counts as much in the scalarisation as one whose answers differ by 0.5. Over the group rather than over
   the run so far because advantages are group-relative anyway (one parent, one scale), because a run's early
   spreads (the seed against its first children) are far wider than its late ones and would flatten exactly the
@@ -64,9 +65,14 @@ class Selection:
     shaped: list[np.ndarray]
 
 
-def group_normalise(rewards: np.ndarray) -> np.ndarray:
-    """(G, m, D) → (G, m, D): each component min-max scaled to [0, 1] over the group's G x m answers."""
+def group_normalise(rewards: np.ndarray, counted: np.ndarray | None = None) -> np.ndarray:
+    """(G, m, D) → (G, m, D): each component min-max scaled to [0, 1] over the group's G x m answers, or over the
+    `counted` ones of them ((G, m) mask) alone; with none counted, all zeros."""
     flat = rewards.reshape(-1, rewards.shape[-1])
+    if counted is not None:
+        flat = flat[counted.reshape(-1).astype(bool)]
+        if not len(flat):
+            return np.zeros_like(rewards)
     lo, hi = flat.min(axis=0), flat.max(axis=0)
     span = hi - lo
     wide = span > EPS
@@ -80,7 +86,10 @@ def shape_rewards(
     advantages see."""
     if normalisation not in NORMALISATIONS:
         raise ValueError(f"unknown reward normalisation {normalisation!r}; use {' or '.join(NORMALISATIONS)}")
-    shaped = group_normalise(rewards) if normalisation == "group" else rewards.copy()
+    # With a penalty, the stretch is over the valid answers alone: the wasted ones are overwritten below, and
+    # their zero rows kept in it would squeeze the valid answers (0.90 and 0.91 stretched to 0.989 and 1.0).
+    counted = ~wasted.astype(bool) if lazy_penalty else None
+    shaped = group_normalise(rewards, counted) if normalisation == "group" else rewards.copy()
     if lazy_penalty:
         shaped[wasted.astype(bool)] = lazy_penalty
     return shaped

@@ -202,10 +202,14 @@ def test_a_lead_comment_one_more_comment_line_and_the_code_are_taken_and_parse_a
         (LEAD_PY, LEAD.replace("it\n", "it\n    # indented\n"), "#"),
         (LEAD_C, LEAD_IN_C.replace("// why", "/* why */"), "*"),  # `/` might start `//`
         (LEAD_PY, LEAD.replace("```\n</variant 1>", "```\n```python\nx = 1\n```\n</variant 1>"), "x"),
+        (LEAD_PY, LEAD.replace("square it", "unlike <variant 2>, square it"), "<"),
+        (LEAD_PY, LEAD.replace("square it", "square `x`"), "`"),
+        (LEAD_PY, LEAD.replace("it\n", "it\n# not ```x + 1```\n"), "`"),
+        (LEAD_C, LEAD_IN_C.replace("// Change: one more", "// Change: one more \\"), "\\"),
     ],
     ids=["no-lead", "empty-lead", "no-space", "lower-case", "wrong-prefix", "wrong-prefix-c", "two-more-comments",
          "lead-only", "comments-only", "blank-after-lead", "indented-comment", "block-comment-c",
-         "second-block-without-lead"],
+         "second-block-without-lead", "tag-in-lead", "backtick-in-lead", "fence-in-comment", "backslash-in-lead"],
 )  # fmt: skip
 def test_a_block_without_its_lead_comment_or_without_code_after_it_is_refused_where_it_goes_wrong(
     book, shape, text, where

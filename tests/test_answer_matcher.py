@@ -172,7 +172,10 @@ NEAR_MISSES = [
     (LEAD_PY, LEAD.replace("def solve(x):", "  </variant 1>")),
     (LEAD_PY, LEAD.replace("def solve(x):", "  =======")),
     (LEAD_PY, LEAD.replace("def solve(x):", "<b> = 1")),  # a `<` that starts no tag: code
-    (LEAD_PY, LEAD.replace("square it", "é → ü ```")),  # the lead's text is free
+    (LEAD_PY, LEAD.replace("square it", "é → ü")),  # the lead's text is free but for COMMENT_NEVER
+    (LEAD_PY, LEAD.replace("square it", "é → ü ```")),
+    (LEAD_PY, LEAD.replace("square it", "unlike <variant 2>")),
+    (LEAD_C, LEAD_IN_C.replace("// why", "// why \\")),  # C goes on with a comment after a backslash
     (LEAD_PY, LEAD.replace("```\n</variant 1>", "```\n```python\nx = 1\n```\n</variant 1>")),  # 2nd block: no lead
     (LEAD_PY, FULL.split("\n\n<variant 2>")[0]),
     (AnswerShape(1, "full", "python"), LEAD),  # no lead asked: it is a code line
@@ -263,3 +266,13 @@ def test_a_whole_vocabulary_mask_judges_every_token_as_its_text_alone_would(answ
         if piece is None or matcher.advance(row.state, piece) is None:
             return
         row.accept(texts.index(piece))
+
+
+def test_a_lead_comment_s_text_holds_no_backtick_tag_or_backslash():
+    """The parser reads a fence or a tag in the middle of a line, and C a comment on over a trailing backslash."""
+    matcher = AnswerMatcher(LEAD_PY)
+    done = matcher.advance(matcher.start(), LEAD)
+    assert done is not None and matcher.complete(done)
+    for bad in ("```", "<variant 2>", "`x`", "\\"):
+        assert matcher.advance(matcher.start(), LEAD.replace("square it", f"square it {bad}")) is None, bad
+        assert matcher.advance(matcher.start(), LEAD.replace("it\n", f"it\n# {bad}\n")) is None, bad

@@ -82,6 +82,15 @@ def test_the_lazy_penalty_puts_every_wasted_answer_below_every_valid_one():
     np.testing.assert_allclose(vpo_advantages(on, weights), [1.41420756, -0.70710378, -0.70710378], rtol=1e-6)
     # GRPO (the mean of a completion's answers): copying and failing weigh the same, and below a valid answer.
     np.testing.assert_allclose(GRPO()(on), z([-0.25, -0.5, -0.5]), rtol=1e-12)
+    # With a penalty the stretch is over the valid answers alone: 0.90 and 0.91 become 0 and 1 (kept in it, the
+    # wasted zero row squeezed them to 0.989 and 1.0), the wasted answer the penalty below them.
+    close = np.array([[[0.90], [0.0]], [[0.91], [0.0]], [[0.0], [0.0]]])
+    two = np.array([[False, True], [False, True], [True, True]])  # the first answers of A and B valid
+    spread = shape_rewards(close, two, normalisation="group", lazy_penalty=-0.5)
+    np.testing.assert_allclose(spread[..., 0], [[0.0, -0.5], [1.0, -0.5], [-0.5, -0.5]], atol=1e-12)
+    np.testing.assert_allclose(GRPO()(spread), z([-0.25, 0.25, -0.5]), rtol=1e-9)
+    alone = shape_rewards(close, np.ones((3, 2), bool), normalisation="group", lazy_penalty=-0.5)
+    assert np.array_equal(alone, np.full((3, 2, 1), -0.5))  # nothing valid: all penalised alike
     # 0 is off in both normalisations: a wasted answer stays a zero row, the bottom of its group.
     valid = np.array([[[0.4], [0.0]], [[0.0], [0.0]], [[0.0], [0.0]]])
     stretched = shape_rewards(valid, mask, normalisation="group", lazy_penalty=0.0)
@@ -142,6 +151,8 @@ def test_the_options_come_from_the_problems_training_section_and_flags_and_are_s
     ("flags", "message"),
     [
         (["--lazy-penalty", "0.5"], "--lazy-penalty 0.5: give a value <= 0"),
+        (["--lazy-penalty", "nan"], "--lazy-penalty nan: give a finite number"),  # advantages would be NaN
+        (["--lazy-penalty", "-inf"], "--lazy-penalty -inf: give a finite number"),
         (["--reward-normalisation", "zscore"], "--reward-normalisation zscore: use bounds or group"),
     ],
 )
