@@ -3,10 +3,11 @@
 The offline twin of the VPO paper's measure, free of the search's own noise (which parent is picked, what the
 archive holds). From the untrained arm's archive of a problem (`--db`): train a VPO and a GRPO policy on the same
 groups (`evolve train` on a copy of the archive each, `--steps` updates); then, for a fixed set of parent prompts
-(`--prompts`, the archive's own prompts, evenly spaced over the run, one per parent) of that problem and of a
-problem none of them trained on (`--held-out-db`, another run's archive), sample K completions from each policy,
-the untrained one included, with the same seed per prompt for every policy. Every variant is parsed against its
-parent and the new ones are evaluated in the process sandbox.
+(`--prompts`, the archive's own prompts, evenly spaced over the run, one per parent, then more of the same
+parents where the run had fewer) of that problem and of a problem none of them trained on (`--held-out-db`,
+another run's archive), sample K completions from each policy, the untrained one included, with the same seed
+per prompt for every policy. Every variant is parsed against its parent and the new ones are evaluated in the
+process sandbox.
 
 Reported per policy and problem: best@k over the parent for k = 1..K (the best child's scalar among the first k
 completions minus the parent's, 0 when no child beats it, in units of the scalar's declared range where the
@@ -67,6 +68,21 @@ class Measured:
         return float(np.mean([g[k - 1] for g in self.gains])) if self.gains else float("nan")
 
 
+def pick_prompts(prompts: list[tuple[str, int]], count: int) -> list[tuple[str, int]]:
+    """`count` of a run's (prompt text, parent id) in run order: the first prompt of each parent, evenly spaced;
+    where the run had fewer parents than `count` (a small model's search keeps returning to a few), its later
+    prompts of the same parents, evenly spaced, up to `count` (they differ in the programs and children shown)."""
+    firsts: dict[int, tuple[str, int]] = {}
+    for text, pid in prompts:
+        firsts.setdefault(pid, (text, pid))
+    heads = list(firsts.values())
+    picked = [heads[int(i)] for i in np.linspace(0, len(heads) - 1, min(count, len(heads)))] if heads else []
+    rest = [p for p in dict.fromkeys(prompts) if p not in set(picked)]
+    if len(picked) < count and rest:
+        picked += [rest[int(i)] for i in np.linspace(0, len(rest) - 1, min(count - len(picked), len(rest)))]
+    return picked
+
+
 def parents(db: Path, count: int) -> tuple[Problem, list[Parent], dict]:
     """`count` prompts of the archive's (first) run, evenly spaced, one per parent, and the run's options."""
     con = sqlite3.connect(db)
@@ -79,14 +95,11 @@ def parents(db: Path, count: int) -> tuple[Problem, list[Parent], dict]:
         ).fetchall()
     finally:
         con.close()
-    first: dict[int, tuple[str, float]] = {}
-    for text, pid, scalar in rows:
-        first.setdefault(pid, (text, float(scalar)))
-    ids = list(first)
-    picked = [ids[int(i)] for i in np.linspace(0, len(ids) - 1, min(count, len(ids)))] if ids else []
+    picked = pick_prompts([(text, pid) for text, pid, _ in rows], count)
+    scalars = {pid: float(scalar) for _, pid, scalar in rows}
     archive = Archive(db)  # the program's code through the archive: a program of several files is a tree there
     try:
-        chosen = [Parent(first[pid][0], archive.program(pid).code, first[pid][1]) for pid in picked]  # type: ignore[union-attr]
+        chosen = [Parent(text, archive.program(pid).code, scalars[pid]) for text, pid in picked]  # type: ignore[union-attr]
     finally:
         archive.close()
     return load_problem(Path(folder)), chosen, json.loads(config).get("options", {})
