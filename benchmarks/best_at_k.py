@@ -77,7 +77,8 @@ def pick_prompts(prompts: list[tuple[str, int]], count: int) -> list[tuple[str, 
         firsts.setdefault(pid, (text, pid))
     heads = list(firsts.values())
     picked = [heads[int(i)] for i in np.linspace(0, len(heads) - 1, min(count, len(heads)))] if heads else []
-    rest = [p for p in dict.fromkeys(prompts) if p not in set(picked)]
+    taken = set(picked)
+    rest = [p for p in dict.fromkeys(prompts) if p not in taken]
     if len(picked) < count and rest:
         picked += [rest[int(i)] for i in np.linspace(0, len(rest) - 1, min(count - len(picked), len(rest)))]
     return picked
