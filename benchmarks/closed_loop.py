@@ -44,6 +44,7 @@ import argparse
 import json
 import os
 import shutil
+import sqlite3
 import time
 from dataclasses import asdict, fields
 from pathlib import Path
@@ -94,6 +95,38 @@ def probe(settings: ArmSettings, candidates: list[str], work: Path) -> None:
         )
     kept = [row.get("name", row["problem"]) for row in rows if row["kept"]]
     print(f"probe chose --problems {','.join(kept)}")
+
+
+def restart_without_adapter(work: Path) -> None:
+    """A half-made trained arm resumes from its newest adapter. On another machine (a fresh clone, a new sitting)
+    that adapter is gone while the archive that names it may have been kept: resumed, the arm would go on from the
+    base weights under a later version number, a policy the study never trained. Such an arm starts again."""
+    db = work / "arm.db"
+    if not db.is_file():
+        return
+    query = "SELECT adapter_path FROM policy_versions WHERE adapter_path IS NOT NULL ORDER BY number DESC LIMIT 1"
+    newest = [Path(p) for (p,) in sqlite_rows(db, query)]
+    if newest and not newest[0].is_dir():
+        aside = work.with_name(f"{work.name}.stale-{int(time.time())}")
+        work.rename(aside)
+        print(
+            f"{work.name}: its newest adapter {newest[0]} is gone; the arm starts again ({aside.name} kept)", flush=True
+        )
+
+
+def sqlite_rows(db: Path, query: str) -> list[tuple]:
+    con = sqlite3.connect(db)
+    try:
+        return con.execute(query).fetchall()
+    finally:
+        con.close()
+
+
+def probe_archive(name: str, settings: ArmSettings, work: Path) -> Path:
+    """The untrained arm's archive of a problem on the probe seed (what `--probe` makes, and best@k trains and
+    measures on), made or resumed under `work/probe/NAME` when a fresh machine does not have it."""
+    run_arm(folder(name), "none", PROBE_SEED, settings, work / "probe" / name, None)
+    return work / "probe" / name / "arm.db"
 
 
 def ms(values: list[float]) -> str:
@@ -153,6 +186,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--probe", action="store_true", help="run the problem rule on the probe seed and stop")
     ap.add_argument("--report", action="store_true", help="print the report of the finished arms and stop")
+    ap.add_argument("--probe-archive", default=None, help="make or resume a probe archive")
     ap.add_argument("--problems", default=None, help="comma-separated, as the probe chose them")
     ap.add_argument("--candidates", default=",".join(CANDIDATES), help="what the probe tries, in order (a pilot: one)")
     ap.add_argument("--seeds", type=int, default=3)
@@ -182,6 +216,10 @@ def main() -> None:
     if args.report:
         report(load_results(results_path), settings)
         return
+    if args.probe_archive:
+        args.work.mkdir(parents=True, exist_ok=True)
+        print(probe_archive(args.probe_archive, settings, args.work))
+        return
     if args.probe:
         args.work.mkdir(parents=True, exist_ok=True)
         probe(settings, args.candidates.split(","), args.work)
@@ -197,6 +235,7 @@ def main() -> None:
                 if (load_problem(folder(name)).name, seed, arm) in done:
                     continue
                 work = args.work / "arms" / f"{name}-s{seed}-{arm}"
+                restart_without_adapter(work)
                 try:
                     r = run_arm(folder(name), arm, seed, settings, work, folder(HELD_OUT))
                 except KeyboardInterrupt as stop:  # the arm's archive keeps it: the same command resumes it
