@@ -45,6 +45,7 @@ import json
 import os
 import shutil
 import sqlite3
+import subprocess
 import time
 from dataclasses import asdict, fields
 from pathlib import Path
@@ -95,6 +96,14 @@ def probe(settings: ArmSettings, candidates: list[str], work: Path) -> None:
         )
     kept = [row.get("name", row["problem"]) for row in rows if row["kept"]]
     print(f"probe chose --problems {','.join(kept)}")
+
+
+def code_version() -> str:
+    """The commit this study runs, `-dirty` when its code differs from it (its own results files aside)."""
+    git = ["git", "-C", str(ROOT)]
+    head = subprocess.run([*git, "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True).stdout.strip()
+    changed = subprocess.run([*git, "diff", "--quiet", "HEAD", "--", ".", ":(exclude)benchmarks/results"]).returncode
+    return (head or "unknown") + ("-dirty" if changed else "")
 
 
 def restart_without_adapter(work: Path) -> None:
@@ -229,6 +238,13 @@ def main() -> None:
     args.work.mkdir(parents=True, exist_ok=True)
     started, results = time.time(), load_results(results_path)
     done = {(r.problem, r.seed, r.arm) for r in results}
+    code = code_version()
+    mixed = sorted({r.code or "unrecorded" for r in results} - {code})
+    if mixed:  # the arms are compared as one search differing only in training: one code for all of them
+        raise SystemExit(
+            f"{results_path} holds arms run by other code ({', '.join(mixed)}; this is {code}): set them aside "
+            "(move the file) or check that commit out to go on with them"
+        )
     for seed in range(args.seeds):  # seed outermost: partial results pair every problem's arms early
         for name in args.problems.split(","):
             for arm in args.arms.split(","):
@@ -240,6 +256,7 @@ def main() -> None:
                     r = run_arm(folder(name), arm, seed, settings, work, folder(HELD_OUT))
                 except KeyboardInterrupt as stop:  # the arm's archive keeps it: the same command resumes it
                     raise SystemExit(f"stopped ({stop or 'interrupted'}); run the same command to resume") from None
+                r.code = code
                 results.append(r)
                 shown = {f.name: getattr(r, f.name) for f in fields(r) if f.name not in ("curve", "valid_per_group")}
                 print(f"{name} seed {seed} {arm}: {shown} ({time.time() - started:.0f}s)", flush=True)

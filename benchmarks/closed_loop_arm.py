@@ -74,6 +74,7 @@ class ArmResult:
     held_out_k: int = 0
     reason: str = ""
     seconds: dict[str, float] = field(default_factory=dict)  # wall time per part
+    code: str = ""  # the commit the arm ran (closed_loop.code_version): the arms of one study share one
 
 
 class _TimedPublisher:
