@@ -13,6 +13,9 @@ compares the two: unparseable variants, new valid children per 1,000 tokens and 
 `--lead-comment on` asks for a lead comment (`# Change: ...` first in each fenced block of a `full` answer held
 to its shape, issue 37): run once with it on and once off (the default, as the engine's) for its A/B.
 
+`--compare OPTION=A,B` runs each problem under each value of one run option (e.g. `barren_parent_weight=1,0.5`,
+`lead_comment=off,on`) from the same seed, and ends with `compare OPTION=A: ... | OPTION=B: ...`.
+
 Usage: python -m benchmarks.yield [--groups 6] [--problems roman_numerals,durations] [--max-time 600]
        python -m benchmarks.yield --compare-structured [--groups 6] [--keep results/yield]
        python -m benchmarks.yield --policy llama:embedded [--lead-comment on]
@@ -26,8 +29,10 @@ import tempfile
 import threading
 import time
 from collections import Counter
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
@@ -55,16 +60,10 @@ INIT = "evolve_init"  # made by `evolve init` in the work folder at run time
 
 
 def default_options(
-    problem: Problem,
-    groups: int | None,
-    seed: int,
-    policy: str,
-    sandbox: str,
-    structured: str = "auto",
-    others_view: str = "code",
-    lead_comment: bool = False,
+    problem: Problem, groups: int | None, seed: int, policy: str, sandbox: str, given: Mapping[str, Any] | None = None
 ) -> RunOptions:
-    """What `evolve run PROBLEM` would use, with a group budget (None: none) instead of an evaluation budget."""
+    """What `evolve run PROBLEM` would use, with a group budget (None: none) instead of an evaluation budget, and
+    `given` (option name → value) over the defaults."""
     return RunOptions.for_problem(
         problem.config.search,
         workers=2,
@@ -73,9 +72,7 @@ def default_options(
         policy=policy,
         sandbox=sandbox,
         max_groups=groups,
-        structured=structured,
-        others_view=others_view,
-        lead_comment=lead_comment,
+        **dict(given or {}),
     )
 
 
@@ -128,14 +125,12 @@ def run_problem(
     seed: int,
     sandbox: str,
     work: Path,
-    structured: str = "auto",
-    others_view: str = "code",
-    lead_comment: bool = False,
+    given: Mapping[str, Any] | None = None,
 ) -> ProblemYield:
-    """One fresh run of `folder` with its own defaults, its archive kept in `work`."""
+    """One fresh run of `folder` with its own defaults (`given` options over them), its archive kept in `work`."""
     problem = load_problem(folder)
     archive = Archive(archive_file(work, problem))
-    options = default_options(problem, groups, seed, policy_spec, sandbox, structured, others_view, lead_comment)
+    options = default_options(problem, groups, seed, policy_spec, sandbox, given)
     run = open_run(archive, problem, options).run
     box = make_sandbox(sandbox, workers=options.workers)
     loop = SearchLoop(problem, archive, policy, box, run, options)
@@ -199,6 +194,40 @@ def comparison_line(off: list[ProblemYield], on: list[ProblemYield]) -> str:
     )
 
 
+def parse_compare(text: str) -> tuple[str, list[Any]]:
+    """`--compare NAME=A,B[,...]`: a run option and the values each problem runs under, typed as the option is."""
+    name, _, values = text.partition("=")
+    name = name.strip().replace("-", "_")
+    kinds = {f.name: f.type for f in fields(RunOptions)}
+    if name not in kinds or not values:
+        raise SystemExit(f"--compare {text}: give OPTION=A,B with a run option's name (barren_parent_weight=1,0.5)")
+    kind = str(kinds[name])
+    cast: Any = str
+    if kind.startswith("bool"):
+        cast = lambda v: v.strip().lower() in ("1", "true", "on", "yes")  # noqa: E731
+    elif kind.startswith("float"):
+        cast = float
+    elif kind.startswith("int"):
+        cast = int
+    return name, [cast(v) for v in values.split(",")]
+
+
+def compare_line(name: str, runs: Mapping[str, list[ProblemYield]]) -> str:
+    """The last line of `--compare`: per value, new valid children per completion and per 1,000 tokens, the copy
+    shares, the problems under one child per completion and the problems improved on their seed."""
+    cells = []
+    for value, done in runs.items():
+        y = pooled(done)
+        fewer = [r.name for r in done if r.yields.new_valid < r.yields.completions]
+        cells.append(
+            f"{name}={value}: per_completion={y.per_completion:.2f} per_1k_tokens={y.per_1k_tokens:.2f} "
+            f"duplicate={100 * y.duplicate:.0f}% unchanged={100 * y.unchanged:.0f}% "
+            f"unparseable={100 * y.unparseable:.0f}% improved={sum(r.improved for r in done)}/{len(done)} "
+            f"under_one={len(fewer)}"
+        )
+    return "compare " + " | ".join(cells)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--groups", type=int, default=6, help="groups per problem (fixed seed per problem)")
@@ -213,7 +242,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--others-view", default="code", choices=("code", "diff"), help="how prompts show other programs")
     ap.add_argument("--compare-structured", action="store_true", help="each problem with --structured off, then on")
     ap.add_argument("--lead-comment", default="off", choices=("on", "off"), help="the `# Change: ...` lead line")
+    ap.add_argument("--compare", default=None, help="OPTION=A,B: each problem under each value of a run option")
     args = ap.parse_args(argv)
+    compared = parse_compare(args.compare) if args.compare else None
     spec = args.policy or ("llama:embedded" if args.compare_structured else "transformers:embedded")
     wanted = [w for w in args.problems.split(",") if w]
     names = [f.name for f in PROBLEM_DIRS] + [INIT]
@@ -226,7 +257,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.compare_structured and not structured_by(policy):
         print(f"{spec} cannot hold its answers to a grammar; give a policy that can (llama:...)", file=sys.stderr)
         return 2
-    modes = ("off", "on") if args.compare_structured else ("auto",)
+    base = {"others_view": args.others_view, "lead_comment": args.lead_comment == "on"}
+    if args.compare_structured:
+        modes = {mode: base | {"structured": mode} for mode in ("off", "on")}
+    elif compared:
+        modes = {str(value): base | {compared[0]: value} for value in compared[1]}
+    else:
+        modes = {"auto": base}
     runs: dict[str, list[ProblemYield]] = {mode: [] for mode in modes}
     with tempfile.TemporaryDirectory() as tmp:
         work = args.keep or Path(tmp)
@@ -237,27 +274,16 @@ def main(argv: list[str] | None = None) -> int:
                 scaffold(work / INIT)
             folders.append(work / INIT)
         for folder in folders:
-            for mode in modes:
-                where = work / mode if args.compare_structured else work
+            for mode, given in modes.items():
+                where = work / mode if len(modes) > 1 else work
                 where.mkdir(exist_ok=True)
-                r = run_problem(
-                    folder,
-                    policy,
-                    spec,
-                    args.groups,
-                    args.max_time,
-                    args.seed,
-                    args.sandbox,
-                    where,
-                    mode,
-                    args.others_view,
-                    args.lead_comment == "on",
-                )
+                r = run_problem(folder, policy, spec, args.groups, args.max_time, args.seed, args.sandbox, where, given)
                 runs[mode].append(r)
                 console.print(f"{folder.name} ({mode}): {r.reason}; {r.yields.line()}", highlight=False)
     policy.close()
     for mode, done in runs.items():
-        title = f"yield: {spec}, structured {mode}, {args.groups} groups per problem, seed {args.seed}"
+        what = f"{compared[0]} {mode}" if compared else f"structured {mode}"
+        title = f"yield: {spec}, {what}, {args.groups} groups per problem, seed {args.seed}"
         title += f", lead comment {args.lead_comment}"
         table = Table(title=title)
         for col in COLUMNS:
@@ -267,12 +293,15 @@ def main(argv: list[str] | None = None) -> int:
         console.print(table)
         total = pooled(done)
         improved = sum(r.improved for r in done)
+        label = compared[0] if compared else "structured"
         print(
-            f"yield structured={mode} children_per_completion={total.per_completion:.2f} "
+            f"yield {label}={mode} children_per_completion={total.per_completion:.2f} "
             f"children_per_1k_tokens={total.per_1k_tokens:.2f} improved={improved}/{len(done)}"
         )
     if args.compare_structured:
         print(comparison_line(runs["off"], runs["on"]))
+    elif compared:
+        print(compare_line(compared[0], runs))
     return 0
 
 

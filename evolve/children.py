@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
-from evolve.archive import ScoredProgram
+from evolve.archive import GroupOutcome, ScoredProgram
 from evolve.archive.records import VariantRow
 from evolve.problem.outcome import EvalOutcome
 from evolve.prompts import ParsedVariant
@@ -45,10 +45,12 @@ class HashedVariant:
 
 @dataclass(frozen=True)
 class ScoredRun:
-    """What a session starts from: the run's scored programs and its code index (normalised hash → program id)."""
+    """What a session starts from: the run's scored programs, its code index (normalised hash → program id) and
+    its groups in order (which parent each asked for, and whether it made a new program)."""
 
     programs: list[ScoredProgram]
     code_index: dict[str, int]
+    groups: list[GroupOutcome] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

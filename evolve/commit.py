@@ -51,10 +51,11 @@ class ProgramWriter:
         self.problem, self.archive, self.run_id = problem, archive, run_id
 
     def replay(self) -> ScoredRun:
-        """The run's scored programs and its code index, a run stored by an earlier normalisation hashed as now."""
+        """The run's scored programs, its code index (a run stored by an earlier normalisation hashed as now) and
+        its groups."""
         rows = self.archive.scored_programs(self.run_id)
         self.archive.upgrade_code_hashes(self.run_id)
-        return ScoredRun(rows, self.archive.code_hashes(self.run_id))
+        return ScoredRun(rows, self.archive.code_hashes(self.run_id), self.archive.group_outcomes(self.run_id))
 
     def write(self, batch: Sequence[EvaluationResult]) -> list[StoredChild]:
         """The rows (built here, off the event loop) and what became of each once the batch is committed."""

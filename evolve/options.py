@@ -100,6 +100,13 @@ class RunOptions:
         "changes from the parent, which a small model cannot paste back as a copy)",
         choices=OTHERS_VIEWS,
     )
+    barren_parent_weight: float = option(
+        0.5,
+        "a parent's chance to take part in a pick is multiplied by this for each group in a row from it that made no "
+        "new program (a small model asked again from the same parent mostly writes what it wrote before); 1: off",
+        low=0.0,
+        high=1.0,
+    )
     policy: str = option(DEFAULT_POLICY, "the policy spec", flag=None)  # `--policy` makes members (run_cmd)
     train_every: int = option(0, "update the policy every N groups (0: never)", low=0)
     train_method: str = option(TRAIN_METHODS[0], "the advantage estimator of an update", choices=TRAIN_METHODS)

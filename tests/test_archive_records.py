@@ -123,6 +123,7 @@ def public_calls(archive: Archive, run_id: int) -> dict[str, Callable[[], Any]]:
         "set_variant": lambda: archive.set_variant(1, detail="seen"),
         "pending_variants": lambda: archive.pending_variants(other.id),
         "count_groups": lambda: archive.count_groups(run_id),
+        "group_outcomes": lambda: archive.group_outcomes(run_id),
         "group_rows": lambda: archive.group_rows(run_id, versions),
         "summarize": lambda: archive.summarize(run, {"c0": 1.0, "c1": -1.0}),
         "arms": lambda: archive.arms(run_id),

@@ -4,7 +4,7 @@ from evolve.archive.batch import NewProgram
 from evolve.archive.codehash import code_hash, normalize
 from evolve.archive.database import ArchiveError, StorageError
 from evolve.archive.facade import Archive
-from evolve.archive.group_store import GroupRows
+from evolve.archive.group_store import GroupOutcome, GroupRows
 from evolve.archive.inserts import CompletionRecord, GroupTelemetry
 from evolve.archive.lineage import LineageNode
 from evolve.archive.parents import ChildFailure, ParentContext
@@ -18,6 +18,7 @@ __all__ = [
     "ArchiveError",
     "ChildFailure",
     "CompletionRecord",
+    "GroupOutcome",
     "GroupRows",
     "GroupTelemetry",
     "LineageNode",

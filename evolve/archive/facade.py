@@ -21,7 +21,7 @@ from typing import Any
 from evolve.archive.arms import arm_rows
 from evolve.archive.batch import NewProgram
 from evolve.archive.database import Database
-from evolve.archive.group_store import GroupRows, GroupStore
+from evolve.archive.group_store import GroupOutcome, GroupRows, GroupStore
 from evolve.archive.inserts import CompletionRecord, GroupTelemetry
 from evolve.archive.lineage import LineageNode
 from evolve.archive.parents import ChildFailure, ParentContext, ParentReads, PromptReads
@@ -183,6 +183,9 @@ class Archive:
 
     def count_groups(self, run_id: int) -> int:
         return self.groups.count(run_id)
+
+    def group_outcomes(self, run_id: int) -> list[GroupOutcome]:
+        return self.groups.outcomes(run_id)
 
     def group_rows(self, run_id: int, version_ids: Sequence[int], max_groups: int | None = None) -> GroupRows:
         return self.groups.rows_for_training(run_id, version_ids, max_groups)

@@ -52,6 +52,14 @@ class StoredAnswer:
 
 
 @dataclass(frozen=True)
+class GroupOutcome:
+    """Which program a stored group asked to improve, and whether any of its variants was a new program."""
+
+    parent_id: int
+    produced: bool
+
+
+@dataclass(frozen=True)
 class GroupRows:
     """The rows of training groups: prompts newest first, their completions, and their answers."""
 
@@ -112,6 +120,15 @@ class GroupStore:
     def count(self, run_id: int) -> int:
         with self.db.session() as s:
             return s.scalar(select(func.count(Prompt.id)).where(Prompt.run_id == run_id)) or 0
+
+    def outcomes(self, run_id: int) -> list[GroupOutcome]:
+        """Every group of a run in the order it was stored: what selection replays its parents' barren streaks from.
+        A group stored before parse counts were kept counts as productive (nothing is known against its parent)."""
+        with self.db.session() as s:
+            rows = s.execute(
+                select(Prompt.parent_id, Prompt.parse_counts).where(Prompt.run_id == run_id).order_by(Prompt.id)
+            ).all()
+        return [GroupOutcome(parent, counts is None or bool(counts.get("ok"))) for parent, counts in rows]
 
     def rows_for_training(self, run_id: int, version_ids: Sequence[int], max_groups: int | None = None) -> GroupRows:
         """The newest `max_groups` groups sampled by the given policy versions, for training."""

@@ -121,6 +121,12 @@ class Island:
             self._matrix = np.stack([m.oriented for m in self.pool()]) if self.pool() else np.zeros((0, 0))
         return self._matrix
 
+    def subset(self, members: list[Member]) -> Island:
+        """A view of some of this island's pool, for one pick (nothing is added to it)."""
+        view = Island(self.index, self.features)
+        view._pool = members
+        return view
+
     def best(self, k: int) -> list[Member]:
         return sorted(self.pool(), key=lambda m: (-m.scalar, m.id))[:k]
 
@@ -134,8 +140,13 @@ class Population:
         features: Sequence[str],
         migration_interval: int,
         migration_size: int,
+        barren_weight: float = 1.0,
     ) -> None:
+        """`barren_weight`: each group in a row from a parent that made no new program multiplies that parent's
+        chance to take part in a pick by it (1: selection ignores barren groups)."""
         self.components = list(components)
+        self.barren_weight = barren_weight
+        self.barren: dict[int, int] = {}  # program id → groups in a row from it that made no new program
         space = FeatureSpace(features, components)
         self.islands = [Island(i, space) for i in range(islands)]
         self.migration_interval = migration_interval
@@ -161,6 +172,31 @@ class Population:
             self.islands[m.island].add(m)
         if len(self.islands) > 1 and self.added % self.migration_interval == 0:
             self._migrate()
+
+    def group_done(self, parent_id: int, produced: bool) -> None:
+        """A group from `parent_id` is stored: a new program ends the parent's barren streak, none lengthens it."""
+        if produced:
+            self.barren.pop(parent_id, None)
+        else:
+            self.barren[parent_id] = self.barren.get(parent_id, 0) + 1
+
+    def rested(self, island: Island, rng: np.random.Generator) -> Island:
+        """The island as one pick sees it. A small model sampled again from a parent mostly writes again what it
+        wrote before (docs/yield.md: that was most of its copies), so a parent whose last groups made nothing new
+        takes part with probability `barren_weight` per such group, and the selector chooses among the others; the
+        least barren stay when none is drawn. Unchanged (and no draw made) while no member of the island is
+        barren, so a run without barren groups picks exactly as before."""
+        pool = island.pool()
+        streaks = [self.barren.get(m.id, 0) for m in pool]
+        if self.barren_weight >= 1.0 or not any(streaks):
+            return island
+        kept = [m for m, n in zip(pool, streaks, strict=True) if not n or rng.random() < self.barren_weight**n]
+        if not kept:
+            fewest = min(streaks)
+            kept = [m for m, n in zip(pool, streaks, strict=True) if n == fewest]
+        if len(kept) == len(pool):
+            return island
+        return island.subset(kept)
 
     def _migrate(self) -> None:
         """Ring migration: each island sends copies of its best to the next one."""

@@ -89,14 +89,15 @@ class Parentage:
 def pick_parent(
     population: Population, selector: Selector, rng: np.random.Generator, island_index: int, inspirations: int
 ) -> Parentage:
-    """A parent from the island by the selector, and up to `inspirations` others (the island's best first, then
-    drawn at random). An island with no valid program yet falls back to the seed."""
+    """A parent from the island by the selector (parents of barren groups less often: `Population.rested`), and up
+    to `inspirations` others (the island's best first, then drawn at random). An island with no valid program yet
+    falls back to the seed."""
     island = population.islands[island_index]
     if not island.pool():
         if population.first is None:
             raise LookupError("no program has scored yet: the seed failed its evaluation (see `evolve show`)")
         return Parentage(population.first, [])
-    parent = selector.pick(island, rng)
+    parent = selector.pick(population.rested(island, rng), rng)
     others = [m for m in island.pool() if m.id != parent.id]
     k = min(inspirations, len(others))
     elite = [m for m in island.best(1) if m.id != parent.id][:k]
