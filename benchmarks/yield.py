@@ -13,7 +13,7 @@ compares the two: unparseable variants, new valid children per 1,000 tokens and 
 `--lead-comment on` asks for a lead comment (`# Change: ...` first in each fenced block of a `full` answer held
 to its shape, issue 37): run once with it on and once off (the default, as the engine's) for its A/B.
 
-`--compare OPTION=A,B` runs each problem under each value of one run option (e.g. `barren_parent_weight=1,0.5`,
+`--compare OPTION=A,B` runs each problem under each value of one run option (e.g. `spent_parent_weight=1,0.5`,
 `lead_comment=off,on`) from the same seed, and ends with `compare OPTION=A: ... | OPTION=B: ...`.
 
 Usage: python -m benchmarks.yield [--groups 6] [--problems roman_numerals,durations] [--max-time 600]
@@ -200,7 +200,7 @@ def parse_compare(text: str) -> tuple[str, list[Any]]:
     name = name.strip().replace("-", "_")
     kinds = {f.name: f.type for f in fields(RunOptions)}
     if name not in kinds or not values:
-        raise SystemExit(f"--compare {text}: give OPTION=A,B with a run option's name (barren_parent_weight=1,0.5)")
+        raise SystemExit(f"--compare {text}: give OPTION=A,B with a run option's name (spent_parent_weight=1,0.5)")
     kind = str(kinds[name])
     cast: Any = str
     if kind.startswith("bool"):
@@ -236,6 +236,7 @@ def main(argv: list[str] | None = None) -> int:
         "--max-time", type=float, default=600.0, help="per problem: no group starts after this many seconds"
     )
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seeds", type=int, default=1, help="run each problem from seeds --seed, --seed + 1, ...")
     ap.add_argument("--policy", default=None, help="default transformers:embedded; llama:embedded when comparing")
     ap.add_argument("--sandbox", default="process")
     ap.add_argument("--keep", type=Path, default=None, help="keep the archives in this folder (default: discard)")
@@ -273,17 +274,23 @@ def main(argv: list[str] | None = None) -> int:
             if not (work / INIT / "problem.toml").exists():
                 scaffold(work / INIT)
             folders.append(work / INIT)
-        for folder in folders:
-            for mode, given in modes.items():
-                where = work / mode if len(modes) > 1 else work
-                where.mkdir(exist_ok=True)
-                r = run_problem(folder, policy, spec, args.groups, args.max_time, args.seed, args.sandbox, where, given)
-                runs[mode].append(r)
-                console.print(f"{folder.name} ({mode}): {r.reason}; {r.yields.line()}", highlight=False)
+        for seed in range(args.seed, args.seed + args.seeds):
+            for folder in folders:
+                for mode, given in modes.items():
+                    where = work / mode if len(modes) > 1 else work
+                    where = where / f"s{seed}" if args.seeds > 1 else where
+                    where.mkdir(parents=True, exist_ok=True)
+                    if compared:  # each arm from the same sampler state (a warm prompt cache shifts the samples)
+                        policy.close()
+                        policy = make_policy(spec)
+                    r = run_problem(folder, policy, spec, args.groups, args.max_time, seed, args.sandbox, where, given)
+                    runs[mode].append(r)
+                    line = f"{folder.name} seed {seed} ({mode}): {r.reason}; {r.yields.line()}"
+                    console.print(line, highlight=False)
     policy.close()
     for mode, done in runs.items():
         what = f"{compared[0]} {mode}" if compared else f"structured {mode}"
-        title = f"yield: {spec}, {what}, {args.groups} groups per problem, seed {args.seed}"
+        title = f"yield: {spec}, {what}, {args.groups} groups per problem, seeds {args.seed}..+{args.seeds - 1}"
         title += f", lead comment {args.lead_comment}"
         table = Table(title=title)
         for col in COLUMNS:

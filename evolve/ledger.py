@@ -51,7 +51,7 @@ class RunLedger:
             features=search.features,
             migration_interval=search.migration_interval,
             migration_size=search.migration_size,
-            barren_weight=options.barren_parent_weight,
+            spent_weight=options.spent_parent_weight,
         )
         self.known = KnownCode()
         self.stats = LoopStats(
@@ -157,7 +157,7 @@ class RunLedger:
         evaluation or not yet committed, which may unblock the policy), and a stalled run stops with one line
         saying what its groups wrote and what to change."""
         self._unqueued(-len(group.children))
-        self.population.group_done(group.parent.id, group.produced)
+        self.population.group_done(group.parent.id, group.cost.completions, len(group.children))
         self.groups_since_train += 1
         self.stats.groups += 1
         self.stall.observe(group.produced, bool(pending + self.unqueued), group.statuses)
@@ -182,7 +182,7 @@ class RunLedger:
         self.control.release(count)
 
     def replay(self, scored: ScoredRun) -> None:
-        """The archive's programs and groups, at the start of a session: population (its parents' barren streaks
+        """The archive's programs and groups, at the start of a session: population (its parents' spent streaks
         too), code index, counters, budget."""
         for row in scored.programs:
             ok = row.error_kind is None and row.scalar is not None
@@ -192,7 +192,7 @@ class RunLedger:
             self.population.add(member if ok else None)
             self._count(member, row.error_kind)
         for group in scored.groups:
-            self.population.group_done(group.parent_id, group.produced)
+            self.population.group_done(group.parent_id, group.completions, group.new_programs)
         self.known.load(scored.code_index)
         self.control.start_from(self.stats.evaluations)
 

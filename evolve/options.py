@@ -100,10 +100,11 @@ class RunOptions:
         "changes from the parent, which a small model cannot paste back as a copy)",
         choices=OTHERS_VIEWS,
     )
-    barren_parent_weight: float = option(
+    spent_parent_weight: float = option(
         0.5,
-        "a parent's chance to take part in a pick is multiplied by this for each group in a row from it that made no "
-        "new program (a small model asked again from the same parent mostly writes what it wrote before); 1: off",
+        "a parent's chance to take part in a pick is multiplied by this for each group in a row from it that made "
+        "fewer new programs than it had completions (a small model asked again from the same parent mostly writes "
+        "what it wrote before); 1: off",
         low=0.0,
         high=1.0,
     )

@@ -53,10 +53,12 @@ class StoredAnswer:
 
 @dataclass(frozen=True)
 class GroupOutcome:
-    """Which program a stored group asked to improve, and whether any of its variants was a new program."""
+    """Which program a stored group asked to improve, how many completions it had and how many new programs its
+    variants made (None in an archive older than parse counts)."""
 
     parent_id: int
-    produced: bool
+    completions: int
+    new_programs: int | None
 
 
 @dataclass(frozen=True)
@@ -122,13 +124,16 @@ class GroupStore:
             return s.scalar(select(func.count(Prompt.id)).where(Prompt.run_id == run_id)) or 0
 
     def outcomes(self, run_id: int) -> list[GroupOutcome]:
-        """Every group of a run in the order it was stored: what selection replays its parents' barren streaks from.
-        A group stored before parse counts were kept counts as productive (nothing is known against its parent)."""
+        """Every group of a run in the order it was stored: what selection replays its parents' spent streaks from."""
         with self.db.session() as s:
             rows = s.execute(
-                select(Prompt.parent_id, Prompt.parse_counts).where(Prompt.run_id == run_id).order_by(Prompt.id)
+                select(Prompt.parent_id, Prompt.parse_counts, func.count(Completion.id))
+                .outerjoin(Completion, Completion.prompt_id == Prompt.id)
+                .where(Prompt.run_id == run_id)
+                .group_by(Prompt.id)
+                .order_by(Prompt.id)
             ).all()
-        return [GroupOutcome(parent, counts is None or bool(counts.get("ok"))) for parent, counts in rows]
+        return [GroupOutcome(p, n, None if c is None else int(c.get("ok", 0))) for p, c, n in rows]
 
     def rows_for_training(self, run_id: int, version_ids: Sequence[int], max_groups: int | None = None) -> GroupRows:
         """The newest `max_groups` groups sampled by the given policy versions, for training."""

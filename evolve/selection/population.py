@@ -140,13 +140,13 @@ class Population:
         features: Sequence[str],
         migration_interval: int,
         migration_size: int,
-        barren_weight: float = 1.0,
+        spent_weight: float = 1.0,
     ) -> None:
-        """`barren_weight`: each group in a row from a parent that made no new program multiplies that parent's
-        chance to take part in a pick by it (1: selection ignores barren groups)."""
+        """`spent_weight`: each spent group in a row from a parent (`group_done`) multiplies that parent's chance to
+        take part in a pick by it (1: selection ignores how a parent's groups went)."""
         self.components = list(components)
-        self.barren_weight = barren_weight
-        self.barren: dict[int, int] = {}  # program id → groups in a row from it that made no new program
+        self.spent_weight = spent_weight
+        self.spent: dict[int, int] = {}  # program id → spent groups in a row from it
         space = FeatureSpace(features, components)
         self.islands = [Island(i, space) for i in range(islands)]
         self.migration_interval = migration_interval
@@ -173,30 +173,30 @@ class Population:
         if len(self.islands) > 1 and self.added % self.migration_interval == 0:
             self._migrate()
 
-    def group_done(self, parent_id: int, produced: bool) -> None:
-        """A group from `parent_id` is stored: a new program ends the parent's barren streak, none lengthens it."""
-        if produced:
-            self.barren.pop(parent_id, None)
+    def group_done(self, parent_id: int, completions: int, new_programs: int | None) -> None:
+        """A group from `parent_id` is stored. It is spent when it made fewer new programs than it had completions
+        (the yield a search needs: at least one new child per completion); a spent group lengthens the parent's
+        streak, any other ends it. `new_programs` None (an archive older than its counts): it ends the streak."""
+        if new_programs is None or new_programs >= completions:
+            self.spent.pop(parent_id, None)
         else:
-            self.barren[parent_id] = self.barren.get(parent_id, 0) + 1
+            self.spent[parent_id] = self.spent.get(parent_id, 0) + 1
 
     def rested(self, island: Island, rng: np.random.Generator) -> Island:
-        """The island as one pick sees it. A small model sampled again from a parent mostly writes again what it
-        wrote before (docs/yield.md: that was most of its copies), so a parent whose last groups made nothing new
-        takes part with probability `barren_weight` per such group, and the selector chooses among the others; the
-        least barren stay when none is drawn. Unchanged (and no draw made) while no member of the island is
-        barren, so a run without barren groups picks exactly as before."""
+        """The island as one pick sees it. A small model asked again from the same parent mostly writes again what
+        it wrote before (docs/yield.md: most of its copies), so a parent whose last groups were spent takes part
+        with probability `spent_weight` per such group, and the selector chooses among the others; the least spent
+        stay when none is drawn. Unchanged (and no draw made) while no member of the island is spent, so a run
+        whose groups all yield picks exactly as the selector alone would."""
         pool = island.pool()
-        streaks = [self.barren.get(m.id, 0) for m in pool]
-        if self.barren_weight >= 1.0 or not any(streaks):
+        streaks = [self.spent.get(m.id, 0) for m in pool]
+        if self.spent_weight >= 1.0 or not any(streaks):
             return island
-        kept = [m for m, n in zip(pool, streaks, strict=True) if not n or rng.random() < self.barren_weight**n]
+        kept = [m for m, n in zip(pool, streaks, strict=True) if not n or rng.random() < self.spent_weight**n]
         if not kept:
             fewest = min(streaks)
             kept = [m for m, n in zip(pool, streaks, strict=True) if n == fewest]
-        if len(kept) == len(pool):
-            return island
-        return island.subset(kept)
+        return island if len(kept) == len(pool) else island.subset(kept)
 
     def _migrate(self) -> None:
         """Ring migration: each island sends copies of its best to the next one."""

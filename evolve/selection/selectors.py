@@ -89,7 +89,7 @@ class Parentage:
 def pick_parent(
     population: Population, selector: Selector, rng: np.random.Generator, island_index: int, inspirations: int
 ) -> Parentage:
-    """A parent from the island by the selector (parents of barren groups less often: `Population.rested`), and up
+    """A parent from the island by the selector (parents of spent groups less often: `Population.rested`), and up
     to `inspirations` others (the island's best first, then drawn at random). An island with no valid program yet
     falls back to the seed."""
     island = population.islands[island_index]
