@@ -101,10 +101,10 @@ class RunOptions:
         choices=OTHERS_VIEWS,
     )
     spent_parent_weight: float = option(
-        0.5,
+        1.0,
         "a parent's chance to take part in a pick is multiplied by this for each group in a row from it that made "
-        "fewer new programs than it had completions (a small model asked again from the same parent mostly writes "
-        "what it wrote before); 1: off",
+        "fewer new programs than it had completions (1: off, the default until an A/B shows it helps: "
+        "docs/yield.md)",
         low=0.0,
         high=1.0,
     )
