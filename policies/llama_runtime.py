@@ -142,6 +142,9 @@ class LlamaRuntime:
         self._abort_cb = lib.ggml_abort_callback(lambda _data: abort.is_set())
         self._batch: Any = None
         self._batch_size = 0
+        # Held by every call into the context: the loop of a stopping run stops waiting for a decode in flight on a
+        # worker thread and closes the policy, which must not free the context under that decode (it segfaulted).
+        self._lock = threading.RLock()
 
     def _meta(self, key: str) -> str | None:
         buf = ctypes.create_string_buffer(64)
@@ -152,65 +155,76 @@ class LlamaRuntime:
     def ensure_context(self, cells: int, sequences: int, n_batch: int = 512) -> bool:
         """A context with at least `cells` KV cells and `sequences` sequence ids; True when it was (re)made,
         which empties the cache."""
-        if self.ctx is not None and self.n_ctx >= cells and self.n_seq >= sequences:
-            return False
-        lib = self.lib
-        if self.ctx is not None:
-            lib.llama_free(self.ctx)
-            self.ctx = None
-        params = lib.llama_context_default_params()
-        params.n_ctx = self.n_ctx = max(cells, self.n_ctx, 2048) + 1023 & ~1023
-        params.n_seq_max = self.n_seq = max(sequences, self.n_seq)
-        params.n_batch = params.n_ubatch = n_batch
-        params.n_threads = params.n_threads_batch = self.threads
-        params.kv_unified = True
-        if self.exact:
-            params.type_k = params.type_v = GGML_TYPE_F32
-            params.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_DISABLED
-        params.no_perf = True
-        self.ctx = lib.llama_init_from_model(self.model, params)
-        if not self.ctx:
-            raise PolicyError(f"llama.cpp could not make a context of {self.n_ctx} cells (out of memory?)")
-        self._apply_adapter()
-        return True
+        with self._lock:
+            self._live()
+            if self.ctx is not None and self.n_ctx >= cells and self.n_seq >= sequences:
+                return False
+            lib = self.lib
+            if self.ctx is not None:
+                lib.llama_free(self.ctx)
+                self.ctx = None
+            params = lib.llama_context_default_params()
+            params.n_ctx = self.n_ctx = max(cells, self.n_ctx, 2048) + 1023 & ~1023
+            params.n_seq_max = self.n_seq = max(sequences, self.n_seq)
+            params.n_batch = params.n_ubatch = n_batch
+            params.n_threads = params.n_threads_batch = self.threads
+            params.kv_unified = True
+            if self.exact:
+                params.type_k = params.type_v = GGML_TYPE_F32
+                params.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_DISABLED
+            params.no_perf = True
+            self.ctx = lib.llama_init_from_model(self.model, params)
+            if not self.ctx:
+                raise PolicyError(f"llama.cpp could not make a context of {self.n_ctx} cells (out of memory?)")
+            self._apply_adapter()
+            return True
 
     def _memory(self) -> Any:
         return self.lib.llama_get_memory(self.ctx)
 
     def clear(self) -> None:
-        self.lib.llama_memory_clear(self._memory(), True)
+        with self._lock:
+            self._live()
+            self.lib.llama_memory_clear(self._memory(), True)
 
     def trim(self, seq: int, keep: int) -> None:
         """Drop the cells of `seq` at positions `keep` and later (all of them when `keep` is 0)."""
-        self.lib.llama_memory_seq_rm(self._memory(), seq, keep, -1)
+        with self._lock:
+            self._live()
+            self.lib.llama_memory_seq_rm(self._memory(), seq, keep, -1)
 
     def copy(self, source: int, target: int) -> None:
-        self.lib.llama_memory_seq_cp(self._memory(), source, target, -1, -1)
+        with self._lock:
+            self._live()
+            self.lib.llama_memory_seq_cp(self._memory(), source, target, -1, -1)
 
     # ---- decoding ---------------------------------------------------------------------------------------
+
     def decode(self, entries: Sequence[Entry]) -> np.ndarray:
         """Run the entries through the model; the logits of those that asked, in order, as (k, n_vocab)."""
-        lib = self.lib
-        if len(entries) > self._batch_size:
-            if self._batch is not None:
-                lib.llama_batch_free(self._batch)
-            self._batch_size = max(len(entries), 64)
-            self._batch = lib.llama_batch_init(self._batch_size, 0, 1)
-        batch = self._batch
-        batch.n_tokens = len(entries)
-        for i, e in enumerate(entries):
-            batch.token[i], batch.pos[i], batch.n_seq_id[i] = e.token, e.pos, 1
-            batch.seq_id[i][0], batch.logits[i] = e.seq, int(e.logits)
-        code = lib.llama_decode(self.ctx, batch)
-        if code == 2 or (code != 0 and self.abort.is_set()):
-            raise DecodeAborted()
-        if code != 0:
-            raise PolicyError(f"llama.cpp decode failed with code {code} (context of {self.n_ctx} cells)")
-        wanted = sum(e.logits for e in entries)
-        if not wanted:
-            return np.zeros((0, self.n_vocab), dtype=np.float32)
-        pointer = lib.llama_get_logits(self.ctx)
-        return np.ctypeslib.as_array(pointer, shape=(wanted, self.n_vocab)).copy()
+        with self._lock:
+            self._live()
+            lib = self.lib
+            if len(entries) > self._batch_size:
+                if self._batch is not None:
+                    lib.llama_batch_free(self._batch)
+                self._batch_size = max(len(entries), 64)
+                self._batch = lib.llama_batch_init(self._batch_size, 0, 1)
+            batch = self._batch
+            batch.n_tokens = len(entries)
+            for i, e in enumerate(entries):
+                batch.token[i], batch.pos[i], batch.n_seq_id[i] = e.token, e.pos, 1
+                batch.seq_id[i][0], batch.logits[i] = e.seq, int(e.logits)
+            code = lib.llama_decode(self.ctx, batch)
+            if code == 2 or (code != 0 and self.abort.is_set()):
+                raise DecodeAborted()
+            if code != 0:
+                raise PolicyError(f"llama.cpp decode failed with code {code} (context of {self.n_ctx} cells)")
+            wanted = sum(e.logits for e in entries)
+            if not wanted:
+                return np.zeros((0, self.n_vocab), dtype=np.float32)
+            pointer = lib.llama_get_logits(self.ctx)
+            return np.ctypeslib.as_array(pointer, shape=(wanted, self.n_vocab)).copy()
 
     def prefill(self, tokens: Sequence[int], seq: int, start: int, chunk: int) -> np.ndarray:
         """Decode `tokens` at positions `start`... into `seq`, `chunk` at a time; the last token's logits.
@@ -218,34 +232,41 @@ class LlamaRuntime:
         A chunk takes seconds, so the abort flag is watched inside it (llama.cpp asks after every graph node).
         Only here: the callback takes the GIL at each of a step's ~1000 nodes, which a decoding step of
         tens of milliseconds should not pay; steps are checked between them instead."""
-        logits = np.zeros((0, self.n_vocab), dtype=np.float32)
-        self.lib.llama_set_abort_callback(self.ctx, self._abort_cb, ctypes.c_void_p(0))
-        try:
-            for lo in range(0, len(tokens), chunk):
-                part = tokens[lo : lo + chunk]
-                last = lo + len(part) == len(tokens)
-                entries = [Entry(t, start + lo + i, seq, last and i == len(part) - 1) for i, t in enumerate(part)]
-                logits = self.decode(entries)
-        finally:
-            self.lib.llama_set_abort_callback(self.ctx, self.lib.ggml_abort_callback(), ctypes.c_void_p(0))
-        return logits[-1]
+        with self._lock:
+            self._live()
+            logits = np.zeros((0, self.n_vocab), dtype=np.float32)
+            self.lib.llama_set_abort_callback(self.ctx, self._abort_cb, ctypes.c_void_p(0))
+            try:
+                for lo in range(0, len(tokens), chunk):
+                    part = tokens[lo : lo + chunk]
+                    last = lo + len(part) == len(tokens)
+                    entries = [Entry(t, start + lo + i, seq, last and i == len(part) - 1) for i, t in enumerate(part)]
+                    logits = self.decode(entries)
+            finally:
+                self.lib.llama_set_abort_callback(self.ctx, self.lib.ggml_abort_callback(), ctypes.c_void_p(0))
+            return logits[-1]
 
     # ---- adapters ---------------------------------------------------------------------------------------
+
     def load_adapter(self, path: Path) -> None:
         """Serve the GGUF LoRA adapter at `path` (scale 1) instead of the current one; None-safe on failure."""
-        adapter = self.lib.llama_adapter_lora_init(self.model, str(path).encode())
-        if not adapter:
-            raise PolicyError(f"llama.cpp cannot load the LoRA adapter {path}")
-        old, self._adapter = self._adapter, adapter
-        self._apply_adapter()
-        if old:
-            self.lib.llama_adapter_lora_free(old)
+        with self._lock:
+            self._live()
+            adapter = self.lib.llama_adapter_lora_init(self.model, str(path).encode())
+            if not adapter:
+                raise PolicyError(f"llama.cpp cannot load the LoRA adapter {path}")
+            old, self._adapter = self._adapter, adapter
+            self._apply_adapter()
+            if old:
+                self.lib.llama_adapter_lora_free(old)
 
     def drop_adapter(self) -> None:
-        old, self._adapter = self._adapter, None
-        self._apply_adapter()
-        if old:
-            self.lib.llama_adapter_lora_free(old)
+        with self._lock:
+            self._live()
+            old, self._adapter = self._adapter, None
+            self._apply_adapter()
+            if old:
+                self.lib.llama_adapter_lora_free(old)
 
     def _apply_adapter(self) -> None:
         if self.ctx is None:
@@ -260,7 +281,18 @@ class LlamaRuntime:
         if code != 0:
             raise PolicyError(f"llama.cpp could not apply the LoRA adapter (code {code})")
 
+    def _live(self) -> None:
+        if not self.model:
+            raise PolicyError("the llama.cpp model was closed (the run is stopping)")
+
     def close(self) -> None:
+        """Free the model and context once no call is inside them: a prefill in flight is aborted at its next graph
+        node, a decoding step ends in tens of milliseconds; later calls raise PolicyError instead of crashing."""
+        self.abort.set()
+        with self._lock:
+            self._free()
+
+    def _free(self) -> None:
         lib = self.lib
         if self._batch is not None:
             lib.llama_batch_free(self._batch)

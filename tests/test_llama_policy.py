@@ -144,3 +144,44 @@ def test_a_missing_gguf_is_one_clear_error(tmp_path):
     need_llama()
     with pytest.raises(PolicyError, match="no such GGUF file"):
         make_policy(f"llama:{tmp_path / 'absent.gguf'}")
+
+
+CLOSE_MID_DECODE = """
+import sys, threading, time
+from policies.base import SamplingParams
+from policies.factory import make_policy
+from tests.test_behaviour_logprobs import PROMPT
+
+policy = make_policy("llama:" + sys.argv[1])
+ended = []
+
+def sample():
+    try:
+        ended.append([g.finish_reason for g in policy.generate(PROMPT, SamplingParams(1.0, 1.0, 100_000, 0), 3)])
+    except Exception as exc:
+        ended.append(type(exc).__name__)
+
+worker = threading.Thread(target=sample)
+worker.start()
+time.sleep(1.5)
+policy.close()  # what a stopping run does while the loop no longer waits for the decode in flight
+worker.join(30)
+print("alive" if worker.is_alive() else ended)
+"""
+
+
+def test_closing_the_policy_while_a_group_decodes_ends_that_group_instead_of_crashing(endless_model_dir, tmp_path):
+    """SIGTERM to the closed-loop study stopped its loop, which closed the llama.cpp policy while a decode still ran
+    on a worker thread: the context was freed under it and the process died of a segmentation fault."""
+    need_llama()
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    gguf = gguf_copy(endless_model_dir, tmp_path / "gguf")
+    root = Path(__file__).resolve().parent.parent
+    done = subprocess.run(
+        [sys.executable, "-c", CLOSE_MID_DECODE, str(gguf)], cwd=root, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, f"exit {done.returncode}: {done.stderr[-400:]}"
+    assert done.stdout.strip() in ("[['interrupted', 'interrupted', 'interrupted']]", "['PolicyError']")
