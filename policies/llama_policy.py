@@ -123,11 +123,13 @@ class LlamaPolicy:
             raise PolicyError(f"the prompt needs at least one token, all below the model's {self.runtime.n_vocab}")
         self.progress.start(n, params.max_new_tokens, len(prompt_ids))
         try:
-            rows = self._sample(prompt_ids, params, n, gbnf)
-        except DecodeAborted:
-            self._cached = []  # an aborted decode leaves cells in an unknown state
-            self.runtime.clear()
-            rows = None
+            with self.runtime.held():  # the rows' grammars read the model's vocabulary: close() waits for them too
+                try:
+                    rows = self._sample(prompt_ids, params, n, gbnf)
+                except DecodeAborted:
+                    self._cached = []  # an aborted decode leaves cells in an unknown state
+                    self.runtime.clear()
+                    rows = None
         finally:
             self.progress.active = False
         # The interrupt is spent by the call it ended, however it ended (mid-decode, between steps, or before a
@@ -256,8 +258,12 @@ class LlamaPolicy:
         self.version = version
 
     def close(self) -> None:
-        self.grammars.close()
-        self.runtime.close()
+        """Once the group in flight, if any, has ended (the interrupt ends it at its next step): a stopping run closes
+        the policy while a worker thread may still be sampling."""
+        self._interrupt.set()
+        with self.runtime.held():
+            self.grammars.close()
+            self.runtime.close()
 
 
 def end_of_turn_ids(model_dir: Path, tokenizer: Any) -> set[int]:

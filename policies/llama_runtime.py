@@ -281,6 +281,10 @@ class LlamaRuntime:
         if code != 0:
             raise PolicyError(f"llama.cpp could not apply the LoRA adapter (code {code})")
 
+    def held(self) -> threading.RLock:
+        """The runtime's lock, for a caller whose work between calls (a row's grammar) needs the model alive."""
+        return self._lock
+
     def _live(self) -> None:
         if not self.model:
             raise PolicyError("the llama.cpp model was closed (the run is stopping)")
