@@ -41,6 +41,7 @@ Usage: python -m benchmarks.closed_loop --probe [--groups 16]
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import shutil
@@ -98,12 +99,58 @@ def probe(settings: ArmSettings, candidates: list[str], work: Path) -> None:
     print(f"probe chose --problems {','.join(kept)}")
 
 
-def code_version() -> str:
-    """The commit this study runs, `-dirty` when its code differs from it (its own results files aside)."""
-    git = ["git", "-C", str(ROOT)]
-    head = subprocess.run([*git, "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True).stdout.strip()
-    changed = subprocess.run([*git, "diff", "--quiet", "HEAD", "--", ".", ":(exclude)benchmarks/results"]).returncode
-    return (head or "unknown") + ("-dirty" if changed else "")
+CODE_PATHS = ("evolve", "policies", "sandboxes", "benchmarks", "problems", "pyproject.toml")  # what an arm runs
+NOT_CODE = ":(exclude)benchmarks/results"
+
+
+def _git(*args: str) -> subprocess.CompletedProcess[str]:
+    try:
+        return subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True)
+    except FileNotFoundError:
+        raise SystemExit("the closed loop records which code ran each arm: it needs git and a git checkout") from None
+
+
+def code_version(rev: str = "HEAD") -> str:
+    """What the arms' code is: a hash of the files under CODE_PATHS at `rev` (so a commit that changes only docs
+    or tests keeps it), `-dirty-<hash of the changes>` when the work tree's code (untracked files in it too)
+    differs from `rev`. An arm row from before these hashes names its commit; `same_code` reads it through this."""
+    listing = _git("ls-tree", "-r", rev, "--", *CODE_PATHS)
+    if listing.returncode != 0:
+        raise SystemExit(f"cannot read the code of {rev}: {listing.stderr.strip()[:200]}")
+    files = [line for line in listing.stdout.splitlines() if "\tbenchmarks/results/" not in line]
+    version = hashlib.sha1("\n".join(files).encode()).hexdigest()[:12]
+    if rev == "HEAD":
+        changes = _git("status", "--porcelain", "--untracked-files=all", "--", *CODE_PATHS, NOT_CODE).stdout
+        if changes:
+            diff = _git("diff", "HEAD", "--", *CODE_PATHS, NOT_CODE).stdout
+            version += "-dirty-" + hashlib.sha1((changes + diff).encode()).hexdigest()[:8]
+    return version
+
+
+def same_code(label: str, version: str) -> bool:
+    """Whether an arm labelled `label` (a code hash, or the commit an older row named) ran `version`."""
+    if label == version:
+        return True
+    if (
+        label
+        and all(c in "0123456789abcdef" for c in label)
+        and _git("cat-file", "-e", f"{label}^{{commit}}").returncode == 0
+    ):
+        return code_version(label) == version
+    return False
+
+
+def restart_other_code(work: Path, version: str) -> None:
+    """An arm's archive resumes whatever code began it: one begun by other code (its `code` file says) starts
+    again, so that a finished row never pools sessions of different code."""
+    stamp = work / "code"
+    if stamp.is_file() and not same_code(stamp.read_text().strip(), version):
+        aside = work.with_name(f"{work.name}.stale-{int(time.time())}")
+        work.rename(aside)
+        print(f"{work.name}: begun by other code ({stamp.read_text().strip()}); it starts again ({aside.name} kept)")
+    work.mkdir(parents=True, exist_ok=True)
+    if not stamp.is_file():
+        stamp.write_text(version + "\n")
 
 
 def restart_without_adapter(work: Path) -> None:
@@ -239,7 +286,7 @@ def main() -> None:
     started, results = time.time(), load_results(results_path)
     done = {(r.problem, r.seed, r.arm) for r in results}
     code = code_version()
-    mixed = sorted({r.code or "unrecorded" for r in results} - {code})
+    mixed = sorted({r.code or "unrecorded" for r in results if not same_code(r.code, code)})
     if mixed:  # the arms are compared as one search differing only in training: one code for all of them
         raise SystemExit(
             f"{results_path} holds arms run by other code ({', '.join(mixed)}; this is {code}): set them aside "
@@ -252,6 +299,9 @@ def main() -> None:
                     continue
                 work = args.work / "arms" / f"{name}-s{seed}-{arm}"
                 restart_without_adapter(work)
+                restart_other_code(work, code)
+                if code_version() != code:  # a long study outlives edits: lazily imported code would differ
+                    raise SystemExit("the code changed while the study ran; run the same command again")
                 try:
                     r = run_arm(folder(name), arm, seed, settings, work, folder(HELD_OUT))
                 except KeyboardInterrupt as stop:  # the arm's archive keeps it: the same command resumes it
@@ -261,7 +311,7 @@ def main() -> None:
                 shown = {f.name: getattr(r, f.name) for f in fields(r) if f.name not in ("curve", "valid_per_group")}
                 print(f"{name} seed {seed} {arm}: {shown} ({time.time() - started:.0f}s)", flush=True)
                 results_path.write_text(json.dumps([asdict(x) for x in results], indent=1))
-                shutil.rmtree(work / "adapters", ignore_errors=True)  # ~10 MB a version; the archive stays
+                shutil.rmtree(work / "adapters", ignore_errors=True)  # ~25 MB a version; the archive stays
     report(results, settings)
     print(f"elapsed {time.time() - started:.0f}s")
 

@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 run() {
   if [ -n "${STUDY_CORES:-}" ]; then
-    EVOLVE_LLAMA_THREADS=$(awk -F, '{print NF}' <<<"$STUDY_CORES") nice -n 19 taskset -c "$STUDY_CORES" "$PY" "$@"
+    EVOLVE_LLAMA_THREADS=$(taskset -c "$STUDY_CORES" nproc) nice -n 19 taskset -c "$STUDY_CORES" "$PY" "$@"
   else
     nice -n 19 "$PY" "$@"
   fi
@@ -24,8 +24,9 @@ run "${LOOP[@]}" --seeds 1
 stamp "best@k on tour_heuristic (minimizer's is in benchmarks/results/best_at_k/minimizer.json)"
 BK=benchmarks/results/best_at_k
 if [ ! -f "$BK/tour_heuristic.json" ]; then
-  tour=$(run -m benchmarks.closed_loop --probe-archive tour_heuristic | tail -1)
-  held=$(run -m benchmarks.closed_loop --probe-archive durations | tail -1)
+  tour=$(run -m benchmarks.closed_loop --probe-archive tour_heuristic | tee /dev/stderr | tail -1)
+  held=$(run -m benchmarks.closed_loop --probe-archive durations | tee /dev/stderr | tail -1)
+  [ -f "$tour" ] && [ -f "$held" ] || { echo "study: no probe archive ($tour, $held)"; exit 1; }
   run -m benchmarks.best_at_k --db "$tour" --held-out-db "$held" --k 12 --prompts 8 --steps 2 \
     --out "$BK/tour_heuristic.json" --work "$BK/work/tour_heuristic"
   cp "$BK/work/tour_heuristic/measured.json" "$BK/tour_heuristic.measured.json"

@@ -245,7 +245,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--lead-comment", default="off", choices=("on", "off"), help="the `# Change: ...` lead line")
     ap.add_argument("--compare", default=None, help="OPTION=A,B: each problem under each value of a run option")
     args = ap.parse_args(argv)
+    if args.compare and args.compare_structured:
+        print("--compare and --compare-structured: give one of them", file=sys.stderr)
+        return 2
     compared = parse_compare(args.compare) if args.compare else None
+    if compared and len(set(compared[1])) < len(compared[1]):
+        print(f"--compare {args.compare}: each value once", file=sys.stderr)
+        return 2
     spec = args.policy or ("llama:embedded" if args.compare_structured else "transformers:embedded")
     wanted = [w for w in args.problems.split(",") if w]
     names = [f.name for f in PROBLEM_DIRS] + [INIT]
