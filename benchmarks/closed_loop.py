@@ -144,10 +144,9 @@ def restart_other_code(work: Path, version: str) -> None:
     """An arm's archive resumes whatever code began it: one begun by other code (its `code` file says) starts
     again, so that a finished row never pools sessions of different code."""
     stamp = work / "code"
-    if stamp.is_file() and not same_code(stamp.read_text().strip(), version):
-        aside = work.with_name(f"{work.name}.stale-{int(time.time())}")
-        work.rename(aside)
-        print(f"{work.name}: begun by other code ({stamp.read_text().strip()}); it starts again ({aside.name} kept)")
+    began = stamp.read_text().strip() if stamp.is_file() else None
+    if began is not None and not same_code(began, version):
+        set_aside(work, f"begun by other code ({began})")
     work.mkdir(parents=True, exist_ok=True)
     if not stamp.is_file():
         stamp.write_text(version + "\n")
@@ -163,11 +162,14 @@ def restart_without_adapter(work: Path) -> None:
     query = "SELECT adapter_path FROM policy_versions WHERE adapter_path IS NOT NULL ORDER BY number DESC LIMIT 1"
     newest = [Path(p) for (p,) in sqlite_rows(db, query)]
     if newest and not newest[0].is_dir():
-        aside = work.with_name(f"{work.name}.stale-{int(time.time())}")
-        work.rename(aside)
-        print(
-            f"{work.name}: its newest adapter {newest[0]} is gone; the arm starts again ({aside.name} kept)", flush=True
-        )
+        set_aside(work, f"its newest adapter {newest[0]} is gone")
+
+
+def set_aside(work: Path, why: str) -> None:
+    """Move an arm's folder out of the way, kept for reading, so that the arm starts again from nothing."""
+    aside = work.with_name(f"{work.name}.stale-{int(time.time())}")
+    work.rename(aside)
+    print(f"{work.name}: {why}; the arm starts again ({aside.name} kept)", flush=True)
 
 
 def sqlite_rows(db: Path, query: str) -> list[tuple]:
