@@ -51,10 +51,10 @@ import time
 from dataclasses import asdict, fields
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from benchmarks.closed_loop_arm import ArmResult, ArmSettings, best_known, run_arm
+from benchmarks.closed_loop_report import report
 from evolve.problem import load_problem
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -64,7 +64,6 @@ PROBE_SEED = 100
 ARMS = ("none", "grpo", "vpo")
 STUDY_PROBLEMS = 3
 MIN_NEW_VALID = 2
-COLUMNS = ("best_ratio", "valid_per_1k_tokens", "copy_share", "diversity", "held_out_ratio", "groups", "updates")
 WORK = ROOT / "benchmarks" / "results" / "closed_loop"
 
 
@@ -185,52 +184,6 @@ def probe_archive(name: str, settings: ArmSettings, work: Path) -> Path:
     measures on), made or resumed under `work/probe/NAME` when a fresh machine does not have it."""
     run_arm(folder(name), "none", PROBE_SEED, settings, work / "probe" / name, None)
     return work / "probe" / name / "arm.db"
-
-
-def ms(values: list[float]) -> str:
-    v = np.asarray([x for x in values if x is not None and np.isfinite(x)], dtype=float)
-    return "n/a" if not len(v) else f"{v.mean():.3f}±{v.std(ddof=1) if len(v) > 1 else 0.0:.3f}"
-
-
-def bootstrap(diffs: list[float], draws: int = 10_000) -> tuple[float, float, float]:
-    """Mean of paired differences and its 95% percentile bootstrap interval (resampling pairs)."""
-    d = np.asarray(diffs, dtype=float)
-    means = np.random.default_rng(0).choice(d, size=(draws, len(d)), replace=True).mean(axis=1)
-    return float(d.mean()), float(np.percentile(means, 2.5)), float(np.percentile(means, 97.5))
-
-
-def report(results: list[ArmResult], settings: ArmSettings) -> None:
-    by_arm = {a: [r for r in results if r.arm == a] for a in ARMS}
-    print(f"\nsettings {asdict(settings)}")
-    print("arm   | best/seed | new valid /1k tok | copies | diversity | held-out best@k/seed | groups | updates")
-    for arm, rows in by_arm.items():
-        k = rows[0].held_out_k if rows else 0
-        cells = [ms([getattr(r, c) for r in rows]) for c in COLUMNS]
-        cells[4] += f" (k={k})"
-        print(f"{arm:5} | " + " | ".join(cells))
-    print("best/seed after each group, and new valid children per group (means over problems x seeds):")
-    for arm, rows in by_arm.items():
-        if rows:
-            width = min(len(r.curve) for r in rows)
-            curve = np.mean([r.curve[:width] for r in rows], axis=0)
-            valid = np.mean([r.valid_per_group[:width] for r in rows], axis=0)
-            print(f"  {arm:5} best  " + " ".join(f"{v:.3f}" for v in curve))
-            print(f"  {arm:5} valid " + " ".join(f"{v:.1f}" for v in valid))
-    print("wall seconds per part (mean over runs):")
-    for arm, rows in by_arm.items():
-        keys = sorted({k for r in rows for k in r.seconds})
-        print(f"  {arm:5} " + ", ".join(f"{k} {np.mean([r.seconds.get(k, 0.0) for r in rows]):.0f}" for k in keys))
-    pairs = {(r.problem, r.seed): {} for r in results}
-    for r in results:
-        pairs[(r.problem, r.seed)][r.arm] = r.best_ratio
-    line = "closed_loop " + " ".join(f"{a}={ms([r.best_ratio for r in by_arm[a]])}" for a in ARMS)
-    line += f" groups={min((r.groups for r in results), default=0)} (best/seed, mean±sd over problems x seeds)"
-    for other in ("none", "grpo"):
-        diffs = [p["vpo"] - p[other] for p in pairs.values() if "vpo" in p and other in p]
-        if diffs:
-            mean, lo, hi = bootstrap(diffs)
-            line += f" vpo-{other}={mean:+.3f} [{lo:+.3f}, {hi:+.3f}] (n={len(diffs)})"
-    print(line)
 
 
 def load_results(path: Path) -> list[ArmResult]:

@@ -1,0 +1,137 @@
+#!/usr/bin/env bash
+# Issue 36's study on both cores at once: two lanes, each a checkout of the study's one code (STUDY_COMMIT) pinned
+# to its own core with one llama.cpp thread, niced. Two llama.cpp processes that share both cores slow each other
+# about tenfold; one pinned to each core lose nothing to the other, so two lanes finish the grid in about half the
+# time of benchmarks/study.sh's one. Each lane has its own (problem, arm) pairs and its own results file (no writer
+# is shared), and `collect` merges the finished arms of both into benchmarks/results/ of this checkout, to commit.
+#
+#   bash benchmarks/study_lanes.sh start     # make the lanes (once per machine) and start what is left
+#   bash benchmarks/study_lanes.sh status    # finished arms per lane, the arm each is on, the last lines
+#   bash benchmarks/study_lanes.sh collect   # finished arms (rows and archives) and best@k results into this checkout
+#
+# Resumable like study.sh: `start` seeds each lane with this checkout's results, so arms already collected are not
+# run again; an arm cut off resumes from its lane's archive on the same machine and starts again on a fresh one.
+# STUDY_LANES moves the lanes' checkouts (default: $TMPDIR or /tmp, vpo-study-lanes).
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+STUDY_COMMIT=${STUDY_COMMIT:-a930b8a}
+LANES=${STUDY_LANES:-${TMPDIR:-/tmp}/vpo-study-lanes}
+PY=${PYTHON:-python3}
+CL=benchmarks/results/closed_loop
+BK=benchmarks/results/best_at_k
+# Two lanes of about equal work (a trained arm costs about 2.5 untrained ones), disjoint (problem, arm) sets so
+# that no arm runs twice, each lane seed by seed so that partial results pair both problems' arms early.
+LANE_NAMES=(one two)
+declare -A CORE=([one]=1 [two]=0)
+declare -A JOBS=(
+  [one]="tour_heuristic:none,grpo minimizer:vpo"
+  [two]="tour_heuristic:vpo minimizer:none,grpo"
+)
+
+lane_run() {  # lane, then the python arguments: pinned, niced, its own checkout first on the path
+  local dir=$LANES/$1 core=${CORE[$1]}
+  shift
+  (cd "$dir" && PYTHONPATH="$dir" EVOLVE_LLAMA_THREADS=1 nice -n 19 taskset -c "$core" "$PY" "$@")
+}
+
+lane_script() {  # what one lane runs, start to end
+  local lane=$1 seeds job
+  for seeds in 2 3; do
+    for job in ${JOBS[$lane]}; do
+      echo "=== $(date -u +%FT%TZ) lane $lane: ${job%%:*} arms ${job#*:}, seeds below $seeds"
+      lane_run "$lane" -m benchmarks.closed_loop --problems "${job%%:*}" --arms "${job#*:}" --seeds "$seeds" --groups 16 \
+        || echo "lane $lane: exit $? (run start again to resume)"
+    done
+  done
+  if [ "$lane" = one ] && [ ! -f "$LANES/$lane/$BK/tour_heuristic.json" ]; then
+    echo "=== $(date -u +%FT%TZ) lane $lane: best@k on tour_heuristic"
+    tour=$(lane_run "$lane" -m benchmarks.closed_loop --probe-archive tour_heuristic | tail -1)
+    held=$(lane_run "$lane" -m benchmarks.closed_loop --probe-archive durations | tail -1)
+    [ -f "$tour" ] && [ -f "$held" ] || { echo "lane $lane: no probe archive ($tour, $held)"; exit 1; }
+    lane_run "$lane" -m benchmarks.best_at_k --db "$tour" --held-out-db "$held" --k 12 --prompts 8 --steps 2 \
+      --out "$BK/tour_heuristic.json" --work "$BK/work/tour_heuristic"
+    cp "$LANES/$lane/$BK/work/tour_heuristic/measured.json" "$LANES/$lane/$BK/tour_heuristic.measured.json"
+  fi
+  echo "=== $(date -u +%FT%TZ) lane $lane: done"
+}
+
+start() {
+  mkdir -p "$LANES"
+  for lane in "${LANE_NAMES[@]}"; do
+    dir=$LANES/$lane
+    if [ -f "$dir/pid" ] && kill -0 "$(cat "$dir/pid")" 2>/dev/null; then
+      echo "lane $lane: already running (pid $(cat "$dir/pid"))"
+      continue
+    fi
+    [ -d "$dir/.git" ] || [ -f "$dir/.git" ] || git -C "$ROOT" worktree add --detach "$dir" "$STUDY_COMMIT" >/dev/null
+    [ "$(git -C "$dir" rev-parse HEAD)" = "$(git -C "$ROOT" rev-parse "$STUDY_COMMIT^{commit}")" ] \
+      || { echo "lane $lane: $dir is not a checkout of $STUDY_COMMIT; remove it or set STUDY_LANES"; exit 1; }
+    mkdir -p "$dir/$CL"
+    merge_rows "$ROOT/$CL/results.json" "$dir/$CL/results.json" "$dir/$CL/results.json"
+    mkdir -p "$dir/$BK"
+    if [ -f "$ROOT/$BK/tour_heuristic.json" ]; then cp "$ROOT/$BK/tour_heuristic.json" "$dir/$BK/"; fi
+    (setsid nohup bash "$ROOT/benchmarks/study_lanes.sh" lane "$lane" >>"$dir/study.log" 2>&1 & echo $! >"$dir/pid")
+    echo "lane $lane: started on core ${CORE[$lane]}, log $dir/study.log"
+  done
+}
+
+merge_rows() {  # a b out: the arms of both results files, one row per (problem, seed, arm), a's first
+  "$PY" - "$@" <<'EOF'
+import json, sys
+from pathlib import Path
+rows, seen = [], set()
+for path in map(Path, sys.argv[1:3]):
+    for row in json.loads(path.read_text()) if path.is_file() else []:
+        key = (row["problem"], row["seed"], row["arm"])
+        if key not in seen:
+            seen.add(key)
+            rows.append(row)
+Path(sys.argv[3]).write_text(json.dumps(rows, indent=1))
+print(f"{sys.argv[3]}: {len(rows)} arms")
+EOF
+}
+
+collect() {
+  for lane in "${LANE_NAMES[@]}"; do
+    dir=$LANES/$lane
+    [ -d "$dir" ] || continue
+    merge_rows "$ROOT/$CL/results.json" "$dir/$CL/results.json" "$ROOT/$CL/results.json"
+    "$PY" - "$dir/$CL/results.json" <<'EOF' | while read -r arm; do
+import json, sys
+from pathlib import Path
+p = Path(sys.argv[1])
+for r in json.loads(p.read_text()) if p.is_file() else []:
+    print(f"{r['problem']}-s{r['seed']}-{r['arm']}")
+EOF
+      for db in arm.db held_out.db; do
+        src=$dir/$CL/arms/$arm/$db
+        if [ -f "$src" ] && [ ! -f "$ROOT/$CL/arms/$arm/$db" ]; then
+          mkdir -p "$ROOT/$CL/arms/$arm" && cp "$src" "$ROOT/$CL/arms/$arm/"
+        fi
+      done
+    done
+    for f in tour_heuristic.json tour_heuristic.measured.json; do
+      if [ -f "$dir/$BK/$f" ]; then cp "$dir/$BK/$f" "$ROOT/$BK/"; fi
+    done
+  done
+  (cd "$ROOT" && "$PY" -m benchmarks.closed_loop --report | tail -4)
+}
+
+status() {
+  for lane in "${LANE_NAMES[@]}"; do
+    dir=$LANES/$lane
+    [ -d "$dir" ] || { echo "lane $lane: not made"; continue; }
+    state=stopped
+    [ -f "$dir/pid" ] && kill -0 "$(cat "$dir/pid")" 2>/dev/null && state="running (pid $(cat "$dir/pid"))"
+    echo "lane $lane on core ${CORE[$lane]}: $state; $(grep -c '"arm"' "$dir/$CL/results.json" 2>/dev/null || echo 0) arms finished"
+    tail -n 3 "$dir/study.log" 2>/dev/null | cut -c1-200
+  done
+}
+
+case "${1:-}" in
+  start) start ;;
+  collect) collect ;;
+  status) status ;;
+  lane) lane_script "$2" ;;
+  *) echo "usage: bash benchmarks/study_lanes.sh start|status|collect" >&2; exit 2 ;;
+esac
