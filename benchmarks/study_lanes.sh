@@ -11,7 +11,8 @@
 #
 # Resumable like study.sh: `start` seeds each lane with this checkout's results, so arms already collected are not
 # run again; an arm cut off resumes from its lane's archive on the same machine and starts again on a fresh one.
-# STUDY_LANES moves the lanes' checkouts (default: $TMPDIR or /tmp, vpo-study-lanes).
+# STUDY_LANES moves the lanes' checkouts (default: $TMPDIR or /tmp, vpo-study-lanes). STUDY_ARMS=none runs only
+# those arms (and no best@k): the untrained arms need no trainer, for a machine whose trainer is too slow.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 STUDY_COMMIT=${STUDY_COMMIT:-a930b8a}
@@ -34,16 +35,27 @@ lane_run() {  # lane, then the python arguments: pinned, niced, its own checkout
   (cd "$dir" && PYTHONPATH="$dir" EVOLVE_LLAMA_THREADS=1 nice -n 19 taskset -c "$core" "$PY" "$@")
 }
 
+only_arms() {  # a job's arms (comma-separated), less those STUDY_ARMS leaves out when it is set
+  local arm kept=()
+  for arm in ${1//,/ }; do
+    [[ -z "${STUDY_ARMS:-}" || ",$STUDY_ARMS," == *",$arm,"* ]] && kept+=("$arm")
+  done
+  local IFS=,
+  echo "${kept[*]}"
+}
+
 lane_script() {  # what one lane runs, start to end
-  local lane=$1 seeds job
+  local lane=$1 seeds job arms
   for seeds in 2 3; do
     for job in ${JOBS[$lane]}; do
-      echo "=== $(date -u +%FT%TZ) lane $lane: ${job%%:*} arms ${job#*:}, seeds below $seeds"
-      lane_run "$lane" -m benchmarks.closed_loop --problems "${job%%:*}" --arms "${job#*:}" --seeds "$seeds" --groups 16 \
+      arms=$(only_arms "${job#*:}")
+      [ -n "$arms" ] || continue
+      echo "=== $(date -u +%FT%TZ) lane $lane: ${job%%:*} arms $arms, seeds below $seeds"
+      lane_run "$lane" -m benchmarks.closed_loop --problems "${job%%:*}" --arms "$arms" --seeds "$seeds" --groups 16 \
         || echo "lane $lane: exit $? (run start again to resume)"
     done
   done
-  if [ "$lane" = one ] && [ ! -f "$LANES/$lane/$BK/tour_heuristic.json" ]; then
+  if [ "$lane" = one ] && [ -z "${STUDY_ARMS:-}" ] && [ ! -f "$LANES/$lane/$BK/tour_heuristic.json" ]; then
     echo "=== $(date -u +%FT%TZ) lane $lane: best@k on tour_heuristic"
     tour=$(lane_run "$lane" -m benchmarks.closed_loop --probe-archive tour_heuristic | tail -1)
     held=$(lane_run "$lane" -m benchmarks.closed_loop --probe-archive durations | tail -1)
