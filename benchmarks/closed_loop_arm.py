@@ -10,10 +10,13 @@ again on the same folder, the loop goes on from its last group, the trainer from
 
 from __future__ import annotations
 
+import fcntl
+import os
 import sqlite3
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from itertools import combinations
 from pathlib import Path
@@ -94,6 +97,25 @@ class _TimedPublisher:
         self.inner.serve_base(version)
 
 
+@contextmanager
+def one_update_at_a_time(seconds: dict[str, float]) -> Iterator[None]:
+    """Arms run side by side (benchmarks/study_lanes.sh) lock the file STUDY_UPDATE_LOCK names around each
+    update: an update's peak (about 12 GB in float32) twice over is more than a 24 GB machine holds. Waiting for
+    the other arm's update is timed apart (`update_wait`), and changes nothing an arm measures but wall time."""
+    path = os.environ.get("STUDY_UPDATE_LOCK")
+    if not path:
+        yield
+        return
+    started = time.monotonic()
+    with open(path, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        seconds["update_wait"] += time.monotonic() - started
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
 class TimedTrainer(ArchiveTrainer):
     """ArchiveTrainer with its parts timed: the whole step, the adapter save and the publish."""
 
@@ -103,11 +125,12 @@ class TimedTrainer(ArchiveTrainer):
         self.publisher = _TimedPublisher(self.publisher, seconds)  # type: ignore[assignment]
 
     def step(self, should_stop: Callable[[], bool] = never) -> Any:
-        started = time.monotonic()
-        try:
-            return super().step(should_stop)
-        finally:
-            self.seconds["update_step"] += time.monotonic() - started
+        with one_update_at_a_time(self.seconds):
+            started = time.monotonic()
+            try:
+                return super().step(should_stop)
+            finally:
+                self.seconds["update_step"] += time.monotonic() - started
 
     def _save_into(self, directory: Path) -> None:
         started = time.monotonic()

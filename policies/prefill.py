@@ -65,7 +65,7 @@ class PromptPrefill:
 
         device = next(model.parameters()).device
         runner = model
-        if self.use_float32_twin:
+        if self.use_float32_twin and next(model.parameters()).dtype != torch.float32:  # a trainer made it float32
             if self._twin_of != (id(model), weights):
                 self._twin = None  # free the old copy before making the new one
                 self._twin = copy.deepcopy(model).float().eval()  # an adapter switched off stays off in the copy

@@ -24,6 +24,7 @@ import numpy as np
 
 from policies.advantages import make_estimator
 from policies.groups import TrainingGroup
+from policies.prefill import cpu_has_native_bf16
 from policies.shaping import select
 from policies.shared_prompt import completion_logprobs
 
@@ -140,6 +141,16 @@ def reward_diversity(groups: Sequence[TrainingGroup]) -> float:
     return float(np.mean(values)) if values else 0.0
 
 
+def _fast_bf16() -> bool:
+    """torch's own test for its oneDNN bf16 kernels (AVX512 or Arm's bf16); else the CPU's native bf16 flags."""
+    import torch
+
+    try:
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):
+        return cpu_has_native_bf16()
+
+
 class PolicyTrainer:
     """Trains a transformers causal LM in place through a LoRA adapter; `model` may be shared with a policy."""
 
@@ -149,6 +160,9 @@ class PolicyTrainer:
 
         self.config, self.tokenizer, self.render = config, tokenizer, render
         self.estimator = make_estimator(config.method)
+        param = next(model.parameters())
+        if param.device.type == "cpu" and param.dtype == torch.bfloat16 and not _fast_bf16():
+            model = model.float()  # without oneDNN's bf16 kernels, bf16 products run many times slower than float32
         if not isinstance(model, PeftModel):
             present = {name.rsplit(".", 1)[-1] for name, _ in model.named_modules()}
             targets = [t for t in config.target_modules if t in present]
