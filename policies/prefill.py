@@ -13,19 +13,9 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Hashable
-from pathlib import Path
 from typing import Any
 
-_NATIVE_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
-
-
-def cpu_has_native_bf16(cpuinfo: Path = Path("/proc/cpuinfo")) -> bool:
-    """True where bf16 matrix products have hardware support; unknown platforms count as supported."""
-    try:
-        flags = cpuinfo.read_text()
-    except OSError:
-        return True
-    return any(flag in flags for flag in _NATIVE_BF16_FLAGS)
+from policies.cpu_dtype import slow_bf16
 
 
 def _cast_cache(cache: Any, dtype: Any) -> None:
@@ -47,11 +37,7 @@ class PromptPrefill:
 
     @classmethod
     def for_model(cls, model: Any) -> PromptPrefill:
-        import torch
-
-        param = next(model.parameters())
-        slow_bf16 = param.device.type == "cpu" and param.dtype == torch.bfloat16 and not cpu_has_native_bf16()
-        return cls(use_float32_twin=slow_bf16)
+        return cls(use_float32_twin=slow_bf16(model))
 
     @property
     def twin(self) -> Any:
@@ -63,9 +49,9 @@ class PromptPrefill:
         object) comes with new `weights` or a new object, and then the twin is copied again."""
         import torch
 
-        device = next(model.parameters()).device
-        runner = model
-        if self.use_float32_twin:
+        param = next(model.parameters())
+        device, runner = param.device, model
+        if self.use_float32_twin and param.dtype != torch.float32:  # a trainer may have made the model float32
             if self._twin_of != (id(model), weights):
                 self._twin = None  # free the old copy before making the new one
                 self._twin = copy.deepcopy(model).float().eval()  # an adapter switched off stays off in the copy

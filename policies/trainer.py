@@ -6,7 +6,8 @@ for the sampler/trainer mismatch; asymmetric clipping; token-level aggregation (
 carries its completion's advantage); optional KL to the base model (the adapter disabled).
 
 The sampler and the trainer may be different runtimes: vLLM, or llama.cpp on the Q4_K_M GGUF while this
-trainer runs transformers on the same weights dequantised to bf16. The stored logprobs are then the behaviour
+trainer runs transformers on the same weights dequantised to bf16 (float32 on a CPU without native bf16, where
+bf16 matrix products are many times slower: policies/cpu_dtype.py). The stored logprobs are then the behaviour
 policy (each the exact probability the sampler drew its token with, after temperature, top-k and top-p), and
 min(exp(old - sampler), is_cap) reweights each token for the gap, as RL systems whose sampler and trainer
 differ do (truncated importance sampling); `UpdateStats.is_weight_mean` shows how far apart they are.
@@ -23,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from policies.advantages import make_estimator
+from policies.cpu_dtype import slow_bf16
 from policies.groups import TrainingGroup
 from policies.shaping import select
 from policies.shared_prompt import completion_logprobs
@@ -149,6 +151,8 @@ class PolicyTrainer:
 
         self.config, self.tokenizer, self.render = config, tokenizer, render
         self.estimator = make_estimator(config.method)
+        if slow_bf16(model):  # a CPU without native bf16: its bf16 products run many times slower (cpu_dtype.py)
+            model = model.float()
         if not isinstance(model, PeftModel):
             present = {name.rsplit(".", 1)[-1] for name, _ in model.named_modules()}
             targets = [t for t in config.target_modules if t in present]
