@@ -46,7 +46,6 @@ from policies.answer_grammar import LINE_COMMENTS, AnswerShape
 from policies.base import Generated, Policy, SamplingParams, StructuredSampling
 
 RECENT_FAILURES = 3  # failed children of the parent listed in its prompt
-RECENT_CHILDREN = 2  # newest children of the parent shown in its prompt, so that variants differ from them
 
 
 @dataclass(frozen=True)
@@ -246,7 +245,9 @@ class GroupSampler:
         by `sample`) so that the event loop goes on meanwhile. `held`: the edit formats whose answers the policy
         holds to their shape (`structured_by`); the shape is decided here, so that the prompt asks for its lead
         comment exactly when the grammar holds it."""
-        reads = self.archive.prompt_reads(parent.id, [i.id for i in inspirations], RECENT_FAILURES, RECENT_CHILDREN)
+        reads = self.archive.prompt_reads(
+            parent.id, [i.id for i in inspirations], RECENT_FAILURES, self.options.recent_children
+        )
         codes, context = reads.codes, reads.context
         edit_format = resolve_edit_format(ask.edit_format, codes[parent.id])
         inputs = PromptInputs(

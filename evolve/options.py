@@ -100,6 +100,12 @@ class RunOptions:
         "changes from the parent, which a small model cannot paste back as a copy)",
         choices=OTHERS_VIEWS,
     )
+    recent_children: int = option(
+        2,
+        "how many of the parent's newest children its prompt shows as already tried (a small model asked again "
+        "from one parent mostly rewrites a child it wrote before: docs/yield.md)",
+        low=0,
+    )
     spent_parent_weight: float = option(
         1.0,
         "a parent's chance to take part in a pick is multiplied by this for each group in a row from it that made "

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import replace
 
 import pytest
 
@@ -53,6 +54,13 @@ def test_yield_from_the_archive_matches_the_live_counters_and_prompts_show_recen
     shown = prompt.split("# Recent children of the current program")[1].split("# Task")[0]
     body = [c.split("# EVOLVE-BLOCK-START\n")[1].split("# EVOLVE-BLOCK-END")[0].strip() for c in children[-2:]]
     assert all(b in shown for b in body) and shown.index(body[0]) < shown.index(body[1])
+    # `recent_children` says how many: every child when it asks for more than there are, none at 0
+    bodies = [c.split("# EVOLVE-BLOCK-START\n")[1].split("# EVOLVE-BLOCK-END")[0].strip() for c in children]
+    loop.sampler.options = replace(options, recent_children=len(children) + 3)
+    shown = loop.sampler.prompt(seed, [], loop.members[0].base).text.split("# Recent children")[1].split("# Task")[0]
+    assert all(b in shown for b in bodies) and shown.count("```python\n") == len(children)
+    loop.sampler.options = replace(options, recent_children=0)
+    assert "# Recent children" not in loop.sampler.prompt(seed, [], loop.members[0].base).text
     sampling = [json.loads(s) for (s,) in con.execute("SELECT sampling FROM completions ORDER BY id")]
     assert {s["edit_format"] for s in sampling} == {"full"} and sampling[0]["template"] == "directed"
     asked = {
