@@ -15,13 +15,14 @@
 # those arms (and no best@k): the untrained arms need no trainer, for a machine whose trainer is too slow.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-STUDY_COMMIT=${STUDY_COMMIT:-a930b8a}
+STUDY_COMMIT=${STUDY_COMMIT:-e79135e}  # a930b8a and the float32 trainer where bf16 is slow (docs/training.md)
 LANES=${STUDY_LANES:-${TMPDIR:-/tmp}/vpo-study-lanes}
 PY=${PYTHON:-python3}
 CL=benchmarks/results/closed_loop
 BK=benchmarks/results/best_at_k
 # Two lanes of about equal work (a trained arm costs about 2.5 untrained ones), disjoint (problem, arm) sets so
-# that no arm runs twice, each lane seed by seed so that partial results pair both problems' arms early.
+# that no arm runs twice, each lane seed by seed so that partial results pair both problems' arms early. The lanes
+# take turns to update (STUDY_UPDATE_LOCK): two float32 updates at once would need more than 24 GB.
 LANE_NAMES=(one two)
 declare -A CORE=([one]=1 [two]=0)
 declare -A JOBS=(
@@ -32,7 +33,8 @@ declare -A JOBS=(
 lane_run() {  # lane, then the python arguments: pinned, niced, its own checkout first on the path
   local dir=$LANES/$1 core=${CORE[$1]}
   shift
-  (cd "$dir" && PYTHONPATH="$dir" EVOLVE_LLAMA_THREADS=1 nice -n 19 taskset -c "$core" "$PY" "$@")
+  (cd "$dir" && PYTHONPATH="$dir" EVOLVE_LLAMA_THREADS=1 STUDY_UPDATE_LOCK="$LANES/update.lock" \
+    nice -n 19 taskset -c "$core" "$PY" "$@")
 }
 
 only_arms() {  # a job's arms (comma-separated), less those STUDY_ARMS leaves out when it is set
@@ -75,9 +77,11 @@ start() {
       echo "lane $lane: already running (pid $(cat "$dir/pid"))"
       continue
     fi
-    [ -d "$dir/.git" ] || [ -f "$dir/.git" ] || git -C "$ROOT" worktree add --detach "$dir" "$STUDY_COMMIT" >/dev/null
-    [ "$(git -C "$dir" rev-parse HEAD)" = "$(git -C "$ROOT" rev-parse "$STUDY_COMMIT^{commit}")" ] \
-      || { echo "lane $lane: $dir is not a checkout of $STUDY_COMMIT; remove it or set STUDY_LANES"; exit 1; }
+    [ -e "$dir/.git" ] || git -C "$ROOT" worktree add --detach "$dir" "$STUDY_COMMIT" >/dev/null
+    if [ "$(git -C "$dir" rev-parse HEAD)" != "$(git -C "$ROOT" rev-parse "$STUDY_COMMIT^{commit}")" ]; then
+      git -C "$dir" checkout -q --detach "$STUDY_COMMIT" \
+        || { echo "lane $lane: $dir cannot check out $STUDY_COMMIT; remove it or set STUDY_LANES"; exit 1; }
+    fi
     mkdir -p "$dir/$CL"
     merge_rows "$ROOT/$CL/results.json" "$dir/$CL/results.json" "$dir/$CL/results.json"
     mkdir -p "$dir/$BK"
