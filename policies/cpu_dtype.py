@@ -1,10 +1,10 @@
-"""Which float type a CPU computes fast: bf16 only where it has native bf16 matrix products.
+"""Which float type a CPU computes fast: bf16 only where torch has fast bf16 matrix products for it.
 
-Without AVX512-BF16 or AMX, torch multiplies bf16 matrices by a generic path. Measured on this project's CI kind
-(AMD EPYC, AVX2 only; one thread, torch 2.13.0): a 512-token forward of the embedded 0.5B model took 142 s in
-bf16 against 27.5 s in float32, and the trainer's head-gradient product (64 rows x 151,936 x 896) 161 s against
-1.4 s. There a bf16 model is only a way to halve memory, and whatever runs many matrix products (the prompt's
-prefill, every update of the trainer) runs a float32 copy instead.
+Without oneDNN's bf16 kernels (they need AVX512 or Arm's bf16), torch multiplies bf16 matrices by a generic
+path. Measured on this project's CI kind (AMD EPYC, AVX2 only; one thread, torch 2.13.0): a 512-token forward
+of the embedded 0.5B model took 142 s in bf16 against 27.5 s in float32, and the trainer's head-gradient product
+(64 rows x 151,936 x 896) 161 s against 1.4 s. There a bf16 model only halves memory, and whatever runs many
+matrix products (the prompt's prefill, every update of the trainer) runs a float32 copy instead.
 """
 
 from __future__ import annotations
@@ -24,9 +24,22 @@ def cpu_has_native_bf16(cpuinfo: Path = Path("/proc/cpuinfo")) -> bool:
     return any(flag in flags for flag in _NATIVE_BF16_FLAGS)
 
 
-def slow_bf16(model: Any, cpuinfo: Path = Path("/proc/cpuinfo")) -> bool:
-    """Whether `model` holds bf16 weights on a CPU that lacks native bf16 matrix products."""
+def bf16_matmul_is_fast(cpuinfo: Path = Path("/proc/cpuinfo")) -> bool:
+    """torch's own test for its oneDNN bf16 kernels (AVX512 BW/VL/DQ or better, or Arm's bf16), without which its
+    bf16 products take the slow generic path above; where torch cannot say, the CPU's native bf16 flags."""
+    try:
+        import torch
+
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (ImportError, AttributeError, RuntimeError):
+        return cpu_has_native_bf16(cpuinfo)
+
+
+def slow_bf16(model: Any, fast: bool | None = None) -> bool:
+    """Whether `model` holds bf16 weights on a CPU where bf16 products are slow (`fast`: this CPU's answer)."""
     import torch
 
     param = next(model.parameters())
-    return param.device.type == "cpu" and param.dtype == torch.bfloat16 and not cpu_has_native_bf16(cpuinfo)
+    if param.device.type != "cpu" or param.dtype != torch.bfloat16:
+        return False
+    return not (bf16_matmul_is_fast() if fast is None else fast)
