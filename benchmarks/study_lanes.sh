@@ -8,6 +8,7 @@
 #   bash benchmarks/study_lanes.sh start     # make the lanes (once per machine) and start what is left
 #   bash benchmarks/study_lanes.sh status    # finished arms per lane, the arm each is on, the last lines
 #   bash benchmarks/study_lanes.sh collect   # finished arms (rows and archives) and best@k results into this checkout
+#   bash benchmarks/study_lanes.sh stop      # kill -9 both lanes, every process in them (archives survive it)
 #
 # Resumable like study.sh: `start` seeds each lane with this checkout's results, so arms already collected are not
 # run again; an arm cut off resumes from its lane's archive on the same machine and starts again on a fresh one.
@@ -58,6 +59,7 @@ lane_script() {  # what one lane runs, start to end
     done
   done
   if [ "$lane" = one ] && [ -z "${STUDY_ARMS:-}" ] && [ ! -f "$LANES/$lane/$BK/tour_heuristic.json" ]; then
+    while running two; do sleep 60; done  # best@k's trainings take no turn with the other lane's updates: wait
     echo "=== $(date -u +%FT%TZ) lane $lane: best@k on tour_heuristic"
     tour=$(lane_run "$lane" -m benchmarks.closed_loop --probe-archive tour_heuristic | tail -1)
     held=$(lane_run "$lane" -m benchmarks.closed_loop --probe-archive durations | tail -1)
@@ -69,12 +71,17 @@ lane_script() {  # what one lane runs, start to end
   echo "=== $(date -u +%FT%TZ) lane $lane: done"
 }
 
+running() {  # lane: whether any process of its group lives (a lane is a session of its own: setsid)
+  [ -f "$LANES/$1/pid" ] && kill -0 -- "-$(cat "$LANES/$1/pid")" 2>/dev/null
+}
+
 start() {
   mkdir -p "$LANES"
+  git -C "$ROOT" worktree prune  # lanes of a machine whose /tmp was cleared
   for lane in "${LANE_NAMES[@]}"; do
     dir=$LANES/$lane
-    if [ -f "$dir/pid" ] && kill -0 "$(cat "$dir/pid")" 2>/dev/null; then
-      echo "lane $lane: already running (pid $(cat "$dir/pid"))"
+    if running "$lane"; then
+      echo "lane $lane: already running (process group $(cat "$dir/pid"))"
       continue
     fi
     [ -e "$dir/.git" ] || git -C "$ROOT" worktree add --detach "$dir" "$STUDY_COMMIT" >/dev/null
@@ -97,7 +104,12 @@ import json, sys
 from pathlib import Path
 rows, seen = [], set()
 for path in map(Path, sys.argv[1:3]):
-    for row in json.loads(path.read_text()) if path.is_file() else []:
+    try:
+        found = json.loads(path.read_text()) if path.is_file() else []
+    except json.JSONDecodeError:  # a lane rewriting it this moment: its new arm waits for the next collect
+        print(f"{path}: being written; collect again", file=sys.stderr)
+        found = []
+    for row in found:
         key = (row["problem"], row["seed"], row["arm"])
         if key not in seen:
             seen.add(key)
@@ -116,7 +128,11 @@ collect() {
 import json, sys
 from pathlib import Path
 p = Path(sys.argv[1])
-for r in json.loads(p.read_text()) if p.is_file() else []:
+try:
+    rows = json.loads(p.read_text()) if p.is_file() else []
+except json.JSONDecodeError:
+    rows = []
+for r in rows:
     print(f"{r['problem']}-s{r['seed']}-{r['arm']}")
 EOF
       for db in arm.db held_out.db; do
@@ -138,8 +154,9 @@ status() {
     dir=$LANES/$lane
     [ -d "$dir" ] || { echo "lane $lane: not made"; continue; }
     state=stopped
-    [ -f "$dir/pid" ] && kill -0 "$(cat "$dir/pid")" 2>/dev/null && state="running (pid $(cat "$dir/pid"))"
-    echo "lane $lane on core ${CORE[$lane]}: $state; $(grep -c '"arm"' "$dir/$CL/results.json" 2>/dev/null || echo 0) arms finished"
+    if running "$lane"; then state="running (process group $(cat "$dir/pid"))"; fi
+    arms=$(grep -c '"arm"' "$dir/$CL/results.json" 2>/dev/null || true)
+    echo "lane $lane on core ${CORE[$lane]}: $state; ${arms:-0} arms in its results file (collected ones too)"
     tail -n 3 "$dir/study.log" 2>/dev/null | cut -c1-200
   done
 }
@@ -148,6 +165,7 @@ case "${1:-}" in
   start) start ;;
   collect) collect ;;
   status) status ;;
+  stop) for lane in "${LANE_NAMES[@]}"; do running "$lane" && kill -9 -- "-$(cat "$LANES/$lane/pid")"; done; true ;;
   lane) lane_script "$2" ;;
-  *) echo "usage: bash benchmarks/study_lanes.sh start|status|collect" >&2; exit 2 ;;
+  *) echo "usage: bash benchmarks/study_lanes.sh start|status|collect|stop" >&2; exit 2 ;;
 esac

@@ -175,7 +175,8 @@ class StructuredSampling(Protocol):
 class Describing(Protocol):
     """Says in a few words how it samples (runtime, precision, threads), for the run's opening lines."""
 
-    description: str
+    @property
+    def description(self) -> str: ...
 
 
 @runtime_checkable

@@ -4,7 +4,9 @@ Without oneDNN's bf16 kernels (they need AVX512 or Arm's bf16), torch multiplies
 path. Measured on this project's CI kind (AMD EPYC, AVX2 only; one thread, torch 2.13.0): a 512-token forward
 of the embedded 0.5B model took 142 s in bf16 against 27.5 s in float32, and the trainer's head-gradient product
 (64 rows x 151,936 x 896) 161 s against 1.4 s. There a bf16 model only halves memory, and whatever runs many
-matrix products (the prompt's prefill, every update of the trainer) runs a float32 copy instead.
+matrix products runs in float32 instead: the prompt's prefill through a float32 twin, the trainer on the model it
+trains, cast (a copy of its own behind llama.cpp; an in-process policy's shared model, which then samples in
+float32 too).
 """
 
 from __future__ import annotations

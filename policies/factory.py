@@ -61,7 +61,7 @@ def embedded_policy() -> Policy:
         return TransformersPolicy.load("embedded")
     if importlib.util.find_spec("llama_cpp") is None:
         policy = TransformersPolicy.load("embedded")
-        policy.description += "; llama-cpp-python is not installed, so not llama.cpp (pip install 'vpo-evolve[llama]')"
+        policy.notes += "; llama-cpp-python is not installed, so not llama.cpp (pip install 'vpo-evolve[llama]')"
         return policy
     from policies.llama_policy import LlamaPolicy
 
@@ -69,7 +69,7 @@ def embedded_policy() -> Policy:
         return LlamaPolicy.load("embedded")
     except PolicyError as exc:
         policy = TransformersPolicy.load("embedded")
-        policy.description += f"; llama.cpp failed ({exc})"
+        policy.notes += f"; llama.cpp failed ({exc})"
         return policy
 
 

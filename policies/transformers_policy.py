@@ -143,8 +143,14 @@ class TransformersPolicy:
         self._vocab_texts: VocabTexts | None = None  # decoded on the first structured call
         self._held: dict[AnswerShape, HeldVocab] = {}
         self.grammar_cost = GrammarCost()  # summed over every structured call, for the benchmarks
-        twin = ", prompt in a float32 twin" if self.prefill.use_float32_twin else ""
-        self.description = f"transformers on {self.device.type}, {str(next(model.parameters()).dtype)[6:]}{twin}"
+        self.notes = ""  # what whoever chose this policy adds (policies.factory: why not llama.cpp)
+
+    @property
+    def description(self) -> str:
+        """Runtime and precision now: a trainer sharing the model may have made it float32 (policies/cpu_dtype.py)."""
+        dtype = str(next(self.model.parameters()).dtype)[6:]
+        twin = ", prompt in a float32 twin" if self.prefill.use_float32_twin and dtype != "float32" else ""
+        return f"transformers on {self.device.type}, {dtype}{twin}{self.notes}"
 
     def interrupt(self) -> None:
         """Stop the generation in flight within a token (Ctrl-C); its completions come back `interrupted`.

@@ -108,7 +108,9 @@ def test_a_bf16_model_trains_in_float32_where_bf16_products_are_slow(tiny):
     trainer = PolicyTrainer(policy.model, tok, policy.render, TrainConfig(learning_rate=5e-3, lora_rank=8))
     base = {p.dtype for name, p in trainer.model.named_parameters() if "lora_" not in name}
     assert base == {torch.bfloat16 if bf16_matmul_is_fast() else torch.float32}  # this machine's own CPU
-    policy.model = trainer.model
+    policy.model = trainer.model  # as ArchiveTrainer shares an in-process policy's model
+    shown = "float32" if base == {torch.float32} else "bfloat16"
+    assert policy.description.startswith(f"transformers on cpu, {shown}")  # the run's opening line says so
     stats = trainer.update([_group(policy, "hello", [[[1, 0]], [[0, 0]]])])
     assert stats.samples == 2 and np.isfinite(stats.loss)
     # the rule, for a CPU with and without fast bf16 products
