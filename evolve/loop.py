@@ -77,6 +77,7 @@ class SearchLoop:
         out, so a one-policy run passes just it; `train_step` trains the first member, `train_steps` any."""
         self.problem, self.archive, self.sandbox = problem, archive, sandbox
         self.run, self.options = run, options
+        self.save_every_s = 5.0  # the run's state (elapsed time, counters) written this often besides every commit
         specs = options.members()
         self.bases = {spec.name: self._base_ask(spec) for spec in specs}
         asks = [a for a in ask_arms(options.asks) if any(apply_arm(a, b) != b for b in self.bases.values())]
@@ -349,10 +350,10 @@ class SearchLoop:
 
     # ---- the run's state --------------------------------------------------------------------------------
     async def _save_elapsed(self) -> None:
-        """Every 5 s: the state is read on the event loop, where the ledger changes it; only the write is
-        threaded. A failed write is tried again 5 s later: the committer reports a database that is gone."""
+        """Every `save_every_s`: the state is read on the event loop, where the ledger changes it; only the write
+        is threaded. A failed write is tried again next time: the committer reports a database that is gone."""
         while True:
-            await asyncio.sleep(5.0)
+            await asyncio.sleep(self.save_every_s)
             state = self.ledger.snapshot()
             with contextlib.suppress(Exception):
                 await asyncio.to_thread(self.archive.update_run, self.run.id, state=state)
