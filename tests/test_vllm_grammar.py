@@ -72,7 +72,10 @@ def test_every_answer_keeps_to_its_shape_sent_in_the_field_the_server_reads(serv
         # the stored path is unchanged: the sampled ids, one logprob each, decoding to the text
         assert g.token_ids and len(g.token_ids) == len(g.logprobs) and all(lp <= 0 for lp in g.logprobs)
         assert server.policy.tokenizer.decode(g.token_ids, skip_special_tokens=True) == g.text
-    free = policy.generate(PROMPT, PARAMS, 3)  # the same seeds without the shape: nothing sent, noise comes back
+    # Without the shape nothing is sent and nothing holds the answer. How often the taught model breaks the format
+    # on its own depends on the CPU it was taught on (one taught on an AVX2-only EPYC wrote three well-formed
+    # answers at 0.8), so the free answers are drawn at temperature 2 over the whole vocabulary: noise comes back.
+    free = policy.generate(PROMPT, replace(PARAMS, temperature=2.0, top_p=1.0), 3)
     assert not _fields(server.completions(COMPLETIONS)[-1])
     assert any(v.status == "parse_error" for g in free for v in parse_completion(SQUARE_SEED, g.text, 2))
     assert _structured_line(_search_of(policy)) == (
