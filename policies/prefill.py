@@ -39,6 +39,12 @@ class PromptPrefill:
     def for_model(cls, model: Any) -> PromptPrefill:
         return cls(use_float32_twin=slow_bf16(model))
 
+    def runs_twin(self, model: Any) -> bool:
+        """Whether the prompt of `model` runs through the twin: not once a trainer has made the model float32."""
+        import torch
+
+        return self.use_float32_twin and next(model.parameters()).dtype != torch.float32
+
     @property
     def twin(self) -> Any:
         """The float32 copy the prompt runs through now (None before the first prompt, or without a twin)."""
@@ -49,9 +55,8 @@ class PromptPrefill:
         object) comes with new `weights` or a new object, and then the twin is copied again."""
         import torch
 
-        param = next(model.parameters())
-        device, runner = param.device, model
-        if self.use_float32_twin and param.dtype != torch.float32:  # a trainer may have made the model float32
+        device, runner = next(model.parameters()).device, model
+        if self.runs_twin(model):
             if self._twin_of != (id(model), weights):
                 self._twin = None  # free the old copy before making the new one
                 self._twin = copy.deepcopy(model).float().eval()  # an adapter switched off stays off in the copy

@@ -148,9 +148,8 @@ class TransformersPolicy:
     @property
     def description(self) -> str:
         """Runtime and precision now: a trainer sharing the model may have made it float32 (policies/cpu_dtype.py)."""
-        dtype = str(next(self.model.parameters()).dtype)[6:]
-        twin = ", prompt in a float32 twin" if self.prefill.use_float32_twin and dtype != "float32" else ""
-        return f"transformers on {self.device.type}, {dtype}{twin}{self.notes}"
+        twin = ", prompt in a float32 twin" if self.prefill.runs_twin(self.model) else ""
+        return f"transformers on {self.device.type}, {str(next(self.model.parameters()).dtype)[6:]}{twin}{self.notes}"
 
     def interrupt(self) -> None:
         """Stop the generation in flight within a token (Ctrl-C); its completions come back `interrupted`.
