@@ -14,7 +14,7 @@ compares the two: unparseable variants, new valid children per 1,000 tokens and 
 to its shape, issue 37): run once with it on and once off (the default, as the engine's) for its A/B.
 
 `--compare OPTION=A,B` runs each problem under each value of one run option (e.g. `spent_parent_weight=1,0.5`,
-`lead_comment=off,on`) from the same seed, and ends with `compare OPTION=A: ... | OPTION=B: ...`.
+`lead_comment=off,on`, `copy_guard=off,on`) from the same seed, and ends with `compare OPTION=A: ... | OPTION=B: ...`.
 
 Usage: python -m benchmarks.yield [--groups 6] [--problems roman_numerals,durations] [--max-time 600]
        python -m benchmarks.yield --compare-structured [--groups 6] [--keep results/yield]
@@ -228,6 +228,12 @@ def compare_line(name: str, runs: Mapping[str, list[ProblemYield]]) -> str:
     return "compare " + " | ".join(cells)
 
 
+def guard_turns(policy: Policy) -> int:
+    """How often the policy's copy guard has turned a row off a copy so far (0 for a policy without one)."""
+    counts = getattr(policy, "copy_guard", None)
+    return int(getattr(counts, "turned", 0))
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--groups", type=int, default=6, help="groups per problem (fixed seed per problem)")
@@ -289,9 +295,11 @@ def main(argv: list[str] | None = None) -> int:
                     if compared:  # each arm from the same sampler state (a warm prompt cache shifts the samples)
                         policy.close()
                         policy = make_policy(spec)
+                    turned_before = guard_turns(policy)
                     r = run_problem(folder, policy, spec, args.groups, args.max_time, seed, args.sandbox, where, given)
                     runs[mode].append(r)
                     line = f"{folder.name} seed {seed} ({mode}): {r.reason}; {r.yields.line()}"
+                    line += f"; copy guard turns {guard_turns(policy) - turned_before}"
                     console.print(line, highlight=False)
     policy.close()
     for mode, done in runs.items():

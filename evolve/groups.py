@@ -39,6 +39,7 @@ from evolve.prompts import (
     compose,
     parse_completion,
     resolve_edit_format,
+    safe_blocks,
 )
 from evolve.runs import RunOptions
 from evolve.selection import Member, Population, Selector, pick_parent
@@ -46,6 +47,7 @@ from policies.answer_grammar import LINE_COMMENTS, AnswerShape
 from policies.base import Generated, Policy, SamplingParams, StructuredSampling
 
 RECENT_FAILURES = 3  # failed children of the parent listed in its prompt
+GUARDED_CHILDREN = 16  # the parent's newest children its answer is guarded from copying (shown or not)
 
 
 @dataclass(frozen=True)
@@ -57,6 +59,7 @@ class Prompted:
     codes: dict[int, str]
     asked: Composed
     shape: AnswerShape | None = None
+    avoid: tuple[str, ...] = ()  # the editable blocks the answer should not copy (`copy_guard_codes`)
 
     @property
     def text(self) -> str:
@@ -245,10 +248,14 @@ class GroupSampler:
         by `sample`) so that the event loop goes on meanwhile. `held`: the edit formats whose answers the policy
         holds to their shape (`structured_by`); the shape is decided here, so that the prompt asks for its lead
         comment exactly when the grammar holds it."""
+        shown = self.options.recent_children
         reads = self.archive.prompt_reads(
-            parent.id, [i.id for i in inspirations], RECENT_FAILURES, self.options.recent_children
+            parent.id,
+            [i.id for i in inspirations],
+            RECENT_FAILURES,
+            max(shown, GUARDED_CHILDREN if self.options.copy_guard else 0),
         )
-        codes, context = reads.codes, reads.context
+        codes, context, children = reads.codes, reads.context, reads.recent  # children: oldest first
         edit_format = resolve_edit_format(ask.edit_format, codes[parent.id])
         inputs = PromptInputs(
             self.problem.config.description,
@@ -261,7 +268,7 @@ class GroupSampler:
             parent_stderr=context.stderr,
             parent_case_errors=context.case_errors,
             recent_failures=reads.recent_failures,
-            recent=reads.recent,
+            recent=children[max(0, len(children) - shown) :] if shown else [],
             template=ask.template,
             language=self.problem.config.program.language,
             program_view=self.problem.config.program.prompt_view,
@@ -270,7 +277,9 @@ class GroupSampler:
         shape = answer_shape(self.options, edit_format, inputs.fence_tag, codes[parent.id], held)
         inputs = replace(inputs, lead_comment=shape.lead_comment if shape is not None else "")
         composed = compose(inputs, self.options.max_new_tokens, self.options.fit_tokens_to_code)
-        return Prompted(codes, composed, shape)
+        guarded = self.options.copy_guard and shape is not None and shape.edit_format == "full"
+        avoid = copy_guard_codes([*codes.values(), *children]) if guarded else ()
+        return Prompted(codes, composed, shape, avoid)
 
     def resumed(self) -> Iterator[ResumedVariant | StageFailure]:
         """On resume: the stored variants whose evaluations never landed, parsed again (an unreadable one comes as
@@ -312,6 +321,7 @@ class GroupSampler:
             int(rng.integers(2**31)),
             stop=asked.stop,
             structured=prompted.shape,
+            avoid=prompted.avoid,
         )
 
 
@@ -327,6 +337,13 @@ def answer_shape(
         return None
     lead = LINE_COMMENTS.get(fence, "") if options.lead_comment and edit_format == "full" else ""
     return AnswerShape(options.variants, edit_format, fence, lead)
+
+
+def copy_guard_codes(programs: list[str]) -> tuple[str, ...]:
+    """The editable blocks of `programs` (the parent, the programs its prompt shows, its newest children), each
+    once: what a fenced block of a `full` answer would be if it copied one (`policies/copy_guard.py`)."""
+    blocks = (b.text.strip("\n") for code in programs if not is_tree(code) for b in safe_blocks(code))
+    return tuple(dict.fromkeys(b for b in blocks if b.strip()))
 
 
 def structured_by(policy: Policy) -> tuple[str, ...]:

@@ -94,6 +94,13 @@ class RunOptions:
         "`# Change: ...` (in the language's line comment) that says what the variant changes (off until measured: "
         "docs/answer-shape.md)",
     )
+    copy_guard: bool = option(
+        True,
+        "where an answer is held to its shape in the full format, turn a block that is copying a known code (the "
+        "parent, the programs shown, the parent's newest children, the group's finished blocks) off the copy at "
+        "the first point of code where the model doubts it (policies/copy_guard.py; llama.cpp and transformers "
+        "policies; docs/yield.md)",
+    )
     others_view: str = option(
         "code",
         "how a prompt shows the other programs and the parent's recent children: code (whole) or diff (only their "

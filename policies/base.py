@@ -30,9 +30,12 @@ class SamplingParams:
     # The answer's shape the prompt asked for, enforced while sampling by a policy that can (`StructuredSampling`);
     # None: free text. Ignored by a policy that cannot: the engine asks before it sets it.
     structured: AnswerShape | None = None
+    # Codes the answer's fenced blocks should not write again (the parent, the programs shown, the parent's newest
+    # children: `policies/copy_guard.py`), for a policy that guards against copies; () for none. Stored as a count.
+    avoid: tuple[str, ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return asdict(self) | {"avoid": len(self.avoid)}
 
 
 _SURROGATE = re.compile("[\ud800-\udfff]")

@@ -27,6 +27,7 @@ import numpy as np
 from policies.answer_grammar import AnswerShape
 from policies.answer_matcher import AnswerMatcher, MatchState
 from policies.base import SamplingParams
+from policies.copy_guard import RowGuard, both
 from policies.llama_grammar import GrammarCost
 from policies.sampling import TokenSampler
 from policies.stops import RowStops
@@ -185,8 +186,16 @@ class HeldSampler:
     -inf but at that token. A row whose answer allows nothing more (no end-of-turn id in the model's vocabulary)
     ends where it stands, through `stops` as a stop string would end it."""
 
-    def __init__(self, params: SamplingParams, rows: list[HeldRow], stops: RowStops, eos_ids: list[int]) -> None:
+    def __init__(
+        self,
+        params: SamplingParams,
+        rows: list[HeldRow],
+        stops: RowStops,
+        eos_ids: list[int],
+        guards: list[RowGuard] | None = None,
+    ) -> None:
         self.sampler, self.rows, self.stops, self.eos = TokenSampler(params), rows, stops, set(eos_ids)
+        self.guards = guards  # a copy guard per row (policies/copy_guard.py), or None
         self.logprobs: list[list[float]] = [[] for _ in rows]
         self.done: set[int] = set()
 
@@ -199,7 +208,9 @@ class HeldSampler:
         for r, row in enumerate(self.rows):
             if r in self.done or r in self.stops.ended:
                 continue
-            drawn = self.sampler.draw_held(logits[r], row.allowed)
+            guard = self.guards[r] if self.guards else None
+            turned = guard.turn(logits[r], self.sampler.params.temperature) if guard is not None else None
+            drawn = self.sampler.draw_held(logits[r], both(row.allowed, turned) or row.allowed)
             if drawn is None:
                 self.stops.ended[r], self.stops.reasons[r] = kept, "stop"
                 self.done.add(r)
@@ -211,6 +222,8 @@ class HeldSampler:
                 self.done.add(r)
             else:
                 row.accept(token)
+                if guard is not None:
+                    guard.accept(token)
         return forced
 
     def row_logprobs(self) -> list[Any]:

@@ -25,16 +25,24 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
-from policies.answer_grammar import EDIT_FORMATS, answer_gbnf
+from policies.answer_grammar import EDIT_FORMATS, LINE_COMMENTS, answer_gbnf
 from policies.base import Generated, PolicyError, SamplingParams, SamplingProgress, chat_token_ids, render_chat
+from policies.copy_guard import GroupGuard, GuardCounts, RowGuard, TokenTexts, both
 from policies.llama_grammar import GrammarBook, GrammarCost, RowGrammar
 from policies.llama_runtime import DecodeAborted, Entry, LlamaRuntime, default_threads, requantize_q8_0
 from policies.sampling import TokenSampler
 from policies.stops import end_reason
 
 PREFILL_CHUNK = 256  # prompt tokens per decode call (llama.cpp's n_batch)
+
+
+class _Held(NamedTuple):
+    """What holds one row's next token: its grammar state and its copy guard (either may be None)."""
+
+    grammar: RowGrammar | None
+    guard: RowGuard | None
 
 
 @dataclass
@@ -62,6 +70,8 @@ class LlamaPolicy:
         self._cached: list[int] = []  # the prompt tokens whose cells sequence 0 holds
         self.grammars = GrammarBook(self.runtime.lib, self.runtime.vocab, self.runtime.n_vocab, eos_ids)
         self.grammar_cost = GrammarCost()  # summed over every structured call, for the benchmarks
+        self.copy_guard = GuardCounts()  # summed over every guarded call (`SamplingParams.avoid`)
+        self._guard_texts: TokenTexts | None = None  # the vocabulary as the copy guard reads it (made once)
         self.description = f"llama.cpp on {gguf.name}, {self.threads} threads, a group's rows decoded in one batch"
 
     @classmethod
@@ -151,6 +161,7 @@ class LlamaPolicy:
         stop = tuple(s for s in params.stop if s)
         step_logits = [logits] * n
         grammars: dict[int, RowGrammar] = {}
+        guards = self._row_guards(params, n)
         try:
             grammars.update(self._row_grammars(params, n, gbnf))
             while True:
@@ -158,7 +169,8 @@ class LlamaPolicy:
                     return None
                 live = [r for r in rows if r.finish is None]
                 for row, row_logits in zip(live, step_logits, strict=True):
-                    self._step(row, row_logits, sampler, grammars.get(row.seq), params, stop)
+                    held = _Held(grammars.get(row.seq), guards.get(row.seq))
+                    self._step(row, row_logits, sampler, held, params, stop)
                 live = [r for r in rows if r.finish is None]
                 if not live:
                     return rows
@@ -181,17 +193,36 @@ class LlamaPolicy:
             return {}
         return {seq: self.grammars.row(gbnf) for seq in range(1, n + 1)}
 
+    def _row_guards(self, params: SamplingParams, n: int) -> dict[int, RowGuard]:
+        """A copy guard per row sequence, sharing the group's known codes, where the call gives codes to avoid and
+        its answer is held to whole rewrites (each fenced block a whole editable block); none otherwise."""
+        shape = params.structured
+        if not params.avoid or shape is None or shape.edit_format != "full":
+            return {}
+        group = GroupGuard.of(params.avoid, LINE_COMMENTS.get(shape.language, ""), self.copy_guard)
+        return {seq: RowGuard(group, self.guard_texts()) for seq in range(1, n + 1)}
+
+    def guard_texts(self) -> TokenTexts:
+        """Each token id's text, decoded once (about 2 s for 152k ids) on the first guarded call."""
+        if self._guard_texts is None:
+            self._guard_texts = TokenTexts([self.tokenizer.decode([i]) for i in range(self.runtime.n_vocab)])
+        return self._guard_texts
+
     def _step(
         self,
         row: _Row,
         logits: Any,
         sampler: TokenSampler,
-        grammar: RowGrammar | None,
+        held: _Held,
         params: SamplingParams,
         stop: tuple[str, ...],
     ) -> None:
-        """Draw the row's next token (among those its grammar allows, if it has one) and see whether it ends."""
-        drawn = sampler.draw(logits) if grammar is None else sampler.draw_held(logits, grammar.allowed)
+        """Draw the row's next token (among those its grammar allows, if it has one, and off a copy where its guard
+        turns it) and see whether it ends."""
+        grammar, guard = held
+        turned = guard.turn(logits, params.temperature) if guard is not None else None
+        allowed = both(grammar.allowed if grammar is not None else None, turned)
+        drawn = sampler.draw(logits) if allowed is None else sampler.draw_held(logits, allowed)
         if drawn is None:  # the grammar allows nothing more: the answer is as complete as it can be
             row.finish = "stop"
         else:
@@ -200,6 +231,8 @@ class LlamaPolicy:
             row.finish = self._finish(row, params, stop)
             if grammar is not None and row.finish is None:
                 grammar.accept(drawn[0])
+            if guard is not None:
+                guard.accept(drawn[0])
             self.progress.tokens += 1
         self.progress.rows_done += row.finish is not None
 

@@ -18,8 +18,9 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from policies.answer_grammar import EDIT_FORMATS, AnswerShape
+from policies.answer_grammar import EDIT_FORMATS, LINE_COMMENTS, AnswerShape
 from policies.base import Generated, PolicyError, SamplingParams, SamplingProgress, chat_token_ids, render_chat
+from policies.copy_guard import GroupGuard, GuardCounts, RowGuard, TokenTexts
 from policies.embedded import EMBEDDED_NAME, INSTALL_HINT, embedded_model_dir
 from policies.held_rows import HeldSampler, HeldVocab, VocabTexts
 from policies.llama_grammar import GrammarCost
@@ -143,6 +144,8 @@ class TransformersPolicy:
         self._vocab_texts: VocabTexts | None = None  # decoded on the first structured call
         self._held: dict[AnswerShape, HeldVocab] = {}
         self.grammar_cost = GrammarCost()  # summed over every structured call, for the benchmarks
+        self.copy_guard = GuardCounts()  # summed over every guarded call (`SamplingParams.avoid`)
+        self._guard_texts: TokenTexts | None = None  # the vocabulary as the copy guard reads it (made once)
         self.notes = ""  # what whoever chose this policy adds (policies.factory: why not llama.cpp)
 
     @property
@@ -241,7 +244,13 @@ class TransformersPolicy:
 
     def _held_sampler(self, params: SamplingParams, shape: AnswerShape, n: int, stops: RowStops) -> HeldSampler:
         held = self.held_vocab(shape)
-        return HeldSampler(params, [held.row() for _ in range(n)], stops, self.eos_ids)
+        guards = None
+        if params.avoid and shape.edit_format == "full":
+            group = GroupGuard.of(params.avoid, LINE_COMMENTS.get(shape.language, ""), self.copy_guard)
+            if self._guard_texts is None:
+                self._guard_texts = TokenTexts(held.vocab.texts)
+            guards = [RowGuard(group, self._guard_texts) for _ in range(n)]
+        return HeldSampler(params, [held.row() for _ in range(n)], stops, self.eos_ids, guards)
 
     def _weights_served(self) -> Any:
         """The adapter switched off for the call after `serve_base`, else the model as it is."""

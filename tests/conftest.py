@@ -14,6 +14,10 @@ import pytest
 # waits for a busy second core. Measured on the loaded 2-core machine: test_row_stops' stop-string test took
 # 50.6 s with 2 threads and 5.9 s with 1 (the same tokens, the same asserts).
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+# Under pytest-xdist (the README's command runs two workers) each worker's llama.cpp takes one thread: two
+# workers' two-thread decodes on two cores wait on each other's busy core, about ten times slower.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.setdefault("EVOLVE_LLAMA_THREADS", "1")
 
 from evolve.prompts import PromptInputs, ShownProgram, build_prompt
 from tests.helpers import SQUARE_SEED, TinySearch

@@ -15,11 +15,12 @@ import pytest
 
 from evolve.archive import summary_yield
 from evolve.fitness import signs
+from evolve.groups import structured_by
 from evolve.loop import SearchLoop, run_search
 from policies.base import Generated, SamplingParams
 from policies.transformers_policy import TransformersPolicy
 from sandboxes.process import ProcessSandbox
-from tests.helpers import evolve_run_cmd, save_tiny, square_run, write_square_problem
+from tests.helpers import SQUARE_SEED, evolve_run_cmd, save_tiny, square_run, write_square_problem
 
 pytestmark = pytest.mark.slow
 
@@ -60,7 +61,14 @@ def test_yield_from_the_archive_matches_the_live_counters_and_prompts_show_recen
     shown = loop.sampler.prompt(seed, [], loop.members[0].base).text.split("# Recent children")[1].split("# Task")[0]
     assert all(b in shown for b in bodies) and shown.count("```python\n") == len(children)
     loop.sampler.options = replace(options, recent_children=0)
-    assert "# Recent children" not in loop.sampler.prompt(seed, [], loop.members[0].base).text
+    held = structured_by(loop.members[0].policy)  # as the loop asks, the answer held to its shape (on here)
+    loop.sampler.options = replace(options, recent_children=0, structured="auto")
+    unshown = loop.sampler.prompt(seed, [], loop.members[0].base, held)
+    assert "# Recent children" not in unshown.text
+    # the copy guard knows the parent and its newest children whether the prompt shows them or not
+    parent_block = SQUARE_SEED.split("# EVOLVE-BLOCK-START\n")[1].split("# EVOLVE-BLOCK-END")[0].strip("\n")
+    assert unshown.avoid[0] == parent_block and set(b.strip() for b in bodies) <= {b.strip() for b in unshown.avoid}
+    assert not loop.sampler.prompt(seed, [], replace(loop.members[0].base, edit_format="diff"), held).avoid
     sampling = [json.loads(s) for (s,) in con.execute("SELECT sampling FROM completions ORDER BY id")]
     assert {s["edit_format"] for s in sampling} == {"full"} and sampling[0]["template"] == "directed"
     asked = {

@@ -106,6 +106,21 @@ def _structured_line(search: Search) -> str:
     )
 
 
+def _copy_guard_line(search: Search) -> str | None:
+    """Whether a whole rewrite that copies a known program is turned off it while sampled (`--copy-guard`), and
+    for which members (the in-process samplers guard; an HTTP server does not); None where answers are free text."""
+    options = search.loop.options
+    if options.structured == "off":
+        return None
+    if not options.copy_guard:
+        return "copy guard: off (--no-copy-guard): a whole rewrite may copy a known program to its end"
+    unguarded = [m.name for m in search.loop.members if not hasattr(m.policy, "copy_guard")]
+    said = f" ({', '.join(unguarded)} cannot: its copies are caught as duplicates only)" if unguarded else ""
+    return (
+        "copy guard: on: a whole rewrite that copies a known program is turned off it where the model doubts it" + said
+    )
+
+
 def _announce(search: Search, problem: Problem) -> None:
     verb = "resuming" if search.resumed else "starting"
     console.print(f"{verb} run {search.loop.run.id} of {problem.name} in {search.archive.url}", highlight=False)
@@ -126,6 +141,9 @@ def _announce(search: Search, problem: Problem) -> None:
         if member.untrainable:
             console.print(f"member {member.name} is not trained: {member.untrainable}", highlight=False, markup=False)
     console.print(_structured_line(search), highlight=False, markup=False)
+    guard_line = _copy_guard_line(search)
+    if guard_line:
+        console.print(guard_line, highlight=False, markup=False)
     if len(members) > 1:
         options = search.loop.options
         console.print(

@@ -10,6 +10,7 @@ from evolve.prompts.builder import (
     completion_stop,
     compose,
     resolve_edit_format,
+    safe_blocks,
 )
 from evolve.prompts.parse_limits import ParseInterrupted
 from evolve.prompts.parser import ParsedVariant, parse_completion
@@ -27,4 +28,5 @@ __all__ = [
     "compose",
     "parse_completion",
     "resolve_edit_format",
+    "safe_blocks",
 ]

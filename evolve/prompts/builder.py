@@ -116,7 +116,7 @@ class PromptInputs:
 
 
 def editable_lines(code: str) -> int:
-    return sum(b.text.strip("\n").count("\n") + 1 for b in _safe_blocks(code) if b.text.strip())
+    return sum(b.text.strip("\n").count("\n") + 1 for b in safe_blocks(code) if b.text.strip())
 
 
 def resolve_edit_format(edit_format: str, parent_code: str) -> str:
@@ -137,7 +137,7 @@ def completion_budget(parent_code: str, variants: int, edit_format: str, ceiling
     (a whole rewrite) or 1x (SEARCH/REPLACE copies part of it twice at most), never more than `ceiling` (the
     problem's max_new_tokens). Why: a group decodes until its longest row ends, and a small model that runs on
     past its last answer would otherwise cost every group the full ceiling."""
-    code_tokens = sum(len(b.text) for b in _safe_blocks(parent_code)) / CHARS_PER_TOKEN
+    code_tokens = sum(len(b.text) for b in safe_blocks(parent_code)) / CHARS_PER_TOKEN
     per_variant = (1.5 if edit_format == "full" else 1.0) * code_tokens + VARIANT_OVERHEAD_TOKENS
     return min(ceiling, max(MIN_COMPLETION_TOKENS, int(variants * per_variant)))
 
@@ -169,7 +169,7 @@ def _vector(scores: Mapping[str, float], limit: int = 24) -> str:
     return ", ".join(shown) + (f", … ({more} more)" if more > 0 else "")
 
 
-def _safe_blocks(code: str) -> list[EditableBlock]:
+def safe_blocks(code: str) -> list[EditableBlock]:
     try:
         return find_blocks(code)
     except BlockError:  # an archive written before bad_blocks existed may hold such a program
@@ -179,7 +179,7 @@ def _safe_blocks(code: str) -> list[EditableBlock]:
 def _blocks(code: str, tag: str, cap: int | None = None) -> str:
     if is_tree(code):  # a program of several files: its blocks under their files' headers
         return program_blocks(code, tag, cap)
-    blocks = _safe_blocks(code)
+    blocks = safe_blocks(code)
 
     def body(text: str) -> str:
         text = text.rstrip()
@@ -277,7 +277,7 @@ def compose(p: PromptInputs, ceiling: int, fit_tokens: bool = True) -> Composed:
 
 def build_prompt(p: PromptInputs) -> str:
     fmt = resolve_edit_format(p.edit_format, p.parent_code)
-    n_blocks = len(_safe_blocks(p.parent_code))
+    n_blocks = len(safe_blocks(p.parent_code))
     tag = p.fence_tag
     tree = is_tree(p.parent_code)
     parts = [  # fixed for a run: a prompt cache reuses all of it

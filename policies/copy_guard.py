@@ -1,0 +1,244 @@
+"""The copy guard: a variant that is writing again, token for token, code its group already knows is turned off
+that path at the first point of code where the model itself doubts it (issue 37, "fewer copies").
+
+Why: under the answer's grammar the embedded model writes code at once, and most of that code is a copy. In the
+study's untrained archives (benchmarks/copies.py) 42% of duplicates repeat a child the parent already had (mostly
+one not shown in the prompt), 20% a sibling of the same group, 27% a program the prompt showed; 38% of completions
+copy in all three slots, and after two copies the third is one 83% of the time. A copy costs every token of a whole
+rewrite and gives the search nothing; the copy is not chosen at one point but token by token, each one likely.
+
+How: the code the row is writing (inside its fenced block), with its whitespace removed, is compared with each
+known code (the parent, the programs the prompt shows, the parent's newest children, and every block a row of this
+group has finished), also without whitespace. While it is a prefix of some of them, each candidate token either
+continues one of them (copying), leaves them all (diverging), opens a comment, or is whitespace only (neither: a
+layout change is no change). Where the known codes' next character is code (not inside a comment or a string)
+and the distribution the row draws from (after temperature, top-p and the grammar) gives diverging tokens at
+least `DOUBT` of its mass, the copying tokens and comment openers are masked: the variant leaves the copy where
+the model itself saw another way, with its own next choices. Where the model is sure, nothing changes, and a
+copy it never doubts is still written (and caught as a duplicate, unevaluated).
+
+The training signal stays exact: the mask is applied to the support the token is drawn from and renormalised
+(`refine`), so the stored logprob is that of the distribution actually sampled, like the grammar's mask.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+import tokenize
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+CANDIDATES = 64  # the likeliest tokens the doubt is judged on (the rest of the mass is spread thin)
+DOUBT = 0.02  # the leaving mass, at the sampling temperature, at which a copy is turned (see the docstring)
+FENCE = "```"
+_SPACE = re.compile(r"\s+")
+# Comments and strings of the C family and most others (a Python code is lexed by `tokenize`).
+_C_NOT_CODE = re.compile(r"//[^\n]*|/\*.*?\*/|\"(?:\\.|[^\"\\\n])*\"|'(?:\\.|[^'\\\n])*'", re.S)
+# An import line, in Python, the C family (`#include`), Rust, Go, Java and their kin.
+_IMPORT = re.compile(r"[^\S\n]*(?:import\s|from\s+\S+\s+import\s|#\s*include\b|use\s|using\s)")
+_PY_NOT_CODE = re.compile(r"#[^\n]*|\"\"\".*?\"\"\"|'''.*?'''|\"(?:\\.|[^\"\\\n])*\"|'(?:\\.|[^'\\\n])*'", re.S)
+
+
+def squeeze(text: str) -> str:
+    return _SPACE.sub("", text)
+
+
+def comparable(text: str) -> str:
+    """`text` as the guard compares it: its import lines dropped (a line added or moved there changes nothing that
+    runs), then its whitespace."""
+    return squeeze("".join(line for line in text.splitlines(keepends=True) if not _IMPORT.match(line)))
+
+
+def _not_code_spans(text: str, comment: str) -> list[tuple[int, int]]:
+    """Character spans of `text` inside a comment or a string literal."""
+    if comment != "#":
+        return [m.span() for m in _C_NOT_CODE.finditer(text)]
+    starts = [0]
+    for line in text.splitlines(keepends=True):
+        starts.append(starts[-1] + len(line))
+    try:
+        return [
+            (starts[t.start[0] - 1] + t.start[1], starts[t.end[0] - 1] + t.end[1])
+            for t in tokenize.generate_tokens(io.StringIO(text).readline)
+            if t.type in (tokenize.COMMENT, tokenize.STRING)
+        ]
+    except (tokenize.TokenError, IndentationError, SyntaxError):  # a known code that does not lex: the rough way
+        return [m.span() for m in _PY_NOT_CODE.finditer(text)]
+
+
+def _in_body(text: str, code: np.ndarray, comment: str) -> np.ndarray:
+    """Whether each character of `text` is inside a body: on an indented line (Python), or within braces (the
+    C family, counted over code only). A signature, an import or a top-level line is no place to turn a copy: a
+    new first line (an import) before the parent's code was the embedded model's usual way out, a child that runs
+    as its parent."""
+    inside = np.zeros(len(text), dtype=bool)
+    if comment == "#":
+        at = 0
+        for line in text.splitlines(keepends=True):
+            inside[at : at + len(line)] = line[:1] in (" ", "\t")
+            at += len(line)
+        return inside
+    depth = 0
+    for i, ch in enumerate(text):
+        if code[i] and ch == "}":
+            depth -= 1
+        inside[i] = depth > 0
+        if code[i] and ch == "{":
+            depth += 1
+    return inside
+
+
+@dataclass(frozen=True)
+class KnownCode:
+    """A code the group already has as the guard compares it (`comparable`), and whether a copy of it may be
+    turned at each of its characters: code (not a comment or a string), inside a body."""
+
+    squeezed: str
+    turnable: np.ndarray  # bool per character of `squeezed`
+
+    @classmethod
+    def of(cls, text: str, comment: str) -> KnownCode:
+        code = np.ones(len(text), dtype=bool)
+        for start, end in _not_code_spans(text, comment):
+            code[start:end] = False
+        turnable = code & _in_body(text, code, comment)
+        kept = np.array([not ch.isspace() for ch in text], dtype=bool)
+        at = 0
+        for line in text.splitlines(keepends=True):
+            if _IMPORT.match(line):
+                kept[at : at + len(line)] = False
+            at += len(line)
+        return cls(comparable(text), turnable[kept])
+
+
+@dataclass
+class GuardCounts:
+    """How often the guard turned a row (for benchmarks/yield.py and the policy's tallies)."""
+
+    turned: int = 0  # steps at which copying tokens were masked
+    learned: int = 0  # finished blocks added to the known codes
+
+
+@dataclass
+class GroupGuard:
+    """The known codes of one group, shared by its rows, which add each block they finish."""
+
+    comment: str  # the fence language's line comment ("#", "//"; "" for none)
+    known: list[KnownCode] = field(default_factory=list)
+    counts: GuardCounts = field(default_factory=GuardCounts)
+    doubt: float = DOUBT
+
+    @classmethod
+    def of(cls, codes: Sequence[str], comment: str, counts: GuardCounts | None = None) -> GroupGuard:
+        """The group's guard, knowing `codes` from the start; its turns and the blocks it learns from its rows are
+        counted in `counts` (a policy's tally over its calls) where given."""
+        guard = cls(comment)
+        for code in codes:
+            guard.learn(code)
+        guard.counts = counts if counts is not None else GuardCounts()
+        return guard
+
+    def learn(self, code: str) -> None:
+        known = KnownCode.of(code.strip("\n"), self.comment)
+        if known.squeezed and all(k.squeezed != known.squeezed for k in self.known):
+            self.known.append(known)
+            self.counts.learned += 1
+
+
+Allowed = Callable[[np.ndarray], np.ndarray]  # token ids -> may each come next (as policies.sampling's)
+
+
+class TokenTexts:
+    """Each token id's text as the guard compares it (whitespace removed), read once per vocabulary, and its
+    first character's code (0: whitespace only or no text), so that a turn judges the whole vocabulary (when the
+    likeliest tokens all copy) by the few ids that could continue a copy."""
+
+    def __init__(self, texts: Sequence[str | None]) -> None:
+        self.raw = [t or "" for t in texts]
+        self.squeezed = [squeeze(t) for t in self.raw]
+        self.first = np.array([ord(t[0]) if t else 0 for t in self.squeezed], dtype=np.int64)
+
+
+@dataclass
+class RowGuard:
+    """One row's view: its text so far, and the mask for its next token."""
+
+    group: GroupGuard
+    vocab: TokenTexts
+    text: str = ""
+
+    def accept(self, token: int) -> None:
+        """The row's next token."""
+        self.write(self.vocab.raw[token])
+
+    def write(self, piece: str) -> None:
+        """The row's next text; a fenced block it closes is a known code from now on."""
+        was_open = self.text.count(FENCE) % 2 == 1
+        self.text += piece
+        if was_open and self.text.count(FENCE) % 2 == 0:
+            opened = self.text.rfind(FENCE, 0, self.text.rfind(FENCE))
+            body = self.text[opened + len(FENCE) : self.text.rfind(FENCE)]
+            self.group.learn(body.split("\n", 1)[1] if "\n" in body else "")
+
+    def _code_so_far(self) -> str | None:
+        if self.text.count(FENCE) % 2 == 0:
+            return None
+        opened = self.text.rfind(FENCE) + len(FENCE)
+        newline = self.text.find("\n", opened)
+        return None if newline < 0 else self.text[newline + 1 :]
+
+    def rests(self) -> list[str] | None:
+        """What each known code the row is copying has left to write, where a copy may be turned here (inside a
+        fenced block, at a point of code in a body of every such code, none of them complete); else None."""
+        code = self._code_so_far()
+        if code is None:
+            return None
+        written = comparable(code)
+        at = len(written)
+        copied = [k for k in self.group.known if k.squeezed.startswith(written)]
+        if not copied or any(at >= len(k.squeezed) or not k.turnable[at] for k in copied):
+            return None
+        return [k.squeezed[at:] for k in copied]
+
+    def turn(self, logits: np.ndarray, temperature: float) -> Allowed | None:
+        """Where the row is copying and the model, at its sampling temperature, gives tokens that leave every
+        known code at least `doubt` of its mass (judged on its `CANDIDATES` likeliest tokens): the tokens the row
+        may take instead (those that leave them all, by a character that is code); else None, nothing held."""
+        rests = self.rests()
+        if rests is None:
+            return None
+        top = np.argpartition(-logits, CANDIDATES - 1)[:CANDIDATES] if logits.shape[0] > CANDIDATES else None
+        ids = top if top is not None else np.arange(logits.shape[0])
+        scaled = logits.astype(np.float64) / max(temperature, 1e-5)
+        probs = np.exp(scaled - scaled.max())
+        probs /= probs.sum()
+        mass = probs[ids][self._leaving(ids, rests)].sum()
+        if mass < self.group.doubt:
+            return None
+        self.group.counts.turned += 1
+        return lambda candidates: self._leaving(candidates, rests)
+
+    def _leaving(self, ids: np.ndarray, rests: list[str]) -> np.ndarray:
+        """Per id: does its token leave every known code here? Not whitespace alone (no change), not a comment
+        (none that runs), not a continuation of one of them."""
+        first = self.vocab.first[ids]
+        out = first != 0
+        comment = self.group.comment
+        starts = {ord(rest[0]) for rest in rests} | ({ord(comment[0])} if comment else set())
+        for i in np.flatnonzero(np.isin(first, list(starts))):
+            token = self.vocab.squeezed[int(ids[i])]
+            if (comment and token.startswith(comment)) or any(
+                rest.startswith(token) or token.startswith(rest) for rest in rests
+            ):
+                out[i] = False
+        return out
+
+
+def both(first: Allowed | None, second: Allowed | None) -> Allowed | None:
+    """The tokens two holds both allow (either may be None: no hold); None when neither holds."""
+    if first is None or second is None:
+        return first or second
+    return lambda ids: first(ids) & second(ids)

@@ -1,0 +1,207 @@
+"""The copy guard (policies/copy_guard.py): a fenced block that is writing a known code again is turned off it
+where the model, at its sampling temperature, gives tokens that leave every known code at least `DOUBT` of its mass
+at a point of code in a body, and only there; the draw then keeps to the tokens that leave, from the distribution
+held to them, so the stored logprob is exact; and on the llama.cpp and transformers policies, a guarded group writes
+none of the codes it was told to avoid where the same group unguarded (same seed) writes them."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+import torch
+
+from policies.answer_grammar import AnswerShape, answer_gbnf
+from policies.base import SamplingParams
+from policies.copy_guard import DOUBT, GroupGuard, RowGuard, TokenTexts, both, squeeze
+from policies.sampling import TokenSampler, constrained_distribution
+
+PARENT = 'def solve(x):\n    """Add one."""\n    return x + 1  # the seed\n'
+BODY = 'def solve(x):\n    """Add one."""\n    '
+OPEN = "<variant 1>\n```python\n"
+
+
+def row_at(written: str, tokens: list[str], known=(PARENT,), comment="#", fence=OPEN) -> RowGuard:
+    """A row that has written `written` inside its first fenced block, over a toy vocabulary of `tokens`."""
+    guard = RowGuard(GroupGuard.of(list(known), comment), TokenTexts(tokens))
+    guard.write(fence + written)
+    return guard
+
+
+def turned(guard: RowGuard, probs: list[float], temperature: float = 1.0) -> list[int] | None:
+    """The toy tokens the guard lets the row take next, or None where it holds nothing."""
+    allowed = guard.turn(np.log(np.array(probs)), temperature)
+    return None if allowed is None else np.flatnonzero(allowed(np.arange(len(probs)))).tolist()
+
+
+def test_where_the_model_doubts_a_copy_at_a_point_of_code_only_the_tokens_that_leave_it_may_come():
+    tokens = ["return", "yield", "  ", "#", "ret", "\n    raise", "x"]
+    guard = row_at(BODY, tokens)
+    # "return" and "ret" continue the parent, "  " is layout, "#" opens a comment: none of them leaves the copy
+    assert turned(guard, [0.5, 0.1, 0.1, 0.1, 0.1, 0.05, 0.05]) == [1, 5, 6]
+    assert guard.group.counts.turned == 1
+
+
+def test_a_copy_the_model_is_sure_of_is_left_alone_and_the_doubt_is_judged_at_the_sampling_temperature():
+    tokens = ["return", "yield"]
+    guard = row_at(BODY, tokens)
+    assert turned(guard, [1 - DOUBT / 2, DOUBT / 2]) is None
+    assert turned(guard, [1 - DOUBT / 2, DOUBT / 2], temperature=2.0) == [1]  # flatter: more mass leaves
+    assert guard.group.counts.turned == 1
+
+
+def test_no_turn_inside_the_known_code_s_strings_or_comments_nor_after_it_ends_nor_off_it():
+    tokens = ["Add", "Sub"]
+    for written in ('def solve(x):\n    """', PARENT[:-6], PARENT.rstrip("\n"), "def solve(y):\n    "):
+        assert turned(row_at(written, tokens), [0.5, 0.5]) is None, written
+    outside = RowGuard(GroupGuard.of([PARENT], "#"), TokenTexts(tokens))
+    outside.write("<variant 1>\n")
+    assert turned(outside, [0.5, 0.5]) is None
+
+
+def test_no_turn_outside_a_body_and_an_import_line_written_first_leaves_the_copy_guarded():
+    """The embedded model's usual way off a copy at its first line was a new import before the parent's code
+    verbatim: a child that runs as its parent. Outside a body nothing is turned; an import line is not compared."""
+    tokens = ["import", "def", "return", "yield"]
+    for written in ("", "def solve(", "import math\n\ndef solve(x):\n"):
+        assert turned(row_at(written, tokens), [0.25] * 4) is None, written
+    imported = row_at("import math\nfrom os import path\n" + BODY, tokens)
+    assert turned(imported, [0.25] * 4) == [0, 1, 3]  # "return" continues the parent
+    c_code = "int f(int x) {\n  return x + 1;\n}"
+    in_braces = row_at("#include <math.h>\nint f(int x) {\n  ", tokens, [c_code], "//", "<variant 1>\n```c\n")
+    assert turned(in_braces, [0.25] * 4) == [0, 1, 3]
+    assert turned(row_at("int f(int x) ", tokens, [c_code], "//", "<variant 1>\n```c\n"), [0.25] * 4) is None
+
+
+def test_a_block_one_row_finishes_is_known_to_every_row_of_the_group_from_then_on():
+    tokens = ["2", "3"]
+    group = GroupGuard.of([PARENT], "#")
+    first, second = RowGuard(group, TokenTexts(tokens)), RowGuard(group, TokenTexts(tokens))
+    for piece in (OPEN, "def solve(x):\n    return x * ", "2", "\n```", "\n</variant 1>"):
+        first.write(piece)
+    assert group.known[-1].squeezed == "defsolve(x):returnx*2" and group.counts.learned == 1
+    second.write(OPEN + "def solve(x):\n    return x *")
+    assert turned(second, [0.5, 0.5]) == [1]  # "2" would write the first row's block again
+
+
+def test_a_turned_draw_carries_the_logprob_of_the_held_distribution_it_follows():
+    """The likeliest tokens copy: the nucleus holds none that leaves, so the draw is warped among those that do
+    (policies.sampling.constrained_distribution's second case), and its logprob is that distribution's."""
+    tokens = ["return", "ret", "yield", "raise", "pass", "#"]
+    logits = np.log(np.array([0.7, 0.2, 0.04, 0.03, 0.02, 0.01])).astype(np.float32)
+    params = SamplingParams(temperature=1.0, top_p=0.9, max_new_tokens=1, seed=5)
+    sampler = TokenSampler(params)
+    draws = []
+    for _ in range(6000):
+        guard = row_at(BODY, tokens)
+        allowed = both(None, guard.turn(logits, params.temperature))
+        assert allowed is not None
+        draws.append(sampler.draw_held(logits, allowed))
+    leaving = np.array([0, 0, 0.04, 0.03, 0.02, 0]) / 0.09
+    expected = np.where(np.cumsum(leaving) - leaving < 0.9, leaving, 0)  # top-p among the leaving tokens
+    expected /= expected.sum()
+    counts = np.bincount([token for token, _ in draws], minlength=6) / len(draws)
+    np.testing.assert_allclose(counts, expected, atol=0.025)
+    for token, logprob in draws[:50]:
+        assert logprob == pytest.approx(np.log(expected[token]), abs=1e-6)  # float32 logits
+
+
+# ---- the llama.cpp policy on the taught tiny model -----------------------------------------------------------
+LOGPROB_BOUND = 2e-3  # float32 GGUF against float32 torch (as tests/test_grammar_sampling.py)
+
+
+def blocks(text: str) -> list[str]:
+    return [squeeze(part.split("\n", 1)[1]) for part in text.split("```")[1::2] if "\n" in part]
+
+
+@pytest.mark.slow
+def test_a_guarded_group_writes_none_of_the_codes_it_avoids_and_stores_the_logprobs_it_drew_from(
+    tiny_gguf, tiny_model_dir
+):
+    from policies.factory import make_policy
+    from policies.transformers_policy import TransformersPolicy
+    from tests.conftest import tiny_pairs
+
+    llama = make_policy(f"llama:{tiny_gguf}")
+    local = TransformersPolicy.load(str(tiny_model_dir))
+    taught = tiny_pairs()[0][0]
+    avoid = ("def solve(x):\n    return x * x", "def solve(x):\n    return x ** 2")
+    shape = AnswerShape(2, "full", "python")
+    free = SamplingParams(1.0, 0.95, 120, seed=11, stop=("</variant 2>",), structured=shape)
+    guarded = replace(free, avoid=avoid)
+    avoided = {squeeze(code) for code in avoid}
+    try:
+        unguarded = llama.generate(taught, free, 8)
+        group = llama.generate(taught, guarded, 8)
+        assert sum(b in avoided for g in unguarded for b in blocks(g.text)) >= 2  # what the guard has to prevent
+        written = [b for g in group for b in blocks(g.text)]
+        assert len(written) >= 8 and not avoided & set(written), written
+        assert llama.copy_guard.turned > 0
+        # One row alone (it learns only its own blocks) replayed against the torch model's logits: each stored
+        # logprob is that of the held distribution with the guard's mask applied, the turns included.
+        prompt_ids = local.tokenizer(local.render(taught), add_special_tokens=False).input_ids
+        turns = 0
+        for seed in range(12, 18):
+            (g,) = llama.generate(taught, replace(guarded, seed=seed), 1)
+            with torch.no_grad():
+                logits = local.model(input_ids=torch.tensor([prompt_ids + g.token_ids])).logits[0].float()
+            logits = logits[len(prompt_ids) - 1 : -1].numpy()
+            row = llama.grammars.row(answer_gbnf(shape))
+            guard = RowGuard(GroupGuard.of(list(avoid), "#"), llama.guard_texts())
+            try:
+                for at, (token, stored) in enumerate(zip(g.token_ids, g.logprobs, strict=True)):
+                    allowed = both(row.allowed, guard.turn(logits[at], guarded.temperature))
+                    held = constrained_distribution(logits[at], guarded, allowed)
+                    assert held is not None
+                    support, probs = held
+                    assert token in support.tolist()
+                    expected = probs[support.tolist().index(token)]
+                    assert stored == pytest.approx(float(np.log(expected)), abs=LOGPROB_BOUND)
+                    row.accept(token)
+                    guard.accept(token)
+            finally:
+                row.close()
+            turns += guard.group.counts.turned
+        assert turns > 0
+    finally:
+        llama.close()
+
+
+@pytest.mark.slow
+def test_the_transformers_policy_guards_its_held_rows_too(tiny_model_dir):
+    from policies.transformers_policy import TransformersPolicy
+    from tests.conftest import tiny_pairs
+
+    local = TransformersPolicy.load(str(tiny_model_dir))
+    taught = tiny_pairs()[0][0]
+    avoid = ("def solve(x):\n    return x * x", "def solve(x):\n    return x ** 2")
+    free = SamplingParams(1.0, 0.95, 120, seed=11, stop=("</variant 2>",), structured=AnswerShape(2, "full", "python"))
+    avoided = {squeeze(code) for code in avoid}
+    unguarded = local.generate(taught, free, 8)
+    assert sum(b in avoided for g in unguarded for b in blocks(g.text)) >= 2
+    group = local.generate(taught, replace(free, avoid=avoid), 8)
+    written = [b for g in group for b in blocks(g.text)]
+    assert len(written) >= 8 and not avoided & set(written), written
+    assert local.copy_guard.turned > 0
+
+
+def test_the_run_says_whether_copies_are_guarded_and_which_members_cannot():
+    from types import SimpleNamespace
+
+    from evolve.cli.run_cmd import _copy_guard_line
+    from policies.copy_guard import GuardCounts
+
+    def search(structured: str, guard: bool, *policies: object):
+        members = [SimpleNamespace(name=f"m{i}", policy=p) for i, p in enumerate(policies)]
+        options = SimpleNamespace(structured=structured, copy_guard=guard)
+        return SimpleNamespace(loop=SimpleNamespace(options=options, members=members))
+
+    guarding, server = SimpleNamespace(copy_guard=GuardCounts()), SimpleNamespace()
+    assert _copy_guard_line(search("off", True, guarding)) is None
+    assert _copy_guard_line(search("auto", False, guarding)).startswith("copy guard: off (--no-copy-guard)")
+    on = _copy_guard_line(search("auto", True, guarding))
+    assert on.startswith("copy guard: on:") and "cannot" not in on
+    assert _copy_guard_line(search("on", True, guarding, server)).endswith(
+        "(m1 cannot: its copies are caught as duplicates only)"
+    )
