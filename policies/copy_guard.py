@@ -39,6 +39,9 @@ _SPACE = re.compile(r"\s+")
 _C_NOT_CODE = re.compile(r"//[^\n]*|/\*.*?\*/|\"(?:\\.|[^\"\\\n])*\"|'(?:\\.|[^'\\\n])*'", re.S)
 # An import line, in Python, the C family (`#include`), Rust, Go, Java and their kin.
 _IMPORT = re.compile(r"[^\S\n]*(?:import\s|from\s+\S+\s+import\s|#\s*include\b|use\s|using\s)")
+# What a token that opens an import line starts with, by the fence language's line comment (Python's, or the others)
+IMPORT_WORDS = {"#": ("import", "from")}
+OTHER_IMPORT_WORDS = ("#include", "using", "use", "import")
 _PY_NOT_CODE = re.compile(r"#[^\n]*|\"\"\".*?\"\"\"|'''.*?'''|\"(?:\\.|[^\"\\\n])*\"|'(?:\\.|[^'\\\n])*'", re.S)
 
 
@@ -46,10 +49,15 @@ def squeeze(text: str) -> str:
     return _SPACE.sub("", text)
 
 
-def comparable(text: str) -> str:
-    """`text` as the guard compares it: its import lines dropped (a line added or moved there changes nothing that
-    runs), then its whitespace."""
-    return squeeze("".join(line for line in text.splitlines(keepends=True) if not _IMPORT.match(line)))
+def _unread(line: str, comment: str) -> bool:
+    """A line the guard does not compare: an import (one added or moved changes nothing that runs) or a line that
+    is only a comment (a lead comment `# Change: ...` above a copy, or a note added to one)."""
+    return bool(_IMPORT.match(line)) or bool(comment and line.lstrip().startswith(comment))
+
+
+def comparable(text: str, comment: str) -> str:
+    """`text` as the guard compares it: its import and comment-only lines dropped, then its whitespace."""
+    return squeeze("".join(line for line in text.splitlines(keepends=True) if not _unread(line, comment)))
 
 
 def _not_code_spans(text: str, comment: str) -> list[tuple[int, int]]:
@@ -57,7 +65,7 @@ def _not_code_spans(text: str, comment: str) -> list[tuple[int, int]]:
     if comment != "#":
         return [m.span() for m in _C_NOT_CODE.finditer(text)]
     starts = [0]
-    for line in text.splitlines(keepends=True):
+    for line in io.StringIO(text).readlines():  # lines as tokenize counts them (a form feed ends none)
         starts.append(starts[-1] + len(line))
     try:
         return [
@@ -108,10 +116,13 @@ class KnownCode:
         kept = np.array([not ch.isspace() for ch in text], dtype=bool)
         at = 0
         for line in text.splitlines(keepends=True):
-            if _IMPORT.match(line):
+            if _unread(line, comment):
                 kept[at : at + len(line)] = False
             at += len(line)
-        return cls(comparable(text), turnable[kept])
+        squeezed, flags = comparable(text, comment), turnable[kept]
+        if flags.shape[0] != len(squeezed):  # a whitespace the regex and str.isspace judge apart: never turn there
+            flags = np.zeros(len(squeezed), dtype=bool)
+        return cls(squeezed, flags)
 
 
 @dataclass
@@ -196,17 +207,17 @@ class RowGuard:
         code = self._code_so_far()
         if code is None:
             return None
-        written = comparable(code)
+        written = comparable(code, self.group.comment)
         at = len(written)
         copied = [k for k in self.group.known if k.squeezed.startswith(written)]
         if not copied or any(at >= len(k.squeezed) or not k.turnable[at] for k in copied):
             return None
         return [k.squeezed[at:] for k in copied]
 
-    def turn(self, logits: np.ndarray, temperature: float) -> Allowed | None:
+    def turn(self, logits: np.ndarray, temperature: float, held: Allowed | None = None) -> Allowed | None:
         """Where the row is copying and the model, at its sampling temperature, gives tokens that leave every
-        known code at least `doubt` of its mass (judged on its `CANDIDATES` likeliest tokens): the tokens the row
-        may take instead (those that leave them all, by a character that is code); else None, nothing held."""
+        known code (and that `held`, the row's grammar, allows) at least `doubt` of its mass, judged on its
+        `CANDIDATES` likeliest tokens: the tokens the row may take instead; else None, nothing held."""
         rests = self.rests()
         if rests is None:
             return None
@@ -215,23 +226,27 @@ class RowGuard:
         scaled = logits.astype(np.float64) / max(temperature, 1e-5)
         probs = np.exp(scaled - scaled.max())
         probs /= probs.sum()
-        mass = probs[ids][self._leaving(ids, rests)].sum()
+        leaving = self._leaving(ids, rests) & (held(ids) if held is not None else True)
+        mass = probs[ids][leaving].sum()
         if mass < self.group.doubt:
             return None
         self.group.counts.turned += 1
         return lambda candidates: self._leaving(candidates, rests)
 
     def _leaving(self, ids: np.ndarray, rests: list[str]) -> np.ndarray:
-        """Per id: does its token leave every known code here? Not whitespace alone (no change), not a comment
-        (none that runs), not a continuation of one of them."""
+        """Per id: does its token leave every known code here? Not whitespace alone (no change), not a comment or
+        the start of one (none that runs: `/` may open `//` or `/*`), not an import (a line the guard does not
+        compare: the copy would go on below it), not a continuation of a known code."""
         first = self.vocab.first[ids]
         out = first != 0
         comment = self.group.comment
-        starts = {ord(rest[0]) for rest in rests} | ({ord(comment[0])} if comment else set())
+        starts = {ord(rest[0]) for rest in rests} | {ord(c) for c in comment[:1] + "/#iuf"}
         for i in np.flatnonzero(np.isin(first, list(starts))):
             token = self.vocab.squeezed[int(ids[i])]
-            if (comment and token.startswith(comment)) or any(
-                rest.startswith(token) or token.startswith(rest) for rest in rests
+            if (
+                (comment and (token.startswith(comment) or comment.startswith(token) or token.startswith("/*")))
+                or token.startswith(IMPORT_WORDS.get(comment, OTHER_IMPORT_WORDS))
+                or any(rest.startswith(token) or token.startswith(rest) for rest in rests)
             ):
                 out[i] = False
         return out

@@ -209,7 +209,7 @@ class HeldSampler:
             if r in self.done or r in self.stops.ended:
                 continue
             guard = self.guards[r] if self.guards else None
-            turned = guard.turn(logits[r], self.sampler.params.temperature) if guard is not None else None
+            turned = guard.turn(logits[r], self.sampler.params.temperature, row.allowed) if guard is not None else None
             drawn = self.sampler.draw_held(logits[r], both(row.allowed, turned) or row.allowed)
             if drawn is None:
                 self.stops.ended[r], self.stops.reasons[r] = kept, "stop"

@@ -203,9 +203,12 @@ class LlamaPolicy:
         return {seq: RowGuard(group, self.guard_texts()) for seq in range(1, n + 1)}
 
     def guard_texts(self) -> TokenTexts:
-        """Each token id's text, decoded once (about 2 s for 152k ids) on the first guarded call."""
+        """Each token id's text, decoded once (about 2 s for 152k ids) on the first guarded call; none for a
+        special token (a chat or end-of-turn marker: the completion's text drops it)."""
         if self._guard_texts is None:
-            self._guard_texts = TokenTexts([self.tokenizer.decode([i]) for i in range(self.runtime.n_vocab)])
+            special = set(self.tokenizer.all_special_ids) | set(getattr(self.tokenizer, "added_tokens_decoder", {}))
+            texts = [None if i in special else self.tokenizer.decode([i]) for i in range(self.runtime.n_vocab)]
+            self._guard_texts = TokenTexts(texts)
         return self._guard_texts
 
     def _step(
@@ -220,8 +223,9 @@ class LlamaPolicy:
         """Draw the row's next token (among those its grammar allows, if it has one, and off a copy where its guard
         turns it) and see whether it ends."""
         grammar, guard = held
-        turned = guard.turn(logits, params.temperature) if guard is not None else None
-        allowed = both(grammar.allowed if grammar is not None else None, turned)
+        shape = grammar.allowed if grammar is not None else None
+        turned = guard.turn(logits, params.temperature, shape) if guard is not None else None
+        allowed = both(shape, turned)
         drawn = sampler.draw(logits) if allowed is None else sampler.draw_held(logits, allowed)
         if drawn is None:  # the grammar allows nothing more: the answer is as complete as it can be
             row.finish = "stop"

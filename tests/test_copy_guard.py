@@ -67,11 +67,32 @@ def test_no_turn_outside_a_body_and_an_import_line_written_first_leaves_the_copy
     for written in ("", "def solve(", "import math\n\ndef solve(x):\n"):
         assert turned(row_at(written, tokens), [0.25] * 4) is None, written
     imported = row_at("import math\nfrom os import path\n" + BODY, tokens)
-    assert turned(imported, [0.25] * 4) == [0, 1, 3]  # "return" continues the parent
+    assert turned(imported, [0.25] * 4) == [1, 3]  # "return" continues the parent; an import line is no way out
     c_code = "int f(int x) {\n  return x + 1;\n}"
     in_braces = row_at("#include <math.h>\nint f(int x) {\n  ", tokens, [c_code], "//", "<variant 1>\n```c\n")
-    assert turned(in_braces, [0.25] * 4) == [0, 1, 3]
+    assert turned(in_braces, [0.25] * 4) == [1, 3]
     assert turned(row_at("int f(int x) ", tokens, [c_code], "//", "<variant 1>\n```c\n"), [0.25] * 4) is None
+
+
+def test_no_way_out_through_a_comment_a_lead_comment_line_or_a_token_the_grammar_refuses():
+    c_code = "int f(int x) {\n  return x + 1;\n}"
+    c_tokens = ["/", "/*", "//", "int", "return"]
+    in_c = row_at("int f(int x) {\n  ", c_tokens, [c_code], "//", "<variant 1>\n```c\n")
+    assert turned(in_c, [0.2] * 5) == [3]  # "/" may open a comment as "/*" and "//" do
+    # a lead comment (`# Change: ...`) or a note above a copied line does not hide the copy
+    led = row_at("# Change: a tweak\n" + BODY + "# note\n    ", ["return", "yield"])
+    assert turned(led, [0.5, 0.5]) == [1]
+    # the doubt counts only tokens the row's grammar allows: a refused leaving token turns nothing
+    guard = row_at(BODY, ["return", "<|im_end|>", "yield"])
+    grammar = lambda ids: ids != 1  # noqa: E731
+    assert guard.turn(np.log(np.array([0.9, 0.0999, 0.0001])), 1.0, grammar) is None
+    assert guard.turn(np.log(np.array([0.9, 0.0001, 0.0999])), 1.0, grammar) is not None
+
+
+def test_a_form_feed_line_does_not_shift_where_the_strings_are():
+    known = "\x0c\ndef solve(x):\n    s = 'abc'\n    return s\n"
+    inside = row_at("def solve(x):\n    s = 'a", ["bc'", "zz'"], [known])
+    assert turned(inside, [0.5, 0.5]) is None  # inside the string literal: nothing to turn
 
 
 def test_a_block_one_row_finishes_is_known_to_every_row_of_the_group_from_then_on():
@@ -151,7 +172,7 @@ def test_a_guarded_group_writes_none_of_the_codes_it_avoids_and_stores_the_logpr
             guard = RowGuard(GroupGuard.of(list(avoid), "#"), llama.guard_texts())
             try:
                 for at, (token, stored) in enumerate(zip(g.token_ids, g.logprobs, strict=True)):
-                    allowed = both(row.allowed, guard.turn(logits[at], guarded.temperature))
+                    allowed = both(row.allowed, guard.turn(logits[at], guarded.temperature, row.allowed))
                     held = constrained_distribution(logits[at], guarded, allowed)
                     assert held is not None
                     support, probs = held
