@@ -33,6 +33,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from policies.answer_grammar import LINE_COMMENTS
+from policies.base import SamplingParams
+
 CANDIDATES = 64  # the likeliest tokens the doubt is judged on (the rest of the mass is spread thin)
 DOUBT = 0.02  # the leaving mass, at the sampling temperature, at which a copy is turned (see the docstring)
 FENCE = "```"
@@ -252,6 +255,16 @@ class RowGuard:
             ):
                 out[i] = False
         return out
+
+
+def group_guard(params: SamplingParams, counts: GuardCounts) -> GroupGuard | None:
+    """The guard of one sampling call, its turns tallied in `counts`: where the call gives codes to avoid and its
+    answer is held to whole rewrites (each fenced block a whole editable block); None otherwise. The one rule both
+    in-process policies (llama.cpp, transformers) follow."""
+    shape = params.structured
+    if not params.avoid or shape is None or shape.edit_format != "full":
+        return None
+    return GroupGuard.of(params.avoid, LINE_COMMENTS.get(shape.language, ""), counts)
 
 
 def both(first: Allowed | None, second: Allowed | None) -> Allowed | None:

@@ -27,9 +27,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from policies.answer_grammar import EDIT_FORMATS, LINE_COMMENTS, answer_gbnf
+from policies.answer_grammar import EDIT_FORMATS, answer_gbnf
 from policies.base import Generated, PolicyError, SamplingParams, SamplingProgress, chat_token_ids, render_chat
-from policies.copy_guard import GroupGuard, GuardCounts, RowGuard, TokenTexts, both
+from policies.copy_guard import GuardCounts, RowGuard, TokenTexts, both, group_guard
 from policies.llama_grammar import GrammarBook, GrammarCost, RowGrammar
 from policies.llama_runtime import DecodeAborted, Entry, LlamaRuntime, default_threads, requantize_q8_0
 from policies.sampling import TokenSampler
@@ -196,10 +196,9 @@ class LlamaPolicy:
     def _row_guards(self, params: SamplingParams, n: int) -> dict[int, RowGuard]:
         """A copy guard per row sequence, sharing the group's known codes, where the call gives codes to avoid and
         its answer is held to whole rewrites (each fenced block a whole editable block); none otherwise."""
-        shape = params.structured
-        if not params.avoid or shape is None or shape.edit_format != "full":
+        group = group_guard(params, self.copy_guard)
+        if group is None:
             return {}
-        group = GroupGuard.of(params.avoid, LINE_COMMENTS.get(shape.language, ""), self.copy_guard)
         return {seq: RowGuard(group, self.guard_texts()) for seq in range(1, n + 1)}
 
     def guard_texts(self) -> TokenTexts:

@@ -18,9 +18,9 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from policies.answer_grammar import EDIT_FORMATS, LINE_COMMENTS, AnswerShape
+from policies.answer_grammar import EDIT_FORMATS, AnswerShape
 from policies.base import Generated, PolicyError, SamplingParams, SamplingProgress, chat_token_ids, render_chat
-from policies.copy_guard import GroupGuard, GuardCounts, RowGuard, TokenTexts
+from policies.copy_guard import GuardCounts, RowGuard, TokenTexts, group_guard
 from policies.embedded import EMBEDDED_NAME, INSTALL_HINT, embedded_model_dir
 from policies.held_rows import HeldSampler, HeldVocab, VocabTexts
 from policies.llama_grammar import GrammarCost
@@ -245,8 +245,8 @@ class TransformersPolicy:
     def _held_sampler(self, params: SamplingParams, shape: AnswerShape, n: int, stops: RowStops) -> HeldSampler:
         held = self.held_vocab(shape)
         guards = None
-        if params.avoid and shape.edit_format == "full":
-            group = GroupGuard.of(params.avoid, LINE_COMMENTS.get(shape.language, ""), self.copy_guard)
+        group = group_guard(params, self.copy_guard)
+        if group is not None:
             if self._guard_texts is None:
                 self._guard_texts = TokenTexts(held.vocab.texts)
             guards = [RowGuard(group, self._guard_texts) for _ in range(n)]
