@@ -273,6 +273,7 @@ class GroupSampler:
             language=self.problem.config.program.language,
             program_view=self.problem.config.program.prompt_view,
             others_view=self.options.others_view,
+            fixed_code=self.options.fixed_code,
         )
         shape = answer_shape(self.options, edit_format, inputs.fence_tag, codes[parent.id], held)
         inputs = replace(inputs, lead_comment=shape.lead_comment if shape is not None else "")

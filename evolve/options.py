@@ -101,6 +101,11 @@ class RunOptions:
         "the first point of code where the model doubts it (policies/copy_guard.py; llama.cpp and transformers "
         "policies; docs/yield.md)",
     )
+    fixed_code: bool = option(
+        True,
+        "show a one-file program's code around its EVOLVE blocks once in each prompt, read-only, so the model sees "
+        "how its editable code is called (evolve/prompts/fixed_code.py; docs/yield.md)",
+    )
     others_view: str = option(
         "code",
         "how a prompt shows the other programs and the parent's recent children: code (whole) or diff (only their "

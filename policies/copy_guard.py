@@ -178,13 +178,30 @@ class TokenTexts:
         self.first = np.array([ord(t[0]) if t else 0 for t in self.squeezed], dtype=np.int64)
 
 
+# Where str.splitlines breaks a line ("\r\n" ends one line there; here the "\n" after a "\r" ends an empty one,
+# which compares as nothing, so the two agree on what a code compares as).
+_LINE_END = re.compile("[\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
+
+
 @dataclass
 class RowGuard:
-    """One row's view: its text so far, and the mask for its next token."""
+    """One row's view: its text so far, and the mask for its next token.
+
+    Its work per token does not grow with the row: fences are counted in the new text only, and each line of the
+    open block is compared once, when it ends, with the known codes still copied (a row of 20,000 one-character
+    tokens would otherwise cost seconds per token at its end: benchmarks/copy_guard_speed.py)."""
 
     group: GroupGuard
     vocab: TokenTexts
     text: str = ""
+    _fences: int = 0  # fences in `text` (counted left to right without overlap, as str.count does)
+    _scan: int = 0  # where the next fence may start: after the last one counted
+    _open_at: int = -1  # just after the open block's fence (-1: no open block)
+    _code_at: int = -1  # where the open block's code starts, after its fence's line (-1: that line goes on)
+    _line_at: int = 0  # where the open block's unfinished line starts
+    _done: int = 0  # the length of the block's finished lines, as the guard compares them
+    _copied: list[KnownCode] = field(default_factory=list)  # known codes the finished lines are a prefix of
+    _known_seen: int = 0  # how many of the group's known codes `_copied` was chosen from
 
     def accept(self, token: int) -> None:
         """The row's next token."""
@@ -192,29 +209,59 @@ class RowGuard:
 
     def write(self, piece: str) -> None:
         """The row's next text; a fenced block it closes is a known code from now on."""
-        was_open = self.text.count(FENCE) % 2 == 1
+        before = len(self.text)
         self.text += piece
-        if was_open and self.text.count(FENCE) % 2 == 0:
-            opened = self.text.rfind(FENCE, 0, self.text.rfind(FENCE))
-            body = self.text[opened + len(FENCE) : self.text.rfind(FENCE)]
-            self.group.learn(body.split("\n", 1)[1] if "\n" in body else "")
+        at = self.text.find(FENCE, max(self._scan, before - len(FENCE) + 1))
+        while at >= 0:
+            self._fences += 1
+            self._scan = at + len(FENCE)
+            if self._fences % 2:
+                self._open_at, self._code_at = self._scan, -1
+            else:
+                body = self.text[self._open_at : at]
+                self.group.learn(body.split("\n", 1)[1] if "\n" in body else "")
+                self._open_at = self._code_at = -1
+            at = self.text.find(FENCE, self._scan)
+        if self._open_at < 0:
+            return
+        if self._code_at < 0:
+            newline = self.text.find("\n", self._open_at)
+            if newline < 0:
+                return
+            self._code_at = self._line_at = newline + 1
+            self._done, self._copied, self._known_seen = 0, list(self.group.known), len(self.group.known)
+        self._finish_lines(max(self._line_at, before))
 
-    def _code_so_far(self) -> str | None:
-        if self.text.count(FENCE) % 2 == 0:
-            return None
-        opened = self.text.rfind(FENCE) + len(FENCE)
-        newline = self.text.find("\n", opened)
-        return None if newline < 0 else self.text[newline + 1 :]
+    def _finish_lines(self, search_from: int) -> None:
+        """Compare each line of the open block that ended in the new text, and keep the codes it still copies."""
+        comment = self.group.comment
+        while (end := _LINE_END.search(self.text, search_from)) is not None:
+            line = self.text[self._line_at : end.end()]
+            if not _unread(line, comment):
+                squeezed = squeeze(line)
+                self._copied = [k for k in self._copied if k.squeezed.startswith(squeezed, self._done)]
+                self._done += len(squeezed)
+            self._line_at = search_from = end.end()
+
+    def _sync_known(self) -> None:
+        """Codes the group learned after this block opened (another row's finished block) join the copied ones
+        that the block's finished lines are a prefix of (a rare event: the finished lines are compared whole)."""
+        if len(self.group.known) == self._known_seen:
+            return
+        finished = comparable(self.text[self._code_at : self._line_at], self.group.comment)
+        self._copied += [k for k in self.group.known[self._known_seen :] if k.squeezed.startswith(finished)]
+        self._known_seen = len(self.group.known)
 
     def rests(self) -> list[str] | None:
         """What each known code the row is copying has left to write, where a copy may be turned here (inside a
         fenced block, at a point of code in a body of every such code, none of them complete); else None."""
-        code = self._code_so_far()
-        if code is None:
+        if self._code_at < 0:
             return None
-        written = comparable(code, self.group.comment)
-        at = len(written)
-        copied = [k for k in self.group.known if k.squeezed.startswith(written)]
+        self._sync_known()
+        partial = self.text[self._line_at :]
+        tail = "" if _unread(partial, self.group.comment) else squeeze(partial)
+        at = self._done + len(tail)
+        copied = [k for k in self._copied if k.squeezed.startswith(tail, self._done)]
         if not copied or any(at >= len(k.squeezed) or not k.turnable[at] for k in copied):
             return None
         return [k.squeezed[at:] for k in copied]

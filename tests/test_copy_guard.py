@@ -6,7 +6,9 @@ none of the codes it was told to avoid where the same group unguarded (same seed
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
+from itertools import pairwise
 
 import numpy as np
 import pytest
@@ -14,7 +16,7 @@ import torch
 
 from policies.answer_grammar import AnswerShape, answer_gbnf
 from policies.base import SamplingParams
-from policies.copy_guard import DOUBT, GroupGuard, RowGuard, TokenTexts, both, squeeze
+from policies.copy_guard import DOUBT, GroupGuard, RowGuard, TokenTexts, both, comparable, squeeze
 from policies.sampling import TokenSampler, constrained_distribution
 
 PARENT = 'def solve(x):\n    """Add one."""\n    return x + 1  # the seed\n'
@@ -226,3 +228,70 @@ def test_the_run_says_whether_copies_are_guarded_and_which_members_cannot():
     assert _copy_guard_line(search("on", True, guarding, server)).endswith(
         "(m1 cannot: its copies are caught as duplicates only)"
     )
+
+
+class WholeTextRow:
+    """The guard's first design, kept as the reference: everything read again from the whole text at every token
+    (its fences found left to right without overlap, as str.count counts them)."""
+
+    def __init__(self, group: GroupGuard) -> None:
+        self.group, self.text = group, ""
+
+    def fences(self) -> list[int]:
+        return [m.start() for m in re.finditer("```", self.text)]
+
+    def write(self, piece: str) -> None:
+        was_open = len(self.fences()) % 2 == 1
+        self.text += piece
+        fences = self.fences()
+        if was_open and len(fences) % 2 == 0:
+            body = self.text[fences[-2] + 3 : fences[-1]]
+            self.group.learn(body.split("\n", 1)[1] if "\n" in body else "")
+
+    def rests(self) -> list[str] | None:
+        fences = self.fences()
+        if len(fences) % 2 == 0:
+            return None
+        newline = self.text.find("\n", fences[-1] + 3)
+        if newline < 0:
+            return None
+        written = comparable(self.text[newline + 1 :], self.group.comment)
+        copied = [k for k in self.group.known if k.squeezed.startswith(written)]
+        at = len(written)
+        if not copied or any(at >= len(k.squeezed) or not k.turnable[at] for k in copied):
+            return None
+        return [k.squeezed[at:] for k in copied]
+
+
+def test_the_row_s_running_view_equals_the_whole_text_read_again_at_every_token():
+    """Fences split over tokens and run together, line ends of every kind, import and comment lines, and blocks a
+    sibling finishes mid-row: after every piece, what is left of each copied code is what reading the whole text
+    again gives."""
+    other = "def solve(x):\n    y = x * 2\n    return y\n"
+    lines = [*PARENT.splitlines(keepends=True), *other.splitlines(keepends=True)]
+    extras = ["```", "``", "`", "```python\n", "\n", "\r", "\r\n", "\x0c", "import os\n", "# note\n", "  ", "x"]
+    rng = np.random.default_rng(0)
+    for trial in range(150):
+        pieces: list[str] = ["<variant 1>\n"]
+        for _ in range(int(rng.integers(5, 40))):
+            if rng.random() < 0.3:  # a known code from its start, in pieces, as a copy is written
+                code = [PARENT, other][int(rng.integers(2))]
+                cuts = sorted({0, len(code), *(int(c) for c in rng.integers(0, len(code), 8))})
+                pieces += ["```python\n", *(code[a:b] for a, b in pairwise(cuts))]
+            elif rng.random() < 0.6:
+                line = lines[int(rng.integers(len(lines)))]
+                cut = sorted(int(c) for c in rng.integers(0, len(line) + 1, 2))
+                pieces += [line[: cut[0]], line[cut[0] : cut[1]], line[cut[1] :]]
+            else:
+                pieces.append(extras[int(rng.integers(len(extras)))])
+        fast_group, slow_group = GroupGuard.of([PARENT], "#"), GroupGuard.of([PARENT], "#")
+        fast, slow = RowGuard(fast_group, TokenTexts([])), WholeTextRow(slow_group)
+        for k, piece in enumerate(pieces):
+            if k == len(pieces) // 2:  # a sibling finishes a block mid-row
+                fast_group.learn(other)
+                slow_group.learn(other)
+            fast.write(piece)
+            slow.write(piece)
+            assert fast.rests() == slow.rests(), (trial, k, fast.text)
+        assert [c.squeezed for c in fast_group.known] == [c.squeezed for c in slow_group.known]
+

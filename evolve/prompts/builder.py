@@ -27,6 +27,7 @@ from typing import Protocol
 
 from evolve.filetree import is_tree
 from evolve.problem.blocks import BlockError, EditableBlock, find_blocks
+from evolve.prompts.fixed_code import fixed_code_view
 from evolve.prompts.parser import is_python
 from evolve.prompts.tree_view import current_program, program_blocks, tree_rules
 
@@ -102,6 +103,8 @@ class PromptInputs:
     # The comment prefix ("#", "//") of the line each fenced block must open with, `# Change: ...`, where the answer
     # is held to it (`AnswerShape.lead_comment`, decided with the shape in evolve/groups.py); "": not asked
     lead_comment: str = ""
+    # Show a one-file program's code around its blocks, read-only, in the fixed head (evolve/prompts/fixed_code.py)
+    fixed_code: bool = False
 
     @property
     def fence_tag(self) -> str:
@@ -280,9 +283,14 @@ def build_prompt(p: PromptInputs) -> str:
     n_blocks = len(safe_blocks(p.parent_code))
     tag = p.fence_tag
     tree = is_tree(p.parent_code)
-    parts = [  # fixed for a run: a prompt cache reuses all of it
-        "# Problem",
-        p.description.strip(),
+    parts = ["# Problem", p.description.strip()]  # fixed for a run: a prompt cache reuses all of it, to "# Task"
+    fixed = fixed_code_view(p.parent_code, tag) if p.fixed_code and not tree else None
+    if fixed is not None:
+        parts += [
+            "# Fixed code of the program",
+            f"It cannot change; it shows how the editable code is used.\n\n```{tag}\n{fixed}\n```",
+        ]
+    parts += [
         "# Task",
         _instructions(p.variants, fmt, n_blocks, p.template, tag, tree, p.lead_comment),
     ]

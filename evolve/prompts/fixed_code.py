@@ -1,0 +1,90 @@
+"""The code around a one-file program's EVOLVE blocks, shown once in its prompt so the model sees how its
+editable code is called.
+
+Why: a prompt that shows only the editable code leaves a small model to guess the interface. On bin_packing
+(issue 37) the embedded 0.5B model made `priority(item, remaining)` return one bin's index, `[min_index]`,
+where the fixed `solve` indexes the returned scores once per open bin: 28 of 39 children crashed with an
+IndexError or a TypeError. The fixed code is the same for every program of a run (an edit outside the blocks is
+rejected), so it belongs to the prompt's fixed head, which a prompt cache reuses, and it goes before the
+current program: a small model rewrites the last code it read (evolve/prompts/tree_view.py).
+
+Too long to show whole, it shrinks to the lines around each use of a name the blocks define, then to a cut.
+"""
+
+from __future__ import annotations
+
+import re
+
+from evolve.problem.blocks import BlockError, find_blocks, has_markers
+from policies.answer_grammar import LINE_COMMENTS
+
+FIXED_CODE_CHARS = 3000  # about 1,000 tokens of the prompt's cached head, at most
+AROUND_USE = 3  # lines kept either side of a line that uses a name the blocks define
+# A name a block defines: a Python or Rust function, a C-like function, a top-level Python assignment.
+DEFINED = re.compile(
+    r"^\s*(?:async\s+)?def\s+(\w+)|^\s*(?:pub\s+)?fn\s+(\w+)|^[A-Za-z_][\w\s\*&<>:,]*?\b(\w+)\s*\([^;]*$|^(\w+)\s*=",
+    re.MULTILINE,
+)
+
+
+def fixed_code_view(code: str, tag: str, budget: int = FIXED_CODE_CHARS) -> str | None:
+    """The program with each EVOLVE block (marker lines included) replaced by one comment line, within `budget`
+    characters; None where the program has no markers (all of it is editable) or nothing around its blocks."""
+    if not has_markers(code):
+        return None
+    try:
+        blocks = find_blocks(code)
+    except BlockError:
+        return None
+    comment = LINE_COMMENTS.get(tag, "#")
+    lines: list[str] = []
+    taken = 0
+    for block in blocks:
+        opening = code.rfind("\n", 0, max(block.start - 1, 0)) + 1  # the START marker's line
+        lines += code[taken:opening].splitlines()
+        lines.append(f'{comment} [the editable code, block {block.index + 1}: shown under "Current program"]')
+        closing = code.find("\n", block.end)  # the END marker's line ends here
+        taken = len(code) if closing < 0 else closing + 1
+    lines += code[taken:].splitlines()
+    lines = _squeezed(lines)
+    if not any(line.strip() and not line.lstrip().startswith(comment + " [the editable") for line in lines):
+        return None
+    text = "\n".join(lines)
+    if len(text) > budget:
+        text = _around_uses(lines, _defined_names(blocks), comment, budget)
+    return text
+
+
+def _squeezed(lines: list[str]) -> list[str]:
+    """No blank lines at either end, and no more than one blank line in a row."""
+    kept: list[str] = []
+    for line in lines:
+        if not line.strip() and (not kept or not kept[-1].strip()):
+            continue
+        kept.append(line.rstrip())
+    while kept and not kept[-1].strip():
+        kept.pop()
+    return kept
+
+
+def _defined_names(blocks: list) -> set[str]:
+    return {name for block in blocks for m in DEFINED.finditer(block.text) for name in m.groups() if name}
+
+
+def _around_uses(lines: list[str], names: set[str], comment: str, budget: int) -> str:
+    """The lines within AROUND_USE of a line that names one of `names` (the placeholder lines among them), the
+    gaps marked; cut at `budget` characters."""
+    uses = re.compile(r"\b(?:" + "|".join(map(re.escape, sorted(names))) + r")\b") if names else None
+    keep = [False] * len(lines)
+    for i, line in enumerate(lines):
+        if (uses is not None and uses.search(line)) or "[the editable code" in line:
+            for j in range(max(0, i - AROUND_USE), min(len(lines), i + AROUND_USE + 1)):
+                keep[j] = True
+    shown: list[str] = []
+    for i, line in enumerate(lines):
+        if keep[i]:
+            shown.append(line)
+        elif not shown or shown[-1] != f"{comment} ...":
+            shown.append(f"{comment} ...")
+    text = "\n".join(shown)
+    return text if len(text) <= budget else text[:budget].rsplit("\n", 1)[0] + f"\n{comment} ... (cut)"
