@@ -294,4 +294,3 @@ def test_the_row_s_running_view_equals_the_whole_text_read_again_at_every_token(
             slow.write(piece)
             assert fast.rests() == slow.rests(), (trial, k, fast.text)
         assert [c.squeezed for c in fast_group.known] == [c.squeezed for c in slow_group.known]
-
