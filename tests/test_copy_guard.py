@@ -241,12 +241,13 @@ class WholeTextRow:
         return [m.start() for m in re.finditer("```", self.text)]
 
     def write(self, piece: str) -> None:
-        was_open = len(self.fences()) % 2 == 1
+        before = len(self.fences())
         self.text += piece
         fences = self.fences()
-        if was_open and len(fences) % 2 == 0:
-            body = self.text[fences[-2] + 3 : fences[-1]]
-            self.group.learn(body.split("\n", 1)[1] if "\n" in body else "")
+        for j in range(before, len(fences)):  # every block this piece closes, one piece may close several
+            if j % 2:
+                body = self.text[fences[j - 1] + 3 : fences[j]]
+                self.group.learn(body.split("\n", 1)[1] if "\n" in body else "")
 
     def rests(self) -> list[str] | None:
         fences = self.fences()
@@ -270,6 +271,7 @@ def test_the_row_s_running_view_equals_the_whole_text_read_again_at_every_token(
     other = "def solve(x):\n    y = x * 2\n    return y\n"
     lines = [*PARENT.splitlines(keepends=True), *other.splitlines(keepends=True)]
     extras = ["```", "``", "`", "```python\n", "\n", "\r", "\r\n", "\x0c", "import os\n", "# note\n", "  ", "x"]
+    extras += ["``````", "```\n```python\n", "```python\nx = 1\n```"]  # pieces holding several fences
     rng = np.random.default_rng(0)
     for trial in range(150):
         pieces: list[str] = ["<variant 1>\n"]

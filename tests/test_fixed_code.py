@@ -104,3 +104,16 @@ def test_the_run_option_puts_the_section_in_the_loop_s_prompts_and_off_leaves_it
         [(text,)] = db_rows(tmp_path / f"{shown}.db", "SELECT text FROM prompts")
         assert (HEADING in text) is shown
         assert ("def main(x):\n    return solve(x)" in text) is shown
+
+
+def test_a_shrunk_view_is_the_same_whatever_names_the_parent_s_blocks_define():
+    """Past the budget the view keeps the lines around calls the fixed code makes to names it does not define,
+    read from the fixed code alone: a child whose block defines one more function (a name the fixed code also
+    uses as a local) gets the same view, so the prompt cache still holds it."""
+    filler = "".join(f"def f{i}(a):\n    fits = a + {i}\n    return fits\n\n" for i in range(120))
+    frame = "def solve(items):\n    fits = [x for x in items]\n    return priority(fits)\n\n" + filler
+    parent = f"# EVOLVE-BLOCK-START\ndef priority(v):\n    return v\n# EVOLVE-BLOCK-END\n\n{frame}"
+    child = parent.replace("    return v\n", "    return fits(v)\n\ndef fits(v):\n    return v\n")
+    view = fixed_code_view(parent, "python")
+    assert view is not None and view == fixed_code_view(child, "python")
+    assert "return priority(fits)" in view and "return a + 119" not in view

@@ -9,23 +9,36 @@ the same for every program of a run (an edit outside the blocks is rejected), so
 head, which a prompt cache reuses, and it goes before the current program: a small model rewrites the last code it
 read (evolve/prompts/tree_view.py).
 
-Too long to show whole, it shrinks to the lines around each use of a name the blocks define, then to a cut.
+Too long to show whole, it shrinks to the lines around each call of a name it does not define itself (the blocks'
+functions among them) and around the blocks' places, then to a cut.
 """
 
 from __future__ import annotations
 
+import builtins
 import re
 
 from evolve.problem.blocks import BlockError, find_blocks, has_markers
 from policies.answer_grammar import LINE_COMMENTS
 
 FIXED_CODE_CHARS = 3000  # about 1,000 tokens of the prompt's cached head, at most
-AROUND_USE = 3  # lines kept either side of a line that uses a name the blocks define
-# A name a block defines: a Python or Rust function, a C-like function, a top-level Python assignment.
-DEFINED = re.compile(
-    r"^\s*(?:async\s+)?def\s+(\w+)|^\s*(?:pub\s+)?fn\s+(\w+)|^[A-Za-z_][\w\s\*&<>:,]*?\b(\w+)\s*\([^;]*$|^(\w+)\s*=",
-    re.MULTILINE,
-)
+AROUND_USE = 3  # lines kept either side of a line that calls a name the fixed code does not define
+CALLED = re.compile(r"\b([A-Za-z_]\w*)[^\S\n]*\(")  # a name called, within one line
+# A function or type the fixed code defines itself (Python, Rust); one line at a time, so linear in the code
+DEFINES = re.compile(r"^[^\S\n]*(?:async[^\S\n]+)?(?:def|class|fn|struct|enum)[^\S\n]+(\w+)", re.MULTILINE)
+# Called like functions, defined by no program: the words of control flow and Python's builtins
+NOT_DEFINED = frozenset(dir(builtins)) | {
+    "if",
+    "for",
+    "while",
+    "switch",
+    "return",
+    "sizeof",
+    "elif",
+    "not",
+    "and",
+    "or",
+}
 
 
 def fixed_code_view(code: str, tag: str, budget: int = FIXED_CODE_CHARS) -> str | None:
@@ -52,7 +65,7 @@ def fixed_code_view(code: str, tag: str, budget: int = FIXED_CODE_CHARS) -> str 
         return None
     text = "\n".join(lines)
     if len(text) > budget:
-        text = _around_uses(lines, _defined_names(blocks), comment, budget)
+        text = _around_uses(lines, _called_from_outside(text), comment, budget)
     return text
 
 
@@ -68,13 +81,15 @@ def _squeezed(lines: list[str]) -> list[str]:
     return kept
 
 
-def _defined_names(blocks: list) -> set[str]:
-    return {name for block in blocks for m in DEFINED.finditer(block.text) for name in m.groups() if name}
+def _called_from_outside(fixed: str) -> set[str]:
+    """Names the fixed code calls but does not define: the blocks' functions among them. Read from the fixed code
+    alone, so the shrunk view is the same for every program of a run (the prompt cache keeps it)."""
+    return {m.group(1) for m in CALLED.finditer(fixed)} - set(DEFINES.findall(fixed)) - NOT_DEFINED
 
 
 def _around_uses(lines: list[str], names: set[str], comment: str, budget: int) -> str:
-    """The lines within AROUND_USE of a line that names one of `names` (the placeholder lines among them), the
-    gaps marked; cut at `budget` characters."""
+    """The lines within AROUND_USE of a line that names one of `names` and of the placeholder lines, the gaps
+    marked; cut at `budget` characters."""
     uses = re.compile(r"\b(?:" + "|".join(map(re.escape, sorted(names))) + r")\b") if names else None
     keep = [False] * len(lines)
     for i, line in enumerate(lines):
