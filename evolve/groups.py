@@ -277,7 +277,7 @@ class GroupSampler:
         )
         shape = answer_shape(self.options, edit_format, inputs.fence_tag, codes[parent.id], held)
         inputs = replace(inputs, lead_comment=shape.lead_comment if shape is not None else "")
-        composed = compose(inputs, self.options.max_new_tokens, self.options.fit_tokens_to_code)
+        composed = compose(inputs, self.options.max_new_tokens, self.options.fit_tokens_to_code, shape is not None)
         guarded = self.options.copy_guard and shape is not None and shape.edit_format == "full"
         avoid = copy_guard_codes([*codes.values(), *children]) if guarded else ()
         return Prompted(codes, composed, shape, avoid)

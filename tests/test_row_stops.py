@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from evolve.prompts import completion_budget, completion_stop
+from evolve.prompts.builder import HELD_MIN_CODE_TOKENS, HELD_ROOM
 from policies.base import SamplingParams
 from policies.stops import REPEAT_WINDOW, repeats_itself
 from policies.tiny import teach, tiny_model, tiny_tokenizer
@@ -78,3 +79,15 @@ def test_completion_budget_follows_the_editable_code():
     assert completion_budget(mid, 3, "full", 4096) == int(3 * (1.5 * chars / 3 + 48))
     assert completion_budget(mid, 3, "diff", 4096) < completion_budget(mid, 3, "full", 4096)
     assert completion_stop(3) == ("</variant 3>",)
+
+
+def test_a_held_answer_gets_more_room_and_a_floor_for_each_variant_s_code(tmp_path):
+    """Under the grammar a row ends at its last answer, so the fitted budget only cuts rows that write longer code
+    than the parent's: it gets HELD_ROOM times the room, at least HELD_MIN_CODE_TOKENS of code per variant, and
+    the loop gives it to the groups whose answer the grammar holds."""
+    mid = "# EVOLVE-BLOCK-START\n" + "value = compute(value)\n" * 12 + "# EVOLVE-BLOCK-END\n"
+    chars = len("value = compute(value)\n" * 12)
+    assert completion_budget(mid, 3, "full", 4096, held=True) == int(3 * (HELD_ROOM * 1.5 * chars / 3 + 48))
+    short = "# EVOLVE-BLOCK-START\nx = 1\n# EVOLVE-BLOCK-END\n"
+    assert completion_budget(short, 3, "full", 768, held=True) == 3 * (HELD_MIN_CODE_TOKENS + 48)
+    assert completion_budget(mid, 3, "full", 300, held=True) == 300  # the ceiling still wins

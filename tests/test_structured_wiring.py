@@ -11,6 +11,7 @@ import sqlite3
 import pytest
 
 from evolve.loop import SearchLoop, run_search
+from evolve.prompts import completion_budget
 from policies.answer_grammar import AnswerShape
 from policies.base import Generated
 from sandboxes.process import ProcessSandbox
@@ -26,9 +27,11 @@ class Recording:
 
     def __init__(self) -> None:
         self.asked: list[AnswerShape | None] = []
+        self.budgets: list[int] = []
 
     def generate(self, prompt, params, n):
         self.asked.append(params.structured)
+        self.budgets.append(params.max_new_tokens)
         k = len(self.asked)
         return [Generated(ANSWER.format(k=k * 10 + i), None, None, "stop", 0) for i in range(n)]
 
@@ -53,7 +56,7 @@ class Holding(Recording):
 def test_a_group_asks_for_the_answer_s_shape_where_the_policy_can_hold_it(tmp_path, policy_class, mode, lead, asked):
     problem, archive, run, options = square_run(
         tmp_path, group_size=1, variants=1, max_evaluations=3, max_groups=2, workers=1, structured=mode,
-        lead_comment=lead,
+        lead_comment=lead, max_new_tokens=400,
     )  # fmt: skip
     policy = policy_class()
     loop = SearchLoop(problem, archive, policy, ProcessSandbox(slots=1), run, options)
@@ -63,6 +66,9 @@ def test_a_group_asks_for_the_answer_s_shape_where_the_policy_can_hold_it(tmp_pa
         loop.sandbox.close()
         archive.close()
     assert policy.asked and all(a == asked for a in policy.asked), policy.asked
+    # a held answer cannot run on past its last variant: it gets the held room (evolve/prompts/builder.py)
+    budget = completion_budget(problem.seed_code, 1, "full", options.max_new_tokens, held=asked is not None)
+    assert policy.budgets[0] == budget == (176 if asked is not None else 160)  # 128 + 48 held; the floor free
     stored = [json.loads(s) for (s,) in sqlite3.connect(tmp_path / "a.db").execute("SELECT sampling FROM completions")]
     assert [s["structured"] for s in stored] == [None if asked is None else vars(asked)] * len(stored)
     prompts = [p for (p,) in sqlite3.connect(tmp_path / "a.db").execute("SELECT text FROM prompts")]

@@ -130,18 +130,26 @@ def resolve_edit_format(edit_format: str, parent_code: str) -> str:
     return "full" if editable_lines(parent_code) <= FULL_REWRITE_MAX_LINES else "diff"
 
 
+HELD_ROOM = 1.6  # a held answer's room over a free one's (`completion_budget`)
+HELD_MIN_CODE_TOKENS = 128  # and its least room for each variant's code
 CHARS_PER_TOKEN = 3  # code tokenises at 3-4 characters a token; the lower figure errs towards a longer budget
 VARIANT_OVERHEAD_TOKENS = 48  # tags, a fence and a sentence around each variant
 MIN_COMPLETION_TOKENS = 160
 
 
-def completion_budget(parent_code: str, variants: int, edit_format: str, ceiling: int) -> int:
+def completion_budget(parent_code: str, variants: int, edit_format: str, ceiling: int, held: bool = False) -> int:
     """How many tokens a completion may take: room for `variants` answers, each up to 1.5x the editable code
     (a whole rewrite) or 1x (SEARCH/REPLACE copies part of it twice at most), never more than `ceiling` (the
     problem's max_new_tokens). Why: a group decodes until its longest row ends, and a small model that runs on
-    past its last answer would otherwise cost every group the full ceiling."""
+    past its last answer would otherwise cost every group the full ceiling. A `held` answer (its shape held by a
+    grammar) cannot run on past its last answer, so it gets HELD_ROOM times that room (HELD_MIN_CODE_TOKENS at least
+    for each answer's code): a row cut before its last
+    answer wastes the answer's tokens, and code turned off a copy runs longer than the copy (docs/yield.md)."""
     code_tokens = sum(len(b.text) for b in safe_blocks(parent_code)) / CHARS_PER_TOKEN
-    per_variant = (1.5 if edit_format == "full" else 1.0) * code_tokens + VARIANT_OVERHEAD_TOKENS
+    code_room = (1.5 if edit_format == "full" else 1.0) * code_tokens
+    if held:
+        code_room = max(HELD_ROOM * code_room, HELD_MIN_CODE_TOKENS)
+    per_variant = code_room + VARIANT_OVERHEAD_TOKENS
     return min(ceiling, max(MIN_COMPLETION_TOKENS, int(variants * per_variant)))
 
 
@@ -270,11 +278,11 @@ class Composed:
     stop: tuple[str, ...]
 
 
-def compose(p: PromptInputs, ceiling: int, fit_tokens: bool = True) -> Composed:
+def compose(p: PromptInputs, ceiling: int, fit_tokens: bool = True, held: bool = False) -> Composed:
     """The prompt of `p` and what bounds its answer: `ceiling` tokens (the problem's max_new_tokens), fitted to
-    the parent's code when `fit_tokens` (`completion_budget`)."""
+    the parent's code when `fit_tokens` (`completion_budget`; `held`: the answer's shape is held by a grammar)."""
     p = replace(p, edit_format=resolve_edit_format(p.edit_format, p.parent_code))  # resolved once, here
-    budget = completion_budget(p.parent_code, p.variants, p.edit_format, ceiling) if fit_tokens else ceiling
+    budget = completion_budget(p.parent_code, p.variants, p.edit_format, ceiling, held) if fit_tokens else ceiling
     return Composed(build_prompt(p), p.edit_format, p.fence_tag, budget, completion_stop(p.variants))
 
 
