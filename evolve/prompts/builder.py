@@ -142,9 +142,9 @@ def completion_budget(parent_code: str, variants: int, edit_format: str, ceiling
     (a whole rewrite) or 1x (SEARCH/REPLACE copies part of it twice at most), never more than `ceiling` (the
     problem's max_new_tokens). Why: a group decodes until its longest row ends, and a small model that runs on
     past its last answer would otherwise cost every group the full ceiling. A `held` answer (its shape held by a
-    grammar) cannot run on past its last answer, so it gets HELD_ROOM times that room (HELD_MIN_CODE_TOKENS at least
-    for each answer's code): a row cut before its last
-    answer wastes the answer's tokens, and code turned off a copy runs longer than the copy (docs/yield.md)."""
+    grammar) cannot run on past its last answer, so it gets HELD_ROOM times that room, HELD_MIN_CODE_TOKENS at
+    least for each answer's code: a row cut before its last answer wastes that answer's tokens, and code the copy
+    guard turned off a copy runs longer than the copy (docs/yield.md)."""
     code_tokens = sum(len(b.text) for b in safe_blocks(parent_code)) / CHARS_PER_TOKEN
     code_room = (1.5 if edit_format == "full" else 1.0) * code_tokens
     if held:
