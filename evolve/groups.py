@@ -249,11 +249,9 @@ class GroupSampler:
         holds to their shape (`structured_by`); the shape is decided here, so that the prompt asks for its lead
         comment exactly when the grammar holds it."""
         shown = self.options.recent_children
+        may_guard = self.options.copy_guard and self.options.structured != "off" and "full" in held  # answer_shape's
         reads = self.archive.prompt_reads(
-            parent.id,
-            [i.id for i in inspirations],
-            RECENT_FAILURES,
-            max(shown, GUARDED_CHILDREN if self.options.copy_guard else 0),
+            parent.id, [i.id for i in inspirations], RECENT_FAILURES, max(shown, GUARDED_CHILDREN if may_guard else 0)
         )
         codes, context, children = reads.codes, reads.context, reads.recent  # children: oldest first
         edit_format = resolve_edit_format(ask.edit_format, codes[parent.id])

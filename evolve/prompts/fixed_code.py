@@ -21,6 +21,7 @@ import re
 from evolve.problem.blocks import BlockError, find_blocks, has_markers
 from policies.answer_grammar import LINE_COMMENTS
 
+PLACE = "[the editable code"  # opens the comment line that stands for a block
 FIXED_CODE_CHARS = 3000  # about 1,000 tokens of the prompt's cached head, at most
 AROUND_USE = 3  # lines kept either side of a line that calls a name the fixed code does not define
 CALLED = re.compile(r"\b([A-Za-z_]\w*)[^\S\n]*\(")  # a name called, within one line
@@ -56,12 +57,12 @@ def fixed_code_view(code: str, tag: str, budget: int = FIXED_CODE_CHARS) -> str 
     for block in blocks:
         opening = code.rfind("\n", 0, max(block.start - 1, 0)) + 1  # the START marker's line
         lines += code[taken:opening].splitlines()
-        lines.append(f'{comment} [the editable code, block {block.index + 1}: shown under "Current program"]')
+        lines.append(f'{comment} {PLACE}, block {block.index + 1}: shown under "Current program"]')
         closing = code.find("\n", block.end)  # the END marker's line ends here
         taken = len(code) if closing < 0 else closing + 1
     lines += code[taken:].splitlines()
     lines = _squeezed(lines)
-    if not any(line.strip() and not line.lstrip().startswith(comment + " [the editable") for line in lines):
+    if not any(line.strip() and PLACE not in line for line in lines):
         return None
     text = "\n".join(lines)
     if len(text) > budget:
@@ -93,7 +94,7 @@ def _around_uses(lines: list[str], names: set[str], comment: str, budget: int) -
     uses = re.compile(r"\b(?:" + "|".join(map(re.escape, sorted(names))) + r")\b") if names else None
     keep = [False] * len(lines)
     for i, line in enumerate(lines):
-        if (uses is not None and uses.search(line)) or "[the editable code" in line:
+        if (uses is not None and uses.search(line)) or PLACE in line:
             for j in range(max(0, i - AROUND_USE), min(len(lines), i + AROUND_USE + 1)):
                 keep[j] = True
     shown: list[str] = []
