@@ -274,7 +274,11 @@ class GroupSampler:
             fixed_code=self.options.fixed_code,
         )
         shape = answer_shape(self.options, edit_format, inputs.fence_tag, codes[parent.id], held)
-        inputs = replace(inputs, lead_comment=shape.lead_comment if shape is not None else "")
+        inputs = replace(
+            inputs,
+            lead_comment=shape.lead_comment if shape is not None else "",
+            line_comment=LINE_COMMENTS.get(inputs.fence_tag, "#"),
+        )
         composed = compose(inputs, self.options.max_new_tokens, self.options.fit_tokens_to_code, shape is not None)
         guarded = self.options.copy_guard and shape is not None and shape.edit_format == "full"
         avoid = copy_guard_codes([*codes.values(), *children]) if guarded else ()

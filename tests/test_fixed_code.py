@@ -62,17 +62,17 @@ def test_the_fixed_section_is_the_same_for_every_program_of_a_run_so_the_prompt_
 
 
 def test_a_program_without_fixed_code_shows_no_section():
-    assert fixed_code_view("def solve(x):\n    return x\n", "python") is None  # no markers: all of it editable
+    assert fixed_code_view("def solve(x):\n    return x\n", "#") is None  # no markers: all of it editable
     only_block = "\n\n# EVOLVE-BLOCK-START\ndef solve(x):\n    return x\n# EVOLVE-BLOCK-END\n\n"
-    assert fixed_code_view(only_block, "python") is None
+    assert fixed_code_view(only_block, "#") is None
     assert HEADING not in _prompt(only_block, fixed=True)
     broken = "# EVOLVE-BLOCK-END\ndef solve(x):\n    return x\n"
-    assert fixed_code_view(broken, "python") is None
+    assert fixed_code_view(broken, "#") is None
 
 
 def test_c_code_gets_a_c_comment_and_blank_runs_are_squeezed():
     code = load_problem(ROOT / "problems" / "roman_numerals_c").seed_code
-    view = fixed_code_view(code, "c")
+    view = fixed_code_view(code, "//")
     assert view is not None and '// [the editable code, block 1: shown under "Current program"]' in view
     assert "solve(n, out);" in view and "\n\n\n" not in view
 
@@ -80,7 +80,7 @@ def test_c_code_gets_a_c_comment_and_blank_runs_are_squeezed():
 def test_a_long_harness_shrinks_to_the_lines_around_each_use_of_an_editable_name():
     filler = "".join(f"def unrelated_{i}(v):\n    return v + {i}\n\n" for i in range(200))
     code = HELPER_SEED + filler + "def run_all(xs):\n    return [solve(x) for x in xs]\n"
-    view = fixed_code_view(code, "python", budget=1200)
+    view = fixed_code_view(code, "#", budget=1200)
     assert view is not None and len(view) <= 1200
     assert "return [solve(x) for x in xs]" in view and "return solve(x)" in view
     assert "# [the editable code, block 1" in view
@@ -114,6 +114,6 @@ def test_a_shrunk_view_is_the_same_whatever_names_the_parent_s_blocks_define():
     frame = "def solve(items):\n    fits = [x for x in items]\n    return priority(fits)\n\n" + filler
     parent = f"# EVOLVE-BLOCK-START\ndef priority(v):\n    return v\n# EVOLVE-BLOCK-END\n\n{frame}"
     child = parent.replace("    return v\n", "    return fits(v)\n\ndef fits(v):\n    return v\n")
-    view = fixed_code_view(parent, "python")
-    assert view is not None and view == fixed_code_view(child, "python")
+    view = fixed_code_view(parent, "#")
+    assert view is not None and view == fixed_code_view(child, "#")
     assert "return priority(fits)" in view and "return a + 119" not in view

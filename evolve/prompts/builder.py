@@ -105,6 +105,9 @@ class PromptInputs:
     lead_comment: str = ""
     # Show a one-file program's code around its blocks, read-only, in the fixed head (evolve/prompts/fixed_code.py)
     fixed_code: bool = False
+    # The fence language's line comment, for the fixed code's placeholder lines (evolve/groups.py sets it from the
+    # grammar's table, which this layer may not import)
+    line_comment: str = "#"
 
     @property
     def fence_tag(self) -> str:
@@ -292,7 +295,7 @@ def build_prompt(p: PromptInputs) -> str:
     tag = p.fence_tag
     tree = is_tree(p.parent_code)
     parts = ["# Problem", p.description.strip()]  # fixed for a run: a prompt cache reuses all of it, to "# Task"
-    fixed = fixed_code_view(p.parent_code, tag) if p.fixed_code and not tree else None
+    fixed = fixed_code_view(p.parent_code, p.line_comment) if p.fixed_code and not tree else None
     if fixed is not None:
         parts += [
             "# Fixed code of the program",

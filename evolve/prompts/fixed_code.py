@@ -19,7 +19,6 @@ import builtins
 import re
 
 from evolve.problem.blocks import BlockError, find_blocks, has_markers
-from policies.answer_grammar import LINE_COMMENTS
 
 PLACE = "[the editable code"  # opens the comment line that stands for a block
 FIXED_CODE_CHARS = 3000  # about 1,000 tokens of the prompt's cached head, at most
@@ -42,16 +41,16 @@ NOT_DEFINED = frozenset(dir(builtins)) | {
 }
 
 
-def fixed_code_view(code: str, tag: str, budget: int = FIXED_CODE_CHARS) -> str | None:
-    """The program with each EVOLVE block (marker lines included) replaced by one comment line, within `budget`
-    characters; None where the program has no markers (all of it is editable) or nothing around its blocks."""
+def fixed_code_view(code: str, comment: str = "#", budget: int = FIXED_CODE_CHARS) -> str | None:
+    """The program with each EVOLVE block (marker lines included) replaced by one line in its language's line
+    `comment`, within `budget` characters; None where the program has no markers (all of it is editable) or nothing
+    around its blocks."""
     if not has_markers(code):
         return None
     try:
         blocks = find_blocks(code)
     except BlockError:
         return None
-    comment = LINE_COMMENTS.get(tag, "#")
     lines: list[str] = []
     taken = 0
     for block in blocks:
