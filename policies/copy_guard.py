@@ -54,10 +54,16 @@ def squeeze(text: str) -> str:
     return _SPACE.sub("", text)
 
 
+UNREAD_PREFIX = 256  # a line is judged an import or a comment by its first characters only (see `_unread`)
+
+
 def _unread(line: str, comment: str) -> bool:
     """A line the guard does not compare: an import (one added or moved changes nothing that runs) or a line that
-    is only a comment (a lead comment `# Change: ...` above a copy, or a note added to one)."""
-    return bool(_IMPORT.match(line)) or bool(comment and line.lstrip().startswith(comment))
+    is only a comment (a lead comment `# Change: ...` above a copy, or a note added to one). Judged on the line's
+    first `UNREAD_PREFIX` characters, so that a row's unfinished line costs the same to judge at every token however
+    long it grows (a model that writes one line of 10,000 tokens)."""
+    head = line[:UNREAD_PREFIX]
+    return bool(_IMPORT.match(head)) or bool(comment and head.lstrip().startswith(comment))
 
 
 def comparable(text: str, comment: str) -> str:
@@ -164,6 +170,16 @@ class GroupGuard:
             self.counts.learned += 1
 
 
+@dataclass
+class PartialLine:
+    """A row's unfinished line as compared so far: how far it is read, its length without whitespace, and which of
+    the row's copied codes it still continues."""
+
+    read_to: int  # the row's text is read up to here
+    length: int
+    copied: list[KnownCode]
+
+
 Allowed = Callable[[np.ndarray], np.ndarray]  # token ids -> may each come next (as policies.sampling's)
 
 
@@ -202,6 +218,7 @@ class RowGuard:
     _done: int = 0  # the length of the block's finished lines, as the guard compares them
     _copied: list[KnownCode] = field(default_factory=list)  # known codes the finished lines are a prefix of
     _known_seen: int = 0  # how many of the group's known codes `_copied` was chosen from
+    _tail: PartialLine | None = None  # the unfinished line as compared so far (None: compare it afresh)
 
     def accept(self, token: int) -> None:
         """The row's next token."""
@@ -230,6 +247,7 @@ class RowGuard:
                 return
             self._code_at = self._line_at = newline + 1
             self._done, self._copied, self._known_seen = 0, list(self.group.known), len(self.group.known)
+            self._tail = None
         self._finish_lines(max(self._line_at, before))
 
     def _finish_lines(self, search_from: int) -> None:
@@ -242,6 +260,7 @@ class RowGuard:
                 self._copied = [k for k in self._copied if k.squeezed.startswith(squeezed, self._done)]
                 self._done += len(squeezed)
             self._line_at = search_from = end.end()
+            self._tail = None
 
     def _sync_known(self) -> None:
         """Codes the group learned after this block opened (another row's finished block) join the copied ones
@@ -251,6 +270,7 @@ class RowGuard:
         finished = comparable(self.text[self._code_at : self._line_at], self.group.comment)
         self._copied += [k for k in self.group.known[self._known_seen :] if k.squeezed.startswith(finished)]
         self._known_seen = len(self.group.known)
+        self._tail = None
 
     def rests(self) -> list[str] | None:
         """What each known code the row is copying has left to write, where a copy may be turned here (inside a
@@ -258,13 +278,27 @@ class RowGuard:
         if self._code_at < 0:
             return None
         self._sync_known()
-        partial = self.text[self._line_at :]
-        tail = "" if _unread(partial, self.group.comment) else squeeze(partial)
-        at = self._done + len(tail)
-        copied = [k for k in self._copied if k.squeezed.startswith(tail, self._done)]
+        if _unread(self.text[self._line_at : self._line_at + UNREAD_PREFIX], self.group.comment):
+            at, copied = self._done, self._copied
+        else:
+            tail = self._partial_line()
+            at, copied = self._done + tail.length, tail.copied
         if not copied or any(at >= len(k.squeezed) or not k.turnable[at] for k in copied):
             return None
         return [k.squeezed[at:] for k in copied]
+
+    def _partial_line(self) -> PartialLine:
+        """The unfinished line, compared with the codes still copied in the text written since it was last compared
+        only: its cost per token does not grow with the line."""
+        if self._tail is None:
+            self._tail = PartialLine(self._line_at, 0, list(self._copied))
+        tail = self._tail
+        new = squeeze(self.text[tail.read_to :])
+        if new:
+            tail.copied = [k for k in tail.copied if k.squeezed.startswith(new, self._done + tail.length)]
+            tail.length += len(new)
+        tail.read_to = len(self.text)
+        return tail
 
     def turn(self, logits: np.ndarray, temperature: float, held: Allowed | None = None) -> Allowed | None:
         """Where the row is copying and the model, at its sampling temperature, gives tokens that leave every

@@ -269,15 +269,17 @@ def test_the_row_s_running_view_equals_the_whole_text_read_again_at_every_token(
     sibling finishes mid-row: after every piece, what is left of each copied code is what reading the whole text
     again gives."""
     other = "def solve(x):\n    y = x * 2\n    return y\n"
-    lines = [*PARENT.splitlines(keepends=True), *other.splitlines(keepends=True)]
+    long_line = "def solve(x):\n    return " + " + ".join(f"x * {k}" for k in range(60)) + "\n"  # past UNREAD_PREFIX
+    lines = [*PARENT.splitlines(keepends=True), *other.splitlines(keepends=True), *long_line.splitlines(True)]
     extras = ["```", "``", "`", "```python\n", "\n", "\r", "\r\n", "\x0c", "import os\n", "# note\n", "  ", "x"]
     extras += ["``````", "```\n```python\n", "```python\nx = 1\n```"]  # pieces holding several fences
+    extras += ["from " + "m" * 300 + " import z\n", " " * 300 + "import os\n"]  # judged by their first characters
     rng = np.random.default_rng(0)
     for trial in range(150):
         pieces: list[str] = ["<variant 1>\n"]
         for _ in range(int(rng.integers(5, 40))):
             if rng.random() < 0.3:  # a known code from its start, in pieces, as a copy is written
-                code = [PARENT, other][int(rng.integers(2))]
+                code = [PARENT, other, long_line][int(rng.integers(3))]
                 cuts = sorted({0, len(code), *(int(c) for c in rng.integers(0, len(code), 8))})
                 pieces += ["```python\n", *(code[a:b] for a, b in pairwise(cuts))]
             elif rng.random() < 0.6:
@@ -286,7 +288,7 @@ def test_the_row_s_running_view_equals_the_whole_text_read_again_at_every_token(
                 pieces += [line[: cut[0]], line[cut[0] : cut[1]], line[cut[1] :]]
             else:
                 pieces.append(extras[int(rng.integers(len(extras)))])
-        fast_group, slow_group = GroupGuard.of([PARENT], "#"), GroupGuard.of([PARENT], "#")
+        fast_group, slow_group = GroupGuard.of([PARENT, long_line], "#"), GroupGuard.of([PARENT, long_line], "#")
         fast, slow = RowGuard(fast_group, TokenTexts([])), WholeTextRow(slow_group)
         for k, piece in enumerate(pieces):
             if k == len(pieces) // 2:  # a sibling finishes a block mid-row
@@ -296,3 +298,28 @@ def test_the_row_s_running_view_equals_the_whole_text_read_again_at_every_token(
             slow.write(piece)
             assert fast.rests() == slow.rests(), (trial, k, fast.text)
         assert [c.squeezed for c in fast_group.known] == [c.squeezed for c in slow_group.known]
+
+
+def test_a_row_s_unfinished_line_is_read_once_however_long_it_grows(monkeypatch):
+    """A model that writes one line of 5,000 one-character tokens, copying a known code's long line: each
+    character is compared once, not once per token (the guard read the whole unfinished line again at every
+    token: 12.5 million characters here, 1.3 ms a token at 10,000: benchmarks/copy_guard_speed.py)."""
+    import policies.copy_guard as copy_guard
+
+    known = "def solve(x):\n    return " + " + ".join(f"x * {k % 7}" for k in range(700)) + "\n"
+    line = known.splitlines(keepends=True)[1][:5000]
+    read = [0]
+    real_squeeze = copy_guard.squeeze
+
+    def counted(text: str) -> str:
+        read[0] += len(text)
+        return real_squeeze(text)
+
+    guard = row_at("def solve(x):\n", [], known=(known,))
+    monkeypatch.setattr(copy_guard, "squeeze", counted)
+    for ch in line:
+        guard.write(ch)
+        assert guard.rests() is not None  # still a copy, turnable, at every token
+    assert read[0] <= 2 * len(line)
+    guard.write("x")  # leaves the copy mid-line
+    assert guard.rests() is None
