@@ -1,6 +1,7 @@
 # EVOLVE-BLOCK-START
 def priority(item, remaining):
-    """First fit: prefer the earliest open bin."""
+    """One score per open bin the item fits in (`remaining[k]` is bin k's free room); the item goes to the bin
+    with the highest score. First fit: prefer the earliest open bin."""
     return [-i for i in range(len(remaining))]
 
 

@@ -23,7 +23,8 @@ def objective(name, x):
 
 # EVOLVE-BLOCK-START
 def minimize(f, dim, budget):
-    """Pure random search."""
+    """The best point found (a list of `dim` floats in [-5, 5]), calling f at most `budget` times.
+    Pure random search."""
     rng = random.Random(0)
     best, best_x = float("inf"), None
     for _ in range(budget):

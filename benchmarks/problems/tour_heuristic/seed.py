@@ -7,6 +7,7 @@ def length(points, order):
 
 # EVOLVE-BLOCK-START
 def tour(points):
-    """Visit the cities sorted by x coordinate."""
+    """The order to visit the cities in: a list of every index of `points` (each an (x, y) pair) once.
+    Visit them sorted by x coordinate."""
     return sorted(range(len(points)), key=lambda i: points[i][0])
 # EVOLVE-BLOCK-END
