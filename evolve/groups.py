@@ -27,10 +27,11 @@ from evolve.archive.records import PendingVariant
 from evolve.children import Admitted, Child, GroupCost, GroupResult, HashedVariant
 from evolve.control import StageFailure
 from evolve.ensemble import estimated_tokens
-from evolve.filetree import is_tree
+from evolve.filetree import file_spans, is_tree
 from evolve.fitness import raw_scores
 from evolve.policy_calls import PolicyMember
 from evolve.problem import Problem
+from evolve.problem.blocks import has_markers
 from evolve.prompts import (
     Composed,
     ParseInterrupted,
@@ -332,14 +333,27 @@ def answer_shape(
     options: RunOptions, edit_format: str, fence: str, parent_code: str, held: tuple[str, ...]
 ) -> AnswerShape | None:
     """The shape a group's answer is held to while sampled, the one place that decides it: with `--structured` on
-    or auto, for a policy that holds answers in this (resolved) edit format (`held`), and a parent of one file;
-    else None (free text). Its lead comment (`# Change: ...`, issue 37) where `--lead-comment` is on, the format
-    is `full` and the fence's language has a known line comment (none for a bare fence or another tag); the prompt
-    asks for exactly this lead (`PromptInputs.lead_comment`)."""
-    if options.structured == "off" or edit_format not in held or is_tree(parent_code):
+    or auto, for a policy that holds answers in this (resolved) edit format (`held`); else None (free text). A
+    parent of several files names the files a header may name: those with EVOLVE blocks, the only ones a variant
+    may change (a header naming another made the variant `parse_error` or `outside_block`). Its lead comment
+    (`# Change: ...`, issue 37) where `--lead-comment` is on, the format is `full` and the fence's language has a
+    known line comment (none for a bare fence or another tag); the prompt asks for exactly this lead
+    (`PromptInputs.lead_comment`)."""
+    if options.structured == "off" or edit_format not in held:
+        return None
+    files = editable_files(parent_code) if is_tree(parent_code) else ()
+    if is_tree(parent_code) and not files:  # no file with blocks: what a variant may name is not the grammar's to say
         return None
     lead = LINE_COMMENTS.get(fence, "") if options.lead_comment and edit_format == "full" else ""
-    return AnswerShape(options.variants, edit_format, fence, lead)
+    try:
+        return AnswerShape(options.variants, edit_format, fence, lead, files)
+    except ValueError:  # a path no header can name (a space in it): that program's answers are read free
+        return None
+
+
+def editable_files(code: str) -> tuple[str, ...]:
+    """The paths of a program of several files that hold EVOLVE blocks, in the program's order."""
+    return tuple(path for path, start, end in file_spans(code) if has_markers(code[start:end]))
 
 
 def copy_guard_codes(programs: list[str]) -> tuple[str, ...]:

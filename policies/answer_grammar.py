@@ -39,6 +39,7 @@ string for every group of a run, so a backend can parse it once and copy its sta
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 EDIT_FORMATS = ("full", "diff")
@@ -64,6 +65,14 @@ LEAD_WORD = "Change: "  # after the comment's prefix and a space: `# Change: <wh
 COMMENT_NEVER = "`<\\"
 
 
+_PATH = re.compile(r"[^\s=`*<>]+")  # a path a header may name: what evolve/prompts/tree_edits.py reads as one
+
+
+def file_header(path: str) -> str:
+    """The line that names a file of a program of several files, as the prompt shows it (without its newline)."""
+    return f"=== FILE: {path} ==="
+
+
 def lead_text(prefix: str) -> str:
     """What a lead comment line begins with, before its own text: `# Change: `."""
     return f"{prefix} {LEAD_WORD}"
@@ -73,12 +82,15 @@ def lead_text(prefix: str) -> str:
 class AnswerShape:
     """What the prompt asked for: `variants` answers, each in `edit_format` ("full": fenced code blocks;
     "diff": SEARCH/REPLACE edits), its fences tagged `language` ("" for a bare fence), each fenced block of a
-    `full` answer opened by a `lead_comment` line (its comment prefix, `#` or `//`; "": none)."""
+    `full` answer opened by a `lead_comment` line (its comment prefix, `#` or `//`; "": none). For a program of
+    several files, `files` are the paths of those it may change (the files with EVOLVE blocks): each variant is
+    then one or more sections, each a file's header line (`file_header`) and that file's blocks or edits."""
 
     variants: int
     edit_format: str
     language: str = ""
     lead_comment: str = ""
+    files: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.variants < 1:
@@ -89,6 +101,9 @@ class AnswerShape:
             raise ValueError(f"fence language {self.language!r} is not a fence tag")
         if self.lead_comment and (self.edit_format != "full" or self.lead_comment not in LINE_COMMENTS.values()):
             raise ValueError(f"no lead comment {self.lead_comment!r} under {self.edit_format}: `full` takes # or //")
+        for path in self.files:
+            if not _PATH.fullmatch(path):
+                raise ValueError(f"file {path!r} cannot be named in a header: a path without spaces, =, `, * or <>")
 
 
 def _literal(text: str) -> str:
@@ -129,8 +144,12 @@ def answer_gbnf(shape: AnswerShape) -> str:
     Variants follow each other separated by one newline or two; the grammar ends after `</variant m>` (a
     completion's stop string), where only an end-of-turn token may follow. A fence's close and an edit's divider
     and close may be indented (the parser reads them so). With a lead comment, a `full` block opens with it (the
-    module's docstring). Each choice is settled by a line's first characters, as `line_not_starting_with`'s."""
+    module's docstring). With `files`, each variant is one or more sections: a file's header line, then that
+    file's blocks (or edits) as above. Each choice is settled by a line's first characters, as
+    `line_not_starting_with`'s (a header starts with `=`, which neither a fence nor an edit nor a tag does)."""
     body = "fenced+" if shape.edit_format == "full" else "( edit+ | fenced+ )"
+    if shape.files:
+        body = "section+"
     numbers = range(1, shape.variants + 1)
     rules = ["root ::= " + ' "\\n" "\\n"? '.join(f"variant{k}" for k in numbers)]
     rules += [f"variant{k} ::= {_literal(f'<variant {k}>' + NL)} {body} {_literal(f'</variant {k}>')}" for k in numbers]
@@ -144,6 +163,9 @@ def answer_gbnf(shape: AnswerShape) -> str:
         comment = f'( {_literal(prefix)} {text}* "\\n" )?'
         rules.append(f'lead ::= {_literal(lead_text(prefix))} {text}+ "\\n" {comment} first-code')
         rules.append(f"first-code ::= {first}")
+    if shape.files:
+        rules.append(f"section ::= header {'fenced+' if shape.edit_format == 'full' else '( edit+ | fenced+ )'}")
+        rules.append("header ::= " + " | ".join(_literal(file_header(path) + NL) for path in shape.files))
     if shape.edit_format == "diff":
         divider, closer = '[ \\t]* "=======\\n"', '[ \\t]* ">>>>>>> REPLACE\\n"'
         rules.append(f'edit ::= "<<<<<<< SEARCH\\n" code-line* {divider} code-line* {closer}')

@@ -23,7 +23,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from policies.answer_grammar import CODE_LINE_NEVER, COMMENT_NEVER, EDIT_MARKERS, INDENT, AnswerShape, lead_text
+from policies.answer_grammar import (
+    CODE_LINE_NEVER,
+    COMMENT_NEVER,
+    EDIT_MARKERS,
+    INDENT,
+    AnswerShape,
+    file_header,
+    lead_text,
+)
 
 REFUSED_STARTS = CODE_LINE_NEVER + EDIT_MARKERS  # what no code line begins with after its indentation
 SEARCH, DIVIDER, REPLACE = "<<<<<<< SEARCH", "=======", ">>>>>>> REPLACE"
@@ -31,7 +39,8 @@ SEARCH, DIVIDER, REPLACE = "<<<<<<< SEARCH", "=======", ">>>>>>> REPLACE"
 # The parts of an answer: the line each expects next. Every part is of one variant (`MatchState.variant`).
 TAG = "tag"  # its opening tag (the first variant, or after the blank line between two)
 GAP = "gap"  # after the previous variant's closing tag and newline: a blank line or the opening tag
-OPEN = "open"  # after the opening tag: a fence's opening (or, under `diff`, an edit's SEARCH)
+OPEN = "open"  # after the opening tag (or a file's header): a fence's opening (or, under `diff`, an edit's SEARCH)
+HEAD = "head"  # after the opening tag, in a program of several files: a file's header
 FENCE = "fence"  # inside a fenced block: code, or the fence's close
 LEAD, COMMENTED = "lead", "commented"  # after a `full` fence's opening: its lead comment; then code, or a comment
 FIRST_CODE = "first_code"  # after the lead comment and the one comment line that may follow it: a line of code
@@ -78,6 +87,8 @@ class AnswerMatcher:
         self.fence_open = f"```{shape.language}"
         self.fence_code = LEAD if shape.lead_comment else FENCE  # the part after a fence's opening
         self._rules: dict[tuple[str, int], _Rules] = {}
+        self.opened = HEAD if shape.files else OPEN  # the part after an opening tag
+        self.headers = [file_header(path) for path in shape.files]
 
     def start(self) -> MatchState:
         return MatchState(TAG, 1)
@@ -135,10 +146,13 @@ class AnswerMatcher:
                 close = {f"</variant {k}>": (GAP, k + 1)}
             else:
                 final = f"</variant {k}>"
+            close |= {header: (OPEN, k) for header in self.headers}  # the next file's section
         if part == TAG:
-            return _Rules({tag: (OPEN, k)})
+            return _Rules({tag: (self.opened, k)})
         if part == GAP:
-            return _Rules({"": (TAG, k), tag: (OPEN, k)})
+            return _Rules({"": (TAG, k), tag: (self.opened, k)})
+        if part == HEAD:
+            return _Rules({header: (OPEN, k) for header in self.headers})
         if part == OPEN:
             return _Rules({self.fence_open: (self.fence_code, k), **({SEARCH: (SEARCH_PART, k)} if diff else {})})
         if part == FENCE:

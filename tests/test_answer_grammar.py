@@ -7,6 +7,8 @@ comment line, then a line of code: a block without it, a comment-only block and 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from evolve.prompts import parse_completion
@@ -226,3 +228,37 @@ def test_a_lead_comment_is_asked_in_the_full_format_only_and_with_a_known_prefix
         AnswerShape(1, "full", "python", "--")
     assert answer_gbnf(AnswerShape(1, "full", "python")) == answer_gbnf(AnswerShape(1, "full", "python", ""))
     assert "Change" not in answer_gbnf(AnswerShape(1, "full", "python"))
+
+
+def test_a_program_of_several_files_is_held_to_headers_of_its_editable_files_and_parses_into_changed_children(book):
+    """knapsack_files (two editable files under lib/, a fixed solver.py): a variant is one or more sections, each a
+    header the prompt shows and that file's blocks or edits; a header of the fixed file, or of a file the program
+    does not have, is refused where its name goes wrong; what is taken parses into changed children."""
+    from evolve.groups import answer_shape
+    from evolve.problem import load_problem
+    from evolve.runs import RunOptions
+
+    seed = load_problem(Path(__file__).resolve().parents[1] / "problems" / "knapsack_files").seed_code
+    options = RunOptions(variants=1, structured="on", lead_comment=False)
+    full = answer_shape(options, "full", "python", seed, ("full", "diff"))
+    diff = answer_shape(options, "diff", "python", seed, ("full", "diff"))
+    assert full == AnswerShape(1, "full", "python", files=("lib/params.py", "lib/ranking.py"))
+    assert diff is not None and diff.files == full.files
+    rewrite = (
+        "<variant 1>\n=== FILE: lib/params.py ===\n```python\ndef fill_fraction():\n    return 1.0\n```\n"
+        "=== FILE: lib/ranking.py ===\n```python\ndef order(items):\n"
+        "    return sorted(range(len(items)), key=lambda i: -items[i][0] / items[i][1])\n```\n</variant 1>"
+    )
+    edit = (
+        "<variant 1>\n=== FILE: lib/params.py ===\n<<<<<<< SEARCH\n    return 0.6\n=======\n    return 0.95\n"
+        ">>>>>>> REPLACE\n</variant 1>"
+    )
+    for shape, text in ((full, rewrite), (diff, edit)):
+        assert refused_at(book, shape, text) is None
+        assert [v.status for v in parse_completion(seed, text, 1)] == ["ok"]
+    fixed = rewrite.replace("lib/params.py", "solver.py")
+    assert fixed[refused_at(book, full, fixed)] == "s"  # the fixed file: no header names it
+    misnamed = rewrite.replace("lib/params.py", "lib/param.py")
+    assert refused_at(book, full, misnamed) == len("<variant 1>\n=== FILE: lib/param")
+    unnamed = rewrite.replace("=== FILE: lib/params.py ===\n", "")
+    assert unnamed[refused_at(book, full, unnamed)] == "`"  # a section without its header

@@ -113,6 +113,13 @@ def assert_same(engine, shape: AnswerShape, text: str, cuts: list[int] = ()) -> 
 FULL2, FULL3 = AnswerShape(2, "full", "python"), AnswerShape(3, "full", "python")
 DIFF1 = AnswerShape(1, "diff")
 FIRST = FULL.split("\n\n<variant 2>")[0]
+TREE_FULL = AnswerShape(1, "full", "python", files=("lib/a.py", "b.py"))
+TREE_DIFF = AnswerShape(1, "diff", files=("b.py",))
+TREE = "<variant 1>\n=== FILE: lib/a.py ===\n```python\nx = 1\n```\n=== FILE: b.py ===\n```python\ny\n```\n</variant 1>"
+TREE_EDITS = (
+    "<variant 1>\n=== FILE: b.py ===\n<<<<<<< SEARCH\na\n=======\nb\n>>>>>>> REPLACE\n=== FILE: b.py ===\n"
+    "<<<<<<< SEARCH\nx\n=======\ny\n>>>>>>> REPLACE\n</variant 1>"
+)
 NEAR_MISSES = [
     (FULL2, FULL),
     (FULL2, FULL.replace("    return x * x\n", "    return x * x\n```python\n")),  # a fence's opening inside code
@@ -179,6 +186,20 @@ NEAR_MISSES = [
     (LEAD_PY, LEAD.replace("```\n</variant 1>", "```\n```python\nx = 1\n```\n</variant 1>")),  # 2nd block: no lead
     (LEAD_PY, FULL.split("\n\n<variant 2>")[0]),
     (AnswerShape(1, "full", "python"), LEAD),  # no lead asked: it is a code line
+    # a program of several files: each variant one or more sections, a file's header and its blocks or edits
+    (TREE_FULL, TREE),
+    (TREE_FULL, TREE.replace("=== FILE: b.py ===\n", "")),  # one section
+    (TREE_FULL, TREE.replace("<variant 1>\n=== FILE: lib/a.py ===\n", "<variant 1>\n")),  # no header first
+    (TREE_FULL, TREE.replace("lib/a.py", "c.py")),  # a file it may not change
+    (TREE_FULL, TREE.replace("=== FILE: b.py ===", "=== FILE: b.py ==")),
+    (TREE_FULL, TREE.replace("=== FILE: b.py ===", "### FILE: b.py")),
+    (TREE_FULL, TREE.replace("```\n=== FILE: b.py ===\n", "=== FILE: b.py ===\n")),  # a header inside a fence
+    (TREE_FULL, TREE.replace("=== FILE: b.py ===\n```", "=== FILE: b.py ===\n\n```")),
+    (TREE_FULL, TREE.replace("```\n</variant 1>", "```\n=== FILE: b.py ===\n</variant 1>")),  # a header alone
+    (TREE_DIFF, TREE_EDITS),
+    (TREE_DIFF, TREE_EDITS.replace(">>>>>>> REPLACE\n=== FILE: b.py ===\n", ">>>>>>> REPLACE\n")),  # 2 edits, 1 file
+    (TREE_DIFF, TREE_EDITS.replace("<<<<<<< SEARCH\nx\n=======\ny\n>>>>>>> REPLACE\n</", "```\nz\n```\n</")),
+    (AnswerShape(1, "diff"), TREE_EDITS),  # headers under a shape of one file
 ]
 
 
@@ -203,7 +224,9 @@ TRICKY = ["```", "```python", "```c", "  ```", "\t```", "``` ", "``", "`x`", "</
           "<variant 2>", "<variant 3>", " </variant 1>", "<<<<<<< SEARCH", "=======", "  =======", ">>>>>>> REPLACE",
           "\t>>>>>>> REPLACE", "<<<<", "<<<<<", "====", "=====", ">>>>", ">>>>>", "<b>", "<", "</", "<v", "<vari",
           "<variant", "<variantx", "", " ", "\t", "    return x", "x = 1 # é", "# Change: x", "// Change: x",
-          "#", "//", "/", "/* c */", "  # c", "# Change:", "// Change: "]  # fmt: skip
+          "#", "//", "/", "/* c */", "  # c", "# Change:", "// Change: ", "=== FILE: lib/a.py ===",
+          "=== FILE: c.py ===", "=== FILE: b.py ==", "===", "=== FILE: "]  # fmt: skip
+FILES = ("lib/a.py", "b.py")  # a program of several files: the editable ones a header may name
 PLAIN = st.text(alphabet="ab1 \t=<>/`é#", max_size=10).map(lambda s: s.replace("\n", ""))
 LINE = st.one_of(PLAIN, PLAIN, PLAIN, st.sampled_from(TRICKY))
 
@@ -212,7 +235,8 @@ LINE = st.one_of(PLAIN, PLAIN, PLAIN, st.sampled_from(TRICKY))
 def answers(draw: st.DrawFn) -> tuple[AnswerShape, str]:
     m, edit_format = draw(st.integers(1, 3)), draw(st.sampled_from(["full", "diff"]))
     lead = draw(st.sampled_from(["", "", "#", "//"])) if edit_format == "full" else ""
-    shape = AnswerShape(m, edit_format, draw(st.sampled_from(["", "python", "c"])), lead)
+    files = draw(st.sampled_from([(), (), FILES]))
+    shape = AnswerShape(m, edit_format, draw(st.sampled_from(["", "python", "c"])), lead, files)
     code = st.lists(LINE, max_size=3).map(lambda lines: "".join(line + "\n" for line in lines))
     head = st.just("")
     if lead:  # the lead line (its text sometimes empty), comment lines (two sometimes), code (mostly)
@@ -224,8 +248,11 @@ def answers(draw: st.DrawFn) -> tuple[AnswerShape, str]:
     edit = st.tuples(code, code).map(lambda sr: f"<<<<<<< SEARCH\n{sr[0]}=======\n{sr[1]}>>>>>>> REPLACE\n")
     parts = []
     for k in range(1, m + 1 + draw(st.integers(0, 1))):  # sometimes a variant too many
-        blocks = edit if shape.edit_format == "diff" and draw(st.booleans()) else fence
-        body = "".join(draw(st.lists(blocks, min_size=1, max_size=2)))
+        body = ""
+        for path in draw(st.lists(st.sampled_from([*FILES, "c.py"]), min_size=1, max_size=2)) if files else [""]:
+            blocks = edit if shape.edit_format == "diff" and draw(st.booleans()) else fence
+            header = f"=== FILE: {path} ===\n" if path else ""
+            body += header + "".join(draw(st.lists(blocks, min_size=1, max_size=2)))
         parts.append(f"<variant {k}>\n{body}</variant {k}>")
     text = "".join(p + draw(st.sampled_from(["\n", "\n\n", "\n\n", "", "\n\n\n"])) for p in parts[:-1]) + parts[-1]
     if draw(st.booleans()):  # a near-miss: one edit at one place, or text after the end
@@ -233,9 +260,9 @@ def answers(draw: st.DrawFn) -> tuple[AnswerShape, str]:
         cut = draw(st.integers(0, 3))
         text = text[:at] + draw(st.one_of(PLAIN, st.sampled_from(["\n", " ", "`", "<", "=", ">"]))) + text[at + cut :]
     other, n = draw(st.integers(0, 5)), draw(st.integers(1, 3))  # sometimes judged as another shape's answer
-    checked = shape if other > 1 else AnswerShape(n, "diff", shape.language)
+    checked = shape if other > 1 else AnswerShape(n, "diff", shape.language, files=draw(st.sampled_from([(), FILES])))
     if other == 1:
-        checked = AnswerShape(n, "full", shape.language, draw(st.sampled_from(["", "#", "//"])))
+        checked = AnswerShape(n, "full", shape.language, draw(st.sampled_from(["", "#", "//"])), FILES[: n % 2 * 2])
     return checked, text
 
 

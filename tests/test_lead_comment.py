@@ -19,6 +19,7 @@ from tests.helpers import SQUARE_SEED
 
 C_SEED = "#include <stdio.h>\n// EVOLVE-BLOCK-START\nint f(int x) { return x + 1; }\n// EVOLVE-BLOCK-END\n"
 TREE = "=== FILE: main.py ===\n# EVOLVE-BLOCK-START\nx = 1\n# EVOLVE-BLOCK-END\n"
+FIXED = "=== FILE: fixed.py ===\nimport main\n"  # a file without blocks
 
 
 def answer(tag: str, body: str) -> str:
@@ -66,7 +67,10 @@ def test_the_prompt_asks_for_the_lead_comment_with_its_prefix_only_when_it_is_gi
         ("full", "python", SQUARE_SEED, ("full", "diff"), "auto", False, AnswerShape(2, "full", "python")),
         ("full", "python", SQUARE_SEED, ("full", "diff"), "off", True, None),
         ("full", "python", SQUARE_SEED, ("diff",), "auto", True, None),
-        ("full", "python", TREE, ("full", "diff"), "auto", True, None),
+        # a program of several files: the headers of those with blocks; none where no file has any
+        ("full", "python", TREE, ("full", "diff"), "auto", True, AnswerShape(2, "full", "python", "#", ("main.py",))),
+        ("diff", "python", FIXED + TREE, ("diff",), "on", True, AnswerShape(2, "diff", "python", "", ("main.py",))),
+        ("full", "python", FIXED, ("full", "diff"), "auto", True, None),
     ],
 )
 def test_the_answer_s_shape_and_its_lead_comment_are_decided_in_one_place(

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from pathlib import Path
 
 import pytest
 
@@ -70,7 +71,47 @@ def test_a_group_asks_for_the_answer_s_shape_where_the_policy_can_hold_it(tmp_pa
     budget = completion_budget(problem.seed_code, 1, "full", options.max_new_tokens, held=asked is not None)
     assert policy.budgets[0] == budget == (176 if asked is not None else 160)  # 128 + 48 held; the floor free
     stored = [json.loads(s) for (s,) in sqlite3.connect(tmp_path / "a.db").execute("SELECT sampling FROM completions")]
-    assert [s["structured"] for s in stored] == [None if asked is None else vars(asked)] * len(stored)
+    assert [s["structured"] for s in stored] == [None if asked is None else {**vars(asked), "files": []}] * len(stored)
     prompts = [p for (p,) in sqlite3.connect(tmp_path / "a.db").execute("SELECT text FROM prompts")]
     said = "first line of each fenced block is a comment, `# Change: ...`"
     assert prompts and all((said in p) == bool(asked and asked.lead_comment) for p in prompts)
+
+
+class HoldingTree(Holding):
+    """Answers a program of several files: one section, a header and that file's edit."""
+
+    def generate(self, prompt, params, n):
+        self.asked.append(params.structured)
+        value = 0.6 + 0.05 * len(self.asked)
+        edit = f"<<<<<<< SEARCH\n    return 0.6\n=======\n    return {value:.2f}\n>>>>>>> REPLACE\n"
+        text = f"<variant 1>\n=== FILE: lib/params.py ===\n{edit}</variant 1>"
+        return [Generated(text, None, None, "stop", 0) for _ in range(n)]
+
+
+def test_a_program_of_several_files_asks_for_headers_of_the_files_it_may_change(tmp_path):
+    """knapsack_files: the shape names lib/params.py and lib/ranking.py (not the fixed solver.py); the stored
+    sampling says so, and the held answers become children."""
+    from evolve.archive import Archive
+    from evolve.problem import load_problem
+    from evolve.runs import RunOptions, open_run
+
+    problem = load_problem(Path(__file__).resolve().parents[1] / "problems" / "knapsack_files")
+    archive = Archive(tmp_path / "a.db")
+    options = RunOptions(
+        workers=1, group_size=1, variants=1, max_evaluations=3, max_groups=2, structured="on", asks="base", seed=0
+    )
+    run = open_run(archive, problem, options).run
+    policy = HoldingTree()
+    loop = SearchLoop(problem, archive, policy, ProcessSandbox(slots=1), run, options)
+    try:
+        run_search(loop)
+    finally:
+        loop.sandbox.close()
+        archive.close()
+    files = ("lib/params.py", "lib/ranking.py")
+    assert policy.asked and all(a is not None and a.files == files for a in policy.asked), policy.asked
+    db = sqlite3.connect(tmp_path / "a.db")
+    assert {s for (s,) in db.execute("SELECT sampling FROM completions")} and all(
+        json.loads(s)["structured"]["files"] == list(files) for (s,) in db.execute("SELECT sampling FROM completions")
+    )
+    assert [s for (s,) in db.execute("SELECT status FROM variants")] == ["ok"] * len(policy.asked)

@@ -233,15 +233,16 @@ def _instructions(
             "current editable code exactly and REPLACE differs from it:\n<<<<<<< SEARCH\n(lines to find)\n"
             "=======\n(new lines)\n>>>>>>> REPLACE\n"
         )
+    lead_rule = (
+        f"The first line of each fenced block is a comment, `{lead} Change: ...`, saying in a few words what this "
+        "variant changes; the code follows it.\n"
+        if lead
+        else ""
+    )
     if tree:  # the files' rules above say it all: a second, positional rule only confuses a small model
-        return head
+        return head + lead_rule
     fences = f"Inside a variant, give {_fences(n_blocks, tag)} holding the complete new editable code.\n"
-    if lead:
-        fences += (
-            f"The first line of each fenced block is a comment, `{lead} Change: ...`, saying in a few words what this "
-            "variant changes; the code follows it.\n"
-        )
-    return head + fences
+    return head + fences + lead_rule
 
 
 def _fences(n_blocks: int, tag: str) -> str:
