@@ -250,7 +250,7 @@ class GroupSampler:
         holds to their shape (`structured_by`); the shape is decided here, so that the prompt asks for its lead
         comment exactly when the grammar holds it."""
         shown = self.options.recent_children
-        may_guard = self.options.copy_guard and self.options.structured != "off" and "full" in held  # answer_shape's
+        may_guard = self.options.copy_guard and self.options.structured != "off" and bool(held)  # answer_shape's
         reads = self.archive.prompt_reads(
             parent.id, [i.id for i in inspirations], RECENT_FAILURES, max(shown, GUARDED_CHILDREN if may_guard else 0)
         )
@@ -281,7 +281,7 @@ class GroupSampler:
             line_comment=LINE_COMMENTS.get(inputs.fence_tag, "#"),
         )
         composed = compose(inputs, self.options.max_new_tokens, self.options.fit_tokens_to_code, shape is not None)
-        guarded = self.options.copy_guard and shape is not None and shape.edit_format == "full"
+        guarded = self.options.copy_guard and shape is not None
         avoid = copy_guard_codes([*codes.values(), *children]) if guarded else ()
         return Prompted(codes, composed, shape, avoid)
 
@@ -358,8 +358,9 @@ def editable_files(code: str) -> tuple[str, ...]:
 
 def copy_guard_codes(programs: list[str]) -> tuple[str, ...]:
     """The editable blocks of `programs` (the parent, the programs its prompt shows, its newest children), each
-    once: what a fenced block of a `full` answer would be if it copied one (`policies/copy_guard.py`)."""
-    blocks = (b.text.strip("\n") for code in programs if not is_tree(code) for b in safe_blocks(code))
+    once: what a fenced block of an answer would be if it copied one (`policies/copy_guard.py`), in a program of
+    several files too (its blocks, each fenced under its file's header)."""
+    blocks = (b.text.strip("\n") for code in programs for b in safe_blocks(code))
     return tuple(dict.fromkeys(b for b in blocks if b.strip()))
 
 

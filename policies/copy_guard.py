@@ -340,10 +340,11 @@ class RowGuard:
 
 def group_guard(params: SamplingParams, counts: GuardCounts) -> GroupGuard | None:
     """The guard of one sampling call, its turns tallied in `counts`: where the call gives codes to avoid and its
-    answer is held to whole rewrites (each fenced block a whole editable block); None otherwise. The one rule both
-    in-process policies (llama.cpp, transformers) follow."""
+    answer is held to its shape; None otherwise. It judges fenced blocks only, which are whole rewrites of editable
+    blocks in either format (`diff` answers may rewrite by fences too, and SEARCH/REPLACE edits stand outside
+    fences). The one rule both in-process policies (llama.cpp, transformers) follow."""
     shape = params.structured
-    if not params.avoid or shape is None or shape.edit_format != "full":
+    if not params.avoid or shape is None:
         return None
     return GroupGuard.of(params.avoid, LINE_COMMENTS.get(shape.language, ""), counts)
 

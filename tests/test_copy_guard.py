@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from dataclasses import replace
 from itertools import pairwise
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -323,3 +324,27 @@ def test_a_row_s_unfinished_line_is_read_once_however_long_it_grows(monkeypatch)
     assert read[0] <= 2 * len(line)
     guard.write("x")  # leaves the copy mid-line
     assert guard.rests() is None
+
+
+def test_a_fenced_block_under_a_file_s_header_or_in_a_diff_answer_is_guarded_as_any_other():
+    """A program of several files: its blocks are the known codes (evolve.groups.copy_guard_codes), and a row
+    copying one under its file's header is judged as a one-file row is; an edit outside any fence is not judged."""
+    from evolve.groups import copy_guard_codes
+    from evolve.problem import load_problem
+    from policies.answer_grammar import AnswerShape
+    from policies.copy_guard import GuardCounts, group_guard
+
+    seed = load_problem(Path(__file__).resolve().parents[1] / "problems" / "knapsack_files").seed_code
+    codes = copy_guard_codes([seed])
+    assert [c.split("\n")[0] for c in codes] == ["def fill_fraction():", "def order(items):"]
+    for edit_format in ("full", "diff"):
+        shape = AnswerShape(1, edit_format, "python", files=("lib/a.py",))
+        params = SamplingParams(0.7, 0.95, 200, avoid=codes, structured=shape)
+        guard = group_guard(params, GuardCounts())
+        assert guard is not None
+        row = RowGuard(guard, TokenTexts([]))
+        row.write("<variant 1>\n=== FILE: lib/params.py ===\n```python\n" + codes[0].removesuffix("0.6"))
+        assert row.rests() == ["0.6"]
+        edit = RowGuard(guard, TokenTexts([]))
+        edit.write("<variant 1>\n=== FILE: lib/params.py ===\n<<<<<<< SEARCH\n" + codes[0].removesuffix("0.6"))
+        assert edit.rests() is None
