@@ -341,8 +341,9 @@ def answer_shape(
     (`PromptInputs.lead_comment`)."""
     if options.structured == "off" or edit_format not in held:
         return None
-    files = editable_files(parent_code) if is_tree(parent_code) else ()
-    if is_tree(parent_code) and not files:  # no file with blocks: what a variant may name is not the grammar's to say
+    tree = is_tree(parent_code)
+    files = editable_files(parent_code) if tree else ()
+    if tree and not files:  # no file with blocks: what a variant may name is not the grammar's to say
         return None
     lead = LINE_COMMENTS.get(fence, "") if options.lead_comment and edit_format == "full" else ""
     try:

@@ -147,9 +147,8 @@ def answer_gbnf(shape: AnswerShape) -> str:
     module's docstring). With `files`, each variant is one or more sections: a file's header line, then that
     file's blocks (or edits) as above. Each choice is settled by a line's first characters, as
     `line_not_starting_with`'s (a header starts with `=`, which neither a fence nor an edit nor a tag does)."""
-    body = "fenced+" if shape.edit_format == "full" else "( edit+ | fenced+ )"
-    if shape.files:
-        body = "section+"
+    blocks = "fenced+" if shape.edit_format == "full" else "( edit+ | fenced+ )"  # a variant's, or one file's
+    body = "section+" if shape.files else blocks
     numbers = range(1, shape.variants + 1)
     rules = ["root ::= " + ' "\\n" "\\n"? '.join(f"variant{k}" for k in numbers)]
     rules += [f"variant{k} ::= {_literal(f'<variant {k}>' + NL)} {body} {_literal(f'</variant {k}>')}" for k in numbers]
@@ -164,7 +163,7 @@ def answer_gbnf(shape: AnswerShape) -> str:
         rules.append(f'lead ::= {_literal(lead_text(prefix))} {text}+ "\\n" {comment} first-code')
         rules.append(f"first-code ::= {first}")
     if shape.files:
-        rules.append(f"section ::= header {'fenced+' if shape.edit_format == 'full' else '( edit+ | fenced+ )'}")
+        rules.append(f"section ::= header {blocks}")
         rules.append("header ::= " + " | ".join(_literal(file_header(path) + NL) for path in shape.files))
     if shape.edit_format == "diff":
         divider, closer = '[ \\t]* "=======\\n"', '[ \\t]* ">>>>>>> REPLACE\\n"'

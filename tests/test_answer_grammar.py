@@ -236,13 +236,18 @@ def test_a_program_of_several_files_is_held_to_headers_of_its_editable_files_and
     does not have, is refused where its name goes wrong; what is taken parses into changed children."""
     from evolve.groups import answer_shape
     from evolve.problem import load_problem
+    from evolve.prompts.tree_view import program_blocks
     from evolve.runs import RunOptions
+    from policies.answer_grammar import file_header
 
     seed = load_problem(Path(__file__).resolve().parents[1] / "problems" / "knapsack_files").seed_code
     options = RunOptions(variants=1, structured="on", lead_comment=False)
     full = answer_shape(options, "full", "python", seed, ("full", "diff"))
     diff = answer_shape(options, "diff", "python", seed, ("full", "diff"))
     assert full == AnswerShape(1, "full", "python", files=("lib/params.py", "lib/ranking.py"))
+    # the header the grammar holds is the line the prompt shows (two layers, each its own f-string)
+    shown = program_blocks(seed, "python").splitlines()
+    assert all(file_header(path) in shown for path in full.files)
     assert diff is not None and diff.files == full.files
     rewrite = (
         "<variant 1>\n=== FILE: lib/params.py ===\n```python\ndef fill_fraction():\n    return 1.0\n```\n"

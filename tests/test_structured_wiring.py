@@ -44,6 +44,16 @@ class Holding(Recording):
     structured_formats = ("full", "diff")  # policies.base.StructuredSampling
 
 
+def run_to_end(problem, archive, policy, run, options) -> None:
+    """The search loop over `run` on the process sandbox until it stops, its sandbox and archive then closed."""
+    loop = SearchLoop(problem, archive, policy, ProcessSandbox(slots=1), run, options)
+    try:
+        run_search(loop)
+    finally:
+        loop.sandbox.close()
+        archive.close()
+
+
 @pytest.mark.parametrize(
     ("policy_class", "mode", "lead", "asked"),
     [
@@ -60,12 +70,7 @@ def test_a_group_asks_for_the_answer_s_shape_where_the_policy_can_hold_it(tmp_pa
         lead_comment=lead, max_new_tokens=400,
     )  # fmt: skip
     policy = policy_class()
-    loop = SearchLoop(problem, archive, policy, ProcessSandbox(slots=1), run, options)
-    try:
-        run_search(loop)
-    finally:
-        loop.sandbox.close()
-        archive.close()
+    run_to_end(problem, archive, policy, run, options)
     assert policy.asked and all(a == asked for a in policy.asked), policy.asked
     # a held answer cannot run on past its last variant: it gets the held room (evolve/prompts/builder.py)
     budget = completion_budget(problem.seed_code, 1, "full", options.max_new_tokens, held=asked is not None)
@@ -100,18 +105,11 @@ def test_a_program_of_several_files_asks_for_headers_of_the_files_it_may_change(
     options = RunOptions(
         workers=1, group_size=1, variants=1, max_evaluations=3, max_groups=2, structured="on", asks="base", seed=0
     )
-    run = open_run(archive, problem, options).run
     policy = HoldingTree()
-    loop = SearchLoop(problem, archive, policy, ProcessSandbox(slots=1), run, options)
-    try:
-        run_search(loop)
-    finally:
-        loop.sandbox.close()
-        archive.close()
+    run_to_end(problem, archive, policy, open_run(archive, problem, options).run, options)
     files = ("lib/params.py", "lib/ranking.py")
     assert policy.asked and all(a is not None and a.files == files for a in policy.asked), policy.asked
     db = sqlite3.connect(tmp_path / "a.db")
-    assert {s for (s,) in db.execute("SELECT sampling FROM completions")} and all(
-        json.loads(s)["structured"]["files"] == list(files) for (s,) in db.execute("SELECT sampling FROM completions")
-    )
+    stored = [json.loads(s)["structured"] for (s,) in db.execute("SELECT sampling FROM completions")]
+    assert stored and all(s["files"] == list(files) for s in stored)
     assert [s for (s,) in db.execute("SELECT status FROM variants")] == ["ok"] * len(policy.asked)
