@@ -69,15 +69,18 @@ def run_prompt(model: Any, prompt_ids: list[int], device: Any = None, *, split: 
     decoder, _ = _parts(model)
     device = device or next(model.parameters()).device
     first = decoder(input_ids=torch.tensor([prompt_ids], device=device), use_cache=True)
-    layers = first.past_key_values.layers
+    cache = getattr(first, "cache", None)  # transformers 5's name for past_key_values
+    layers = (first.past_key_values if cache is None else cache).layers
     keys, values = [layer.keys for layer in layers], [layer.values for layer in layers]
     last_state = first.last_hidden_state[0, -1:]
     prompt = SharedPrompt(len(prompt_ids), keys, values, last_state)
     if split and torch.is_grad_enabled():
         prompt.graph = [*keys, *values, last_state]
-        prompt.keys = [k.detach().requires_grad_() for k in keys]
-        prompt.values = [v.detach().requires_grad_() for v in values]
-        prompt.last_state = last_state.detach().requires_grad_()
+        # A leaf asks for a gradient only where its tensor has one to pass on (a LoRA that leaves k_proj and
+        # v_proj alone makes layer 0's keys and values constants).
+        prompt.keys = [k.detach().requires_grad_(k.requires_grad) for k in keys]
+        prompt.values = [v.detach().requires_grad_(v.requires_grad) for v in values]
+        prompt.last_state = last_state.detach().requires_grad_(last_state.requires_grad)
     return prompt
 
 

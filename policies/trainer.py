@@ -329,7 +329,8 @@ PASS_TOKENS = 1024
 
 
 def by_prompt(samples: Sequence[Sample]) -> list[list[Sample]]:
-    """The samples by group (one prompt) and sampling temperature, in first-seen order."""
+    """The samples by group (one prompt) and sampling temperature, in first-seen order. A group whose samples
+    fall in two minibatches has its prompt run once in each (and once an epoch)."""
     same: dict[tuple[int, float], list[Sample]] = {}
     for s in samples:
         same.setdefault((s.group, s.temperature), []).append(s)

@@ -79,13 +79,21 @@ def test_several_completion_passes_after_one_prompt_pass_give_each_sequence_alon
         torch.testing.assert_close(got_grads[name], want, rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.parametrize("kl_coef", [0.0, 0.5])
-def test_an_update_runs_each_prompt_once_and_moves_the_adapter_as_one_pass_would(monkeypatch, kl_coef):
+MLP_ONLY = ("gate_proj", "up_proj", "down_proj")  # layer 0's keys and values then need no gradient
+
+
+@pytest.mark.parametrize(
+    ("kl_coef", "targets"),
+    [(0.0, TrainConfig.target_modules), (0.5, TrainConfig.target_modules), (0.0, MLP_ONLY)],
+    ids=["no-kl", "kl", "mlp-only-lora"],
+)
+def test_an_update_runs_each_prompt_once_and_moves_the_adapter_as_one_pass_would(monkeypatch, kl_coef, targets):
     """The trainer splits a group past PASS_TOKENS into passes without running its prompt again, and the gradient
     its optimizer step takes is that of one pass over the whole group (compared before AdamW, whose step
     divides by the gradient's own size and so magnifies rounding in the near-zero entries). With a KL term, its
     reference (the adapter off) is the same prompt's one pass too, and the KL the update reports is the k3
-    estimate over every completion token, computed here by hand."""
+    estimate over every completion token, computed here by hand. The prompt's passes are counted at the decoder:
+    the calls without a cache to continue."""
     import numpy as np
 
     import policies.trainer as trainer_module
@@ -93,18 +101,22 @@ def test_an_update_runs_each_prompt_once_and_moves_the_adapter_as_one_pass_would
 
     def trained(pass_tokens: int) -> tuple[dict[str, torch.Tensor], int]:  # the gradients; the prompt's passes
         monkeypatch.setattr(trainer_module, "PASS_TOKENS", pass_tokens)
-        runs = []
-        real_run_prompt = trainer_module.run_prompt
-
-        def counted(*args, **kwargs):
-            runs.append(args[1])
-            return real_run_prompt(*args, **kwargs)
-
-        monkeypatch.setattr(trainer_module, "run_prompt", counted)
         tok = tiny_tokenizer()
         torch.manual_seed(5)  # the adapter's initial weights
-        config = TrainConfig(lora_rank=4, lora_alpha=8, learning_rate=1e-2, skip_zero_advantage=False, kl_coef=kl_coef)
+        config = TrainConfig(
+            lora_rank=4,
+            lora_alpha=8,
+            learning_rate=1e-2,
+            skip_zero_advantage=False,
+            kl_coef=kl_coef,
+            target_modules=targets,
+        )
         trainer = PolicyTrainer(tiny_model(tok, seed=3), tok, lambda p: p, config)
+        runs: list[bool] = []
+        decoder = trainer.model.get_base_model().model
+        decoder.register_forward_hook(
+            lambda _m, _a, kwargs, _o: runs.append(kwargs.get("cache") is None), with_kwargs=True
+        )
         with torch.no_grad():  # a nonzero B, so that the first step's gradient reaches A and the prompt too
             for name, p in trainer.model.named_parameters():
                 if "lora_B" in name:
@@ -127,7 +139,7 @@ def test_an_update_runs_each_prompt_once_and_moves_the_adapter_as_one_pass_would
             k3 = [torch.exp(r - n) - (r - n) - 1 for r, n in pairs]
             assert stats.kl == pytest.approx(float(sum(k.sum() for k in k3)) / stats.tokens, rel=1e-4) and stats.kl > 0
         grads = {n: p.grad.clone() for n, p in trainer.model.named_parameters() if p.requires_grad}
-        return grads, len(runs)
+        return grads, sum(runs)
 
     one_pass, one_pass_runs = trained(10_000)
     several, several_runs = trained(6)  # [5], [9], [1, 3]: three passes a group
