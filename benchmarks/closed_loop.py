@@ -104,7 +104,10 @@ def probe(settings: ArmSettings, candidates: list[str], work: Path) -> None:
 # core, which only those kernels do, so there the change does nothing; untrained arms never run the trainer. Arms
 # side by side also take turns to update (closed_loop_arm.one_update_at_a_time), which changes no measure. So
 # a930b8a's arms are this code's arms.
-SAME_AS = ("a930b8a2357e",)
+# e79135e's update ran each group's prompt once a pass of at most 1,024 completion tokens; this commit runs it
+# once a group and sends the passes' summed gradient through it (main's 29ea2f1 and 9429eed: the gradients equal
+# to about 1e-6, tests/test_shared_prompt.py). Same arithmetic, fewer seconds: e79135e's arms are this code's arms.
+SAME_AS = ("a930b8a2357e", "e79135efb9d7")
 
 
 def code_version() -> str:

@@ -26,7 +26,7 @@ from policies.advantages import make_estimator
 from policies.groups import TrainingGroup
 from policies.prefill import cpu_has_native_bf16
 from policies.shaping import select
-from policies.shared_prompt import completion_logprobs
+from policies.shared_prompt import SharedPrompt, completion_logprobs, completions_after, run_prompt
 
 ShouldStop = Callable[[], bool]  # asked between samples: True gives the update up (`UpdateAbandoned`)
 
@@ -215,22 +215,16 @@ class PolicyTrainer:
     # ---- forward ----------------------------------------------------------------------------------------
     def token_logprobs(self, sample: Sample) -> Any:
         """Logprobs of the completion tokens under the current weights, at the sampling temperature."""
-        return self.bucket_logprobs([sample])[0]
-
-    def bucket_logprobs(self, bucket: Sequence[Sample]) -> list[Any]:
-        """Logprobs of each sample's completion tokens; the samples share one prompt and temperature, which
-        runs once for all of them (policies/shared_prompt.py)."""
-        first = bucket[0]
-        completions = [s.completion_ids for s in bucket]
-        return completion_logprobs(self.model, first.prompt_ids, completions, first.temperature, self.device)
+        prompt, completion = sample.prompt_ids, [sample.completion_ids]
+        return completion_logprobs(self.model, prompt, completion, sample.temperature, self.device)[0]
 
     # ---- update -----------------------------------------------------------------------------------------
     def update(
         self, groups: Sequence[TrainingGroup], skipped: dict[str, int] | None = None, should_stop: ShouldStop = never
     ) -> UpdateStats:
-        """One update on the groups. `should_stop` is asked before each group's forward pass (one pass over its
-        prompt and all its completions of the minibatch: seconds on a CPU, the whole update longer), so that a
-        run being stopped waits for one group at most; a yes raises `UpdateAbandoned`."""
+        """One update on the groups. `should_stop` is asked before each group's prompt pass and each pass over its
+        completions (seconds on a CPU, the whole update minutes), so that a run being stopped waits for one pass
+        at most; a yes raises `UpdateAbandoned`."""
         import torch
 
         stats = UpdateStats(skipped=dict(skipped or {}))
@@ -243,10 +237,12 @@ class PolicyTrainer:
         if self.config.epochs > 1 or len(samples) > self.config.minibatch:
             self.model.eval()
             with torch.no_grad():
-                for bucket in by_prompt(samples):
-                    _check(should_stop)
-                    for s, logprobs in zip(bucket, self.bucket_logprobs(bucket), strict=True):
-                        s.old_logprobs = logprobs
+                for same_prompt in by_prompt(samples):
+                    prompt = run_prompt(self.model, same_prompt[0].prompt_ids, self.device)
+                    for part in passes(same_prompt):
+                        _check(should_stop)
+                        for s, logprobs in zip(part, self._after(prompt, part), strict=True):
+                            s.old_logprobs = logprobs
         self.model.train()
         totals = {"loss": 0.0, "clipped": 0.0, "kl": 0.0, "is": 0.0, "tokens": 0}
         for _ in range(self.config.epochs):
@@ -255,9 +251,8 @@ class PolicyTrainer:
                 chunk = [samples[i] for i in order[start : start + self.config.minibatch]]
                 n_tokens = sum(len(s.completion_ids) for s in chunk)
                 self.optimizer.zero_grad()
-                for bucket in by_prompt(chunk):
-                    _check(should_stop)
-                    self._accumulate(bucket, n_tokens, totals)
+                for same_prompt in by_prompt(chunk):
+                    self._accumulate(same_prompt, n_tokens, totals, should_stop)
                 torch.nn.utils.clip_grad_norm_([p for p in self.model.parameters() if p.requires_grad], 1.0)
                 self.optimizer.step()
                 stats.optimizer_steps += 1
@@ -271,39 +266,64 @@ class PolicyTrainer:
             raise FloatingPointError("the update produced a non-finite loss")
         return stats
 
-    def _accumulate(self, bucket: list[Sample], n_tokens: int, totals: dict[str, float]) -> None:
-        """The loss of one prompt's samples, with one forward and one backward pass through the shared prompt."""
+    def _after(self, prompt: SharedPrompt, part: Sequence[Sample]) -> list[Any]:
+        completions = [s.completion_ids for s in part]
+        return completions_after(self.model, prompt, completions, part[0].temperature, self.device)
+
+    def _accumulate(
+        self, same_prompt: list[Sample], n_tokens: int, totals: dict[str, float], should_stop: ShouldStop
+    ) -> None:
+        """The loss of one prompt's samples: the prompt's forward pass once, then the completions in passes of at
+        most PASS_TOKENS tokens, each with its own backward, and the prompt's backward once after the last."""
         import torch
 
-        loss = torch.zeros((), device=self.device)
-        refs: list[Any] = [None] * len(bucket)
+        _check(should_stop)
+        parts = passes(same_prompt)
+        prompt = run_prompt(self.model, same_prompt[0].prompt_ids, self.device, split=len(parts) > 1)
+        reference = None
         if self.config.kl_coef > 0:  # the base model's logprobs (adapter off); skipped entirely at coefficient 0
             with torch.no_grad(), self.model.disable_adapter():
-                refs = self.bucket_logprobs(bucket)
-        for s, new, ref in zip(bucket, self.bucket_logprobs(bucket), refs, strict=True):
-            old = new.detach() if s.old_logprobs is None else s.old_logprobs
-            sampler = torch.tensor(s.sampler_logprobs, device=self.device, dtype=new.dtype)
-            adv = torch.full_like(new, s.advantage)
-            per_token, clipped, is_weight = ppo_clip_loss(
-                new,
-                old,
-                sampler,
-                adv,
-                clip_low=self.config.clip_low,
-                clip_high=self.config.clip_high,
-                is_cap=self.config.is_cap,
-            )
-            loss = loss + per_token.sum()
-            if ref is not None:
-                delta = ref - new
-                kl = torch.exp(delta) - delta - 1.0  # k3 estimator, >= 0
-                loss = loss + self.config.kl_coef * kl.sum()
-                totals["kl"] += float(kl.sum())
-            totals["loss"] += float(per_token.detach().sum())
-            totals["clipped"] += float(clipped.sum())
-            totals["is"] += float(is_weight.sum())
-            totals["tokens"] += len(s.completion_ids)
-        (loss / n_tokens).backward()
+                reference = run_prompt(self.model, same_prompt[0].prompt_ids, self.device)
+        for part in parts:
+            _check(should_stop)
+            refs: list[Any] = [None] * len(part)
+            if reference is not None:
+                with torch.no_grad(), self.model.disable_adapter():
+                    refs = self._after(reference, part)
+            loss = torch.zeros((), device=self.device)
+            for s, new, ref in zip(part, self._after(prompt, part), refs, strict=True):
+                loss = loss + self._sample_loss(s, new, ref, totals)
+            (loss / n_tokens).backward()
+        prompt.backward()
+
+    def _sample_loss(self, s: Sample, new: Any, ref: Any, totals: dict[str, float]) -> Any:
+        """One completion's summed PPO-clip loss (plus its KL term when there is a reference), its figures added
+        to `totals`."""
+        import torch
+
+        old = new.detach() if s.old_logprobs is None else s.old_logprobs
+        sampler = torch.tensor(s.sampler_logprobs, device=self.device, dtype=new.dtype)
+        adv = torch.full_like(new, s.advantage)
+        per_token, clipped, is_weight = ppo_clip_loss(
+            new,
+            old,
+            sampler,
+            adv,
+            clip_low=self.config.clip_low,
+            clip_high=self.config.clip_high,
+            is_cap=self.config.is_cap,
+        )
+        loss = per_token.sum()
+        if ref is not None:
+            delta = ref - new
+            kl = torch.exp(delta) - delta - 1.0  # k3 estimator, >= 0
+            loss = loss + self.config.kl_coef * kl.sum()
+            totals["kl"] += float(kl.sum())
+        totals["loss"] += float(per_token.detach().sum())
+        totals["clipped"] += float(clipped.sum())
+        totals["is"] += float(is_weight.sum())
+        totals["tokens"] += len(s.completion_ids)
+        return loss
 
     def save(self, directory: Path) -> Path:
         directory.mkdir(parents=True, exist_ok=True)
@@ -311,22 +331,32 @@ class PolicyTrainer:
         return directory
 
 
-# Completion tokens one forward and backward pass holds at once. Their logits over a 150k-token vocabulary, with
-# log_softmax's, cost about 2.5 MB a token: a group of 4 completions of 2,048 tokens in one pass held 24 GB and
-# was OOM-killed. A group past the budget is run in several passes, each with its own pass over the prompt.
-BUCKET_TOKENS = 1024
+# Completion tokens one forward and backward pass holds at once. A group of 4 completions of 2,048 tokens in one
+# pass held 24 GB (then mostly their logits, which policies/head_logprobs.py no longer keeps) and was OOM-killed;
+# the decoder's own activations are still a few MB a token. A group past the budget takes several completion
+# passes after its prompt's one pass (policies/shared_prompt.py).
+PASS_TOKENS = 1024
 
 
-def by_prompt(samples: Sequence[Sample], budget: int = BUCKET_TOKENS) -> list[list[Sample]]:
-    """The samples in buckets of one group (one prompt) and one sampling temperature, in first-seen order, a
-    bucket holding at most `budget` completion tokens (or one completion, however long)."""
-    buckets: dict[tuple[int, float], list[list[Sample]]] = {}
+def by_prompt(samples: Sequence[Sample]) -> list[list[Sample]]:
+    """The samples by group (one prompt) and sampling temperature, in first-seen order. A group whose samples
+    fall in two minibatches has its prompt run once in each (and once an epoch)."""
+    same: dict[tuple[int, float], list[Sample]] = {}
     for s in samples:
-        runs = buckets.setdefault((s.group, s.temperature), [[]])
+        same.setdefault((s.group, s.temperature), []).append(s)
+    return list(same.values())
+
+
+def passes(same_prompt: Sequence[Sample], budget: int | None = None) -> list[list[Sample]]:
+    """One prompt's samples in passes of at most `budget` completion tokens (PASS_TOKENS), in order; a
+    completion longer than the budget is a pass of its own."""
+    budget = PASS_TOKENS if budget is None else budget
+    runs: list[list[Sample]] = [[]]
+    for s in same_prompt:
         if runs[-1] and sum(len(x.completion_ids) for x in runs[-1]) + len(s.completion_ids) > budget:
             runs.append([])
         runs[-1].append(s)
-    return [bucket for runs in buckets.values() for bucket in runs]
+    return [run for run in runs if run]
 
 
 def _release_freed_memory() -> None:
