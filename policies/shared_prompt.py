@@ -22,6 +22,7 @@ nothing that counts.
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,15 +31,27 @@ from policies.head_logprobs import token_logprobs
 
 @dataclass
 class SharedPrompt:
-    """A prompt's one pass: each layer's keys and values and the last hidden state (which predicts a completion's
-    first token). With `split`, those are leaves that gather the completion passes' gradients, and `graph` holds
-    the pass's own outputs for `backward`."""
+    """A prompt's one pass: its cache, each layer's keys and values and the last hidden state (which predicts a
+    completion's first token). With `split`, the keys, values and state are leaves that gather the completion
+    passes' gradients, and `graph` holds the pass's own outputs for `backward`. The cache keeps each layer's kind
+    (a sliding-window layer holds only its window's last keys), which a pass copies and fills with these keys."""
 
     length: int
+    cache: Any
     keys: list[Any]
     values: list[Any]
     last_state: Any
     graph: list[Any] = field(default_factory=list)
+
+    def cache_for(self, n: int) -> Any:
+        """A cache for `n` completions at once: a copy of the prompt's, its keys and values repeated `n` times (a
+        pass appends to its layers, which must leave this prompt's own untouched for the next pass)."""
+        cache = copy.copy(self.cache)
+        cache.layers = [copy.copy(layer) for layer in self.cache.layers]
+        for layer, keys, values in zip(cache.layers, self.keys, self.values, strict=True):
+            layer.keys, layer.values = keys, values
+        cache.batch_repeat_interleave(n)
+        return cache
 
     def backward(self) -> None:
         """Carry the gradients that the completion passes left on the leaves back through the prompt's pass (once,
@@ -70,10 +83,10 @@ def run_prompt(model: Any, prompt_ids: list[int], device: Any = None, *, split: 
     device = device or next(model.parameters()).device
     first = decoder(input_ids=torch.tensor([prompt_ids], device=device), use_cache=True)
     cache = getattr(first, "cache", None)  # transformers 5's name for past_key_values
-    layers = (first.past_key_values if cache is None else cache).layers
-    keys, values = [layer.keys for layer in layers], [layer.values for layer in layers]
+    cache = first.past_key_values if cache is None else cache
+    keys, values = [layer.keys for layer in cache.layers], [layer.values for layer in cache.layers]
     last_state = first.last_hidden_state[0, -1:]
-    prompt = SharedPrompt(len(prompt_ids), keys, values, last_state)
+    prompt = SharedPrompt(len(prompt_ids), cache, keys, values, last_state)
     if split and torch.is_grad_enabled():
         prompt.graph = [*keys, *values, last_state]
         # A leaf asks for a gradient only where its tensor has one to pass on (a LoRA that leaves k_proj and
@@ -90,7 +103,6 @@ def completions_after(
     """For each completion, the logprob of each of its tokens after the prompt and its own earlier tokens, at the
     sampling `temperature` (1-D tensors, differentiable when gradients are enabled), in one batched pass."""
     import torch
-    from transformers.cache_utils import DynamicCache
 
     if not completions:
         return []
@@ -103,8 +115,7 @@ def completions_after(
     for i, tokens in enumerate(completions):
         batch[i, : len(tokens)] = torch.tensor(tokens, device=device)
         mask[i, prompt.length : prompt.length + len(tokens)] = 1
-    repeated = zip(prompt.keys, prompt.values, strict=True)
-    cache = DynamicCache([(k.repeat_interleave(n, dim=0), v.repeat_interleave(n, dim=0)) for k, v in repeated])
+    cache = prompt.cache_for(n)
     positions = torch.arange(prompt.length, prompt.length + width, device=device).expand(n, -1)
     states = decoder(input_ids=batch, attention_mask=mask, cache=cache, position_ids=positions)
     out = []

@@ -30,14 +30,24 @@ def tiny_tokenizer() -> Any:
     return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=EOS, pad_token=PAD)
 
 
-def tiny_model(tokenizer: Any, seed: int = 0, hidden: int = 128, layers: int = 2, vocab_size: int | None = None) -> Any:
+def tiny_model(
+    tokenizer: Any,
+    seed: int = 0,
+    hidden: int = 128,
+    layers: int = 2,
+    vocab_size: int | None = None,
+    sliding_window: int | None = None,
+) -> Any:
     """`vocab_size` below len(tokenizer) leaves the special tokens out of reach: such a model never stops by
-    itself, which is what tests of interrupting a generation need."""
+    itself, which is what tests of interrupting a generation need. `sliding_window`: every layer after the first
+    attends to that many positions only, and its cache keeps no more."""
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     torch.manual_seed(seed)
     vocab = vocab_size or len(tokenizer)
+    window = {"use_sliding_window": True, "sliding_window": sliding_window, "max_window_layers": 1}
+    window = {} if sliding_window is None else window
     eos = tokenizer.eos_token_id if tokenizer.eos_token_id < vocab else None
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id < vocab else None
     config = Qwen2Config(
@@ -51,6 +61,7 @@ def tiny_model(tokenizer: Any, seed: int = 0, hidden: int = 128, layers: int = 2
         eos_token_id=eos,
         pad_token_id=pad,
         tie_word_embeddings=True,
+        **window,
     )
     model = Qwen2ForCausalLM(config)
     model.generation_config.eos_token_id = eos

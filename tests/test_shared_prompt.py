@@ -16,10 +16,13 @@ COMPLETIONS = [[8, 9, 10, 11, 12], [200, 1, 2, 3, 4, 5, 6, 7, 8], [77], [13, 14,
 TEMPERATURE = 0.7
 
 
-@pytest.fixture(scope="module")
-def model():
+@pytest.fixture(scope="module", params=[None, 4], ids=["full-attention", "sliding-window"])
+def model(request):
+    """With a window of 4, the prompt's cache keeps its last 3 keys in the second layer: a pass must continue that
+    layer as the model's own cache would (the cache built afresh from the keys alone failed there)."""
     tok = tiny_tokenizer()
-    trainer = PolicyTrainer(tiny_model(tok, seed=3), tok, lambda p: p, TrainConfig(lora_rank=4, lora_alpha=8))
+    tiny = tiny_model(tok, seed=3, sliding_window=request.param)
+    trainer = PolicyTrainer(tiny, tok, lambda p: p, TrainConfig(lora_rank=4, lora_alpha=8))
     generator = torch.Generator().manual_seed(0)
     with torch.no_grad():  # a trained-looking adapter: LoRA's B starts at zero, which would hide its gradients
         for name, p in trainer.model.named_parameters():
