@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks.lane_cores import BorrowedCores, waiting_for
 from evolve.archive import Archive
 from evolve.fitness import oriented_array, oriented_bounds, scalar_bounds, signs
 from evolve.loop import SearchLoop, run_search
@@ -98,21 +99,26 @@ class _TimedPublisher:
 
 
 @contextmanager
-def one_update_at_a_time(seconds: dict[str, float]) -> Iterator[None]:
+def one_update_at_a_time(seconds: dict[str, float]) -> Iterator[Callable[[], None]]:
     """Arms run side by side (benchmarks/study_lanes.sh) lock the file STUDY_UPDATE_LOCK names around each
     update: an update's peak (about 12 GB in float32) twice over is more than a 24 GB machine holds. Waiting for
-    the other arm's update is timed apart (`update_wait`), and changes nothing an arm measures but wall time."""
+    the other arm's update is timed apart (`update_wait`), and changes nothing an arm measures but wall time.
+    Yields what the update calls between its passes: it takes the waiting arm's idle core too
+    (benchmarks/lane_cores.py), and gives it back before the lock is let go."""
     path = os.environ.get("STUDY_UPDATE_LOCK")
     if not path:
-        yield
+        yield lambda: None
         return
     started = time.monotonic()
     with open(path, "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+        with waiting_for(Path(path)):
+            fcntl.flock(lock, fcntl.LOCK_EX)
         seconds["update_wait"] += time.monotonic() - started
+        cores = BorrowedCores(Path(path))
         try:
-            yield
+            yield cores.adjust
         finally:
+            cores.restore()
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
@@ -125,10 +131,15 @@ class TimedTrainer(ArchiveTrainer):
         self.publisher = _TimedPublisher(self.publisher, seconds)  # type: ignore[assignment]
 
     def step(self, should_stop: Callable[[], bool] = never) -> Any:
-        with one_update_at_a_time(self.seconds):
+        with one_update_at_a_time(self.seconds) as between_passes:
             started = time.monotonic()
+
+            def adjust_then_ask() -> bool:  # called in the update's own thread, between two of its passes
+                between_passes()
+                return should_stop()
+
             try:
-                return super().step(should_stop)
+                return super().step(adjust_then_ask)
             finally:
                 self.seconds["update_step"] += time.monotonic() - started
 
