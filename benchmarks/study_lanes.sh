@@ -16,14 +16,15 @@
 # those arms (and no best@k): the untrained arms need no trainer, for a machine whose trainer is too slow.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-STUDY_COMMIT=${STUDY_COMMIT:-a45f4e9}  # a930b8a, the float32 trainer where bf16 is slow, the prompt once a group (docs/training.md)
+STUDY_COMMIT=${STUDY_COMMIT:-633d114}  # a930b8a, the float32 trainer where bf16 is slow, the prompt once a group, the waiting lane's core lent to the update (docs/training.md)
 LANES=${STUDY_LANES:-${TMPDIR:-/tmp}/vpo-study-lanes}
 PY=${PYTHON:-python3}
 CL=benchmarks/results/closed_loop
 BK=benchmarks/results/best_at_k
 # Two lanes of about equal work (a trained arm costs about 2.5 untrained ones), disjoint (problem, arm) sets so
 # that no arm runs twice, each lane seed by seed so that partial results pair both problems' arms early. The lanes
-# take turns to update (STUDY_UPDATE_LOCK): two float32 updates at once would need more than 24 GB.
+# take turns to update (STUDY_UPDATE_LOCK): two float32 updates at once would need more than 24 GB. While one lane
+# waits for its turn, the update under way borrows its core (benchmarks/lane_cores.py in the study's code).
 LANE_NAMES=(one two)
 declare -A CORE=([one]=1 [two]=0)
 declare -A JOBS=(
@@ -31,10 +32,10 @@ declare -A JOBS=(
   [two]="tour_heuristic:vpo minimizer:none,grpo"
 )
 
-lane_run() {  # lane, then the python arguments: pinned, niced, its own checkout first on the path
-  local dir=$LANES/$1 core=${CORE[$1]}
+lane_run() {  # lane, then the python arguments: pinned (LANE_CORES, else the lane's core), niced, its checkout first
+  local dir=$LANES/$1 core=${LANE_CORES:-${CORE[$1]}}
   shift
-  (cd "$dir" && PYTHONPATH="$dir" EVOLVE_LLAMA_THREADS=1 STUDY_UPDATE_LOCK="$LANES/update.lock" \
+  (cd "$dir" && PYTHONPATH="$dir" EVOLVE_LLAMA_THREADS=${LANE_THREADS:-1} STUDY_UPDATE_LOCK="$LANES/update.lock" \
     nice -n 19 taskset -c "$core" "$PY" "$@")
 }
 
@@ -61,6 +62,7 @@ lane_script() {  # what one lane runs, start to end
   if [ "$lane" = one ] && [ -z "${STUDY_ARMS:-}" ] && [ ! -f "$LANES/$lane/$BK/tour_heuristic.json" ]; then
     while running two; do sleep 60; done  # best@k's trainings take no turn with the other lane's updates: wait
     echo "=== $(date -u +%FT%TZ) lane $lane: best@k on tour_heuristic"
+    export LANE_CORES=0,1 LANE_THREADS=2  # lane two is done: both cores, every policy of best@k alike
     tour=$(lane_run "$lane" -m benchmarks.closed_loop --probe-archive tour_heuristic | tail -1)
     held=$(lane_run "$lane" -m benchmarks.closed_loop --probe-archive durations | tail -1)
     [ -f "$tour" ] && [ -f "$held" ] || { echo "lane $lane: no probe archive ($tour, $held)"; exit 1; }
