@@ -109,7 +109,11 @@ def probe(settings: ArmSettings, candidates: list[str], work: Path) -> None:
 # to about 1e-6, tests/test_shared_prompt.py). Same arithmetic, fewer seconds: e79135e's arms are this code's arms.
 # a45f4e9's lanes waited for each other's updates with a core idle; this commit lends the waiting lane's core to
 # the update under way (benchmarks/lane_cores.py): the same update split over two threads, fewer seconds.
-SAME_AS = ("a930b8a2357e", "e79135efb9d7", "a45f4e9c2f62")
+# 633d114's update ran a pass without gradients over every sample of an update of two minibatches or more, for
+# the old logprobs; this commit runs it over the samples after the first minibatch alone, whose samples take theirs
+# from their own first pass, before any optimizer step (main's tests/test_trainer.py checks every old logprob
+# equals the starting weights'). The same values, fewer seconds.
+SAME_AS = ("a930b8a2357e", "e79135efb9d7", "a45f4e9c2f62", "633d1143048d")
 
 
 def code_version() -> str:

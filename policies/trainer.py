@@ -232,12 +232,17 @@ class PolicyTrainer:
         stats.samples = len(samples)
         if not samples:
             return stats
-        # With a single optimizer step the weights cannot move before the ratio is taken, so the old logprobs
-        # are the current ones, detached, and the extra forward pass is skipped (as TRL does).
-        if self.config.epochs > 1 or len(samples) > self.config.minibatch:
+        orders = [self._rng.permutation(len(samples)) for _ in range(self.config.epochs)]
+        # The old logprobs (the ratio's denominator) are those of the weights before the update. The first
+        # minibatch runs before any optimizer step, so its samples' own logprobs, detached, are the old ones
+        # (`_sample_loss` keeps them for later epochs); only the samples whose first pass comes after a step need
+        # a pass of their own beforehand. A single minibatch needs none (as TRL skips it for one step).
+        first = set(orders[0][: self.config.minibatch].tolist())
+        later = [s for i, s in enumerate(samples) if i not in first]
+        if later:
             self.model.eval()
             with torch.no_grad():
-                for same_prompt in by_prompt(samples):
+                for same_prompt in by_prompt(later):
                     prompt = run_prompt(self.model, same_prompt[0].prompt_ids, self.device)
                     for part in passes(same_prompt):
                         _check(should_stop)
@@ -245,8 +250,7 @@ class PolicyTrainer:
                             s.old_logprobs = logprobs
         self.model.train()
         totals = {"loss": 0.0, "clipped": 0.0, "kl": 0.0, "is": 0.0, "tokens": 0}
-        for _ in range(self.config.epochs):
-            order = self._rng.permutation(len(samples))
+        for order in orders:
             for start in range(0, len(order), self.config.minibatch):
                 chunk = [samples[i] for i in order[start : start + self.config.minibatch]]
                 n_tokens = sum(len(s.completion_ids) for s in chunk)
@@ -301,7 +305,9 @@ class PolicyTrainer:
         to `totals`."""
         import torch
 
-        old = new.detach() if s.old_logprobs is None else s.old_logprobs
+        if s.old_logprobs is None:  # its first pass, before any optimizer step (`update`): these are the old ones
+            s.old_logprobs = new.detach()
+        old = s.old_logprobs
         sampler = torch.tensor(s.sampler_logprobs, device=self.device, dtype=new.dtype)
         adv = torch.full_like(new, s.advantage)
         per_token, clipped, is_weight = ppo_clip_loss(

@@ -149,3 +149,72 @@ def test_a_failed_update_keeps_the_old_version_serving(tmp_path, tiny_model_dir)
     after = get_peft_model_state_dict(trainer.trainer.model)
     assert all(torch.equal(before[k], after[k]) for k in before)
     assert "update failed" in loop.stats.last_train
+
+
+def test_old_logprobs_are_the_weights_before_the_update_and_only_later_minibatches_pay_a_pass(monkeypatch):
+    """The ratio's denominator is each sample's logprobs under the weights the update started from, in every
+    epoch. The first minibatch runs before any optimizer step, so its samples take theirs from their own first
+    pass: the pass without gradients beforehand covers the other samples alone (5 of 8 here, with minibatches of
+    3), where it covered all 8 before."""
+    import policies.trainer as trainer_module
+    from policies.shared_prompt import completion_logprobs
+
+    tok = tiny_tokenizer()
+    torch.manual_seed(5)
+    config = TrainConfig(
+        lora_rank=4, lora_alpha=8, learning_rate=1e-2, skip_zero_advantage=False, minibatch=3, epochs=2
+    )
+    trainer = PolicyTrainer(tiny_model(tok, seed=3), tok, lambda p: p, config)
+    with torch.no_grad():  # a nonzero B: the first step then moves every layer's output
+        for name, p in trainer.model.named_parameters():
+            if "lora_B" in name:
+                p.copy_(torch.randn(p.shape, generator=torch.Generator().manual_seed(7)) * 0.05)
+    completions = [[8, 9, 10, 11, 12], [200, 1, 2, 3, 4, 5, 6, 7, 8], [77], [13, 14, 15]]
+    groups = [
+        TrainingGroup(
+            g,
+            "abcdefgh"[g:],
+            [TrainingCompletion(i, c, [-1.0] * len(c), 0.7, np.array([[i % 3]])) for i, c in enumerate(completions)],
+        )
+        for g in range(2)
+    ]
+    prompts = [tuple(tok(g.prompt, add_special_tokens=False).input_ids) for g in groups]
+    with torch.no_grad():
+        before = {
+            (p, tuple(c)): lp
+            for p in prompts
+            for c, lp in zip(completions, completion_logprobs(trainer.model, list(p), completions, 0.7), strict=True)
+        }
+    rows_without_grad: list[int] = []  # completion rows run with gradients off (the old logprobs' pass)
+
+    def count(_module, _args, kwargs, _output) -> None:
+        if kwargs.get("cache") is not None and not torch.is_grad_enabled():
+            rows_without_grad.append(kwargs["input_ids"].shape[0])
+
+    trainer.model.get_base_model().model.register_forward_hook(count, with_kwargs=True)
+    used: list[tuple[tuple, torch.Tensor]] = []  # (prompt, completion) and the old logprobs its loss divided by
+    sample_loss, clip_loss = PolicyTrainer._sample_loss, trainer_module.ppo_clip_loss
+    current: list[tuple] = []
+
+    def recording_sample_loss(self, s, *args):
+        current[:] = [(tuple(s.prompt_ids), tuple(s.completion_ids))]
+        return sample_loss(self, s, *args)
+
+    def recording_clip_loss(new, old, *args, **kwargs):
+        used.append((current[0], old.clone()))
+        return clip_loss(new, old, *args, **kwargs)
+
+    monkeypatch.setattr(PolicyTrainer, "_sample_loss", recording_sample_loss)
+    monkeypatch.setattr(trainer_module, "ppo_clip_loss", recording_clip_loss)
+    stats = trainer.update(groups)
+    assert stats.samples == 8 and stats.optimizer_steps == 6  # 3 minibatches an epoch, 2 epochs
+    assert sum(rows_without_grad) == 5
+    assert sorted(key for key, _ in used) == sorted(list(before) * 2)
+    with torch.no_grad():
+        after = completion_logprobs(trainer.model, list(prompts[0]), completions, 0.7)
+    assert (
+        max(float((a - before[(prompts[0], tuple(c))]).abs().max()) for a, c in zip(after, completions, strict=True))
+        > 1e-3
+    )
+    for key, old in used:
+        torch.testing.assert_close(old, before[key], rtol=1e-5, atol=1e-5)
