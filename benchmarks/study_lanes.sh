@@ -16,7 +16,7 @@
 # those arms (and no best@k): the untrained arms need no trainer, for a machine whose trainer is too slow.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-STUDY_COMMIT=${STUDY_COMMIT:-633d114}  # a930b8a, the float32 trainer where bf16 is slow, the prompt once a group, the waiting lane's core lent to the update (docs/training.md)
+STUDY_COMMIT=${STUDY_COMMIT:-a0fcf84}  # a930b8a, the float32 trainer where bf16 is slow, the prompt once a group, the waiting lane's core lent to the update, old logprobs for later minibatches only (docs/training.md)
 LANES=${STUDY_LANES:-${TMPDIR:-/tmp}/vpo-study-lanes}
 PY=${PYTHON:-python3}
 CL=benchmarks/results/closed_loop
