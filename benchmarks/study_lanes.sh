@@ -167,7 +167,11 @@ case "${1:-}" in
   start) start ;;
   collect) collect ;;
   status) status ;;
-  stop) for lane in "${LANE_NAMES[@]}"; do running "$lane" && kill -9 -- "-$(cat "$LANES/$lane/pid")"; done; true ;;
+  stop)  # kill -9 each lane's process group, and wait until it is gone (a `start` right after would see it)
+    for lane in "${LANE_NAMES[@]}"; do
+      if running "$lane"; then kill -9 -- "-$(cat "$LANES/$lane/pid")"; fi
+      for _ in $(seq 150); do running "$lane" || break; sleep 0.2; done
+    done ;;
   lane) lane_script "$2" ;;
   *) echo "usage: bash benchmarks/study_lanes.sh start|status|collect|stop" >&2; exit 2 ;;
 esac
