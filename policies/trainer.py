@@ -226,9 +226,10 @@ class PolicyTrainer:
         # The old logprobs (the ratio's denominator) are those of the weights before the update. The first
         # minibatch runs before any optimizer step, so its samples' own logprobs, detached, are the old ones
         # (`_sample_loss` keeps them for later epochs); only the samples whose first pass comes after a step need
-        # a pass of their own beforehand. A single minibatch needs none (as TRL skips it for one step).
-        first = set(orders[0][: self.config.minibatch].tolist())
-        later = [s for i, s in enumerate(samples) if i not in first]
+        # a pass of their own beforehand. A single minibatch needs none (as TRL skips it for one step). Where a
+        # dropout is active, a training pass is noisier than the starting weights' logprobs: all get the pass.
+        first = set() if _dropout_active(self.model) else set(orders[0][: self.config.minibatch].tolist())
+        later = [s for i, s in enumerate(samples) if i not in first] if orders else []
         if later:
             self.model.eval()
             with torch.no_grad():
@@ -353,6 +354,17 @@ def passes(same_prompt: Sequence[Sample], budget: int | None = None) -> list[lis
             runs.append([])
         runs[-1].append(s)
     return [run for run in runs if run]
+
+
+def _dropout_active(model: Any) -> bool:
+    """Whether a pass in training mode differs from one in eval mode: a dropout with p > 0 (this trainer's own LoRA
+    has none, an adapter passed in may) or attention dropout in the model's config."""
+    import torch
+
+    config = getattr(model, "config", None)
+    if (getattr(config, "attention_dropout", 0.0) or 0.0) > 0:
+        return True
+    return any(isinstance(m, torch.nn.Dropout) and m.p > 0 for m in model.modules())
 
 
 def _release_freed_memory() -> None:

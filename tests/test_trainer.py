@@ -169,39 +169,36 @@ def test_a_failed_update_keeps_the_old_version_serving(tmp_path, tiny_model_dir)
     assert "update failed" in loop.stats.last_train
 
 
-def test_old_logprobs_are_the_weights_before_the_update_and_only_later_minibatches_pay_a_pass(monkeypatch):
-    """The ratio's denominator is each sample's logprobs under the weights the update started from, in every
-    epoch. The first minibatch runs before any optimizer step, so its samples take theirs from their own first
-    pass: the pass without gradients beforehand covers the other samples alone (5 of 8 here, with minibatches of
-    3), where it covered all 8 before."""
+COMPLETIONS = [[8, 9, 10, 11, 12], [200, 1, 2, 3, 4, 5, 6, 7, 8], [77], [13, 14, 15]]
+
+
+def _old_logprobs_seen(monkeypatch, trainer: PolicyTrainer) -> tuple[int, list[tuple[tuple, torch.Tensor]], dict]:
+    """An update of 2 groups x 4 completions on `trainer`: the completion rows it ran without gradients, each
+    (prompt, completion) with the old logprobs its loss divided by, and every sample's logprobs under the starting
+    weights (eval mode)."""
     import policies.trainer as trainer_module
     from policies.shared_prompt import completion_logprobs
 
-    tok = tiny_tokenizer()
-    torch.manual_seed(5)
-    config = TrainConfig(
-        lora_rank=4, lora_alpha=8, learning_rate=1e-2, skip_zero_advantage=False, minibatch=3, epochs=2
-    )
-    trainer = PolicyTrainer(tiny_model(tok, seed=3), tok, lambda p: p, config)
+    tok = trainer.tokenizer
     with torch.no_grad():  # a nonzero B: the first step then moves every layer's output
         for name, p in trainer.model.named_parameters():
             if "lora_B" in name:
                 p.copy_(torch.randn(p.shape, generator=torch.Generator().manual_seed(7)) * 0.05)
-    completions = [[8, 9, 10, 11, 12], [200, 1, 2, 3, 4, 5, 6, 7, 8], [77], [13, 14, 15]]
     groups = [
         TrainingGroup(
             g,
             "abcdefgh"[g:],
-            [TrainingCompletion(i, c, [-1.0] * len(c), 0.7, np.array([[i % 3]])) for i, c in enumerate(completions)],
+            [TrainingCompletion(i, c, [-1.0] * len(c), 0.7, np.array([[i % 3]])) for i, c in enumerate(COMPLETIONS)],
         )
         for g in range(2)
     ]
     prompts = [tuple(tok(g.prompt, add_special_tokens=False).input_ids) for g in groups]
+    trainer.model.eval()
     with torch.no_grad():
         before = {
             (p, tuple(c)): lp
             for p in prompts
-            for c, lp in zip(completions, completion_logprobs(trainer.model, list(p), completions, 0.7), strict=True)
+            for c, lp in zip(COMPLETIONS, completion_logprobs(trainer.model, list(p), COMPLETIONS, 0.7), strict=True)
         }
     rows_without_grad: list[int] = []  # completion rows run with gradients off (the old logprobs' pass)
 
@@ -210,7 +207,7 @@ def test_old_logprobs_are_the_weights_before_the_update_and_only_later_minibatch
             rows_without_grad.append(kwargs["input_ids"].shape[0])
 
     trainer.model.get_base_model().model.register_forward_hook(count, with_kwargs=True)
-    used: list[tuple[tuple, torch.Tensor]] = []  # (prompt, completion) and the old logprobs its loss divided by
+    used: list[tuple[tuple, torch.Tensor]] = []
     sample_loss, clip_loss = PolicyTrainer._sample_loss, trainer_module.ppo_clip_loss
     current: list[tuple] = []
 
@@ -225,14 +222,50 @@ def test_old_logprobs_are_the_weights_before_the_update_and_only_later_minibatch
     monkeypatch.setattr(PolicyTrainer, "_sample_loss", recording_sample_loss)
     monkeypatch.setattr(trainer_module, "ppo_clip_loss", recording_clip_loss)
     stats = trainer.update(groups)
+    rows = sum(rows_without_grad)
     assert stats.samples == 8 and stats.optimizer_steps == 6  # 3 minibatches an epoch, 2 epochs
-    assert sum(rows_without_grad) == 5
     assert sorted(key for key, _ in used) == sorted(list(before) * 2)
+    trainer.model.eval()
     with torch.no_grad():
-        after = completion_logprobs(trainer.model, list(prompts[0]), completions, 0.7)
-    assert (
-        max(float((a - before[(prompts[0], tuple(c))]).abs().max()) for a, c in zip(after, completions, strict=True))
-        > 1e-3
+        after = completion_logprobs(trainer.model, list(prompts[0]), COMPLETIONS, 0.7)
+    moved = max(
+        float((a - before[(prompts[0], tuple(c))]).abs().max()) for a, c in zip(after, COMPLETIONS, strict=True)
     )
+    assert moved > 1e-3  # the steps moved the weights: old logprobs taken after one would show
+    return rows, used, before
+
+
+def test_old_logprobs_are_the_weights_before_the_update_and_only_later_minibatches_pay_a_pass(monkeypatch):
+    """The ratio's denominator is each sample's logprobs under the weights the update started from, in every
+    epoch. The first minibatch runs before any optimizer step, so its samples take theirs from their own first
+    pass: the pass without gradients beforehand covers the other samples alone (5 of 8 here, with minibatches of
+    3), where it covered all 8 before."""
+    tok = tiny_tokenizer()
+    torch.manual_seed(5)
+    config = TrainConfig(
+        lora_rank=4, lora_alpha=8, learning_rate=1e-2, skip_zero_advantage=False, minibatch=3, epochs=2
+    )
+    rows, used, before = _old_logprobs_seen(
+        monkeypatch, PolicyTrainer(tiny_model(tok, seed=3), tok, lambda p: p, config)
+    )
+    assert rows == 5
+    for key, old in used:
+        torch.testing.assert_close(old, before[key], rtol=1e-5, atol=1e-5)
+
+
+def test_with_a_dropout_every_old_logprob_comes_from_the_pass_in_eval_mode(monkeypatch):
+    """An adapter passed in with LoRA dropout: a first pass in training mode is noised, so it cannot stand for the
+    starting weights' logprobs (off by up to 0.07 here); every sample then gets the pass without gradients."""
+    from peft import LoraConfig, get_peft_model
+
+    tok = tiny_tokenizer()
+    torch.manual_seed(5)
+    lora = LoraConfig(r=4, lora_alpha=8, lora_dropout=0.3, target_modules=["q_proj", "v_proj", "up_proj"])
+    model = get_peft_model(tiny_model(tok, seed=3), lora)
+    config = TrainConfig(
+        lora_rank=4, lora_alpha=8, learning_rate=1e-2, skip_zero_advantage=False, minibatch=3, epochs=2
+    )
+    rows, used, before = _old_logprobs_seen(monkeypatch, PolicyTrainer(model, tok, lambda p: p, config))
+    assert rows == 8
     for key, old in used:
         torch.testing.assert_close(old, before[key], rtol=1e-5, atol=1e-5)
