@@ -228,7 +228,7 @@ class PolicyTrainer:
         # (`_sample_loss` keeps them for later epochs); only the samples whose first pass comes after a step need
         # a pass of their own beforehand. A single minibatch needs none (as TRL skips it for one step). Where a
         # dropout is active, a training pass is noisier than the starting weights' logprobs: all get the pass.
-        first = set() if _dropout_active(self.model) else set(orders[0][: self.config.minibatch].tolist())
+        first = set() if not orders or _dropout_active(self.model) else set(orders[0][: self.config.minibatch].tolist())
         later = [s for i, s in enumerate(samples) if i not in first] if orders else []
         if later:
             self.model.eval()

@@ -269,3 +269,13 @@ def test_with_a_dropout_every_old_logprob_comes_from_the_pass_in_eval_mode(monke
     assert rows == 8
     for key, old in used:
         torch.testing.assert_close(old, before[key], rtol=1e-5, atol=1e-5)
+
+
+def test_an_update_of_zero_epochs_takes_no_step_and_no_pass():
+    """epochs=0: nothing to train, so no optimizer step and no pass for old logprobs (it raised IndexError)."""
+    tok = tiny_tokenizer()
+    config = TrainConfig(lora_rank=4, epochs=0, skip_zero_advantage=False)
+    trainer = PolicyTrainer(tiny_model(tok, seed=1), tok, lambda p: p, config)
+    completions = [TrainingCompletion(i, [5, 6, 7], [-1.0] * 3, 1.0, np.array([[float(i)]])) for i in range(3)]
+    stats = trainer.update([TrainingGroup(0, "abc", completions)])
+    assert stats.samples == 3 and stats.optimizer_steps == 0 and stats.tokens == 0
