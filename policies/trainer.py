@@ -220,7 +220,7 @@ class PolicyTrainer:
         stats = UpdateStats(skipped=dict(skipped or {}))
         samples = self.samples(groups, stats)
         stats.samples = len(samples)
-        if not samples:
+        if not samples or self.config.epochs < 1:
             return stats
         orders = [self._rng.permutation(len(samples)) for _ in range(self.config.epochs)]
         # The old logprobs (the ratio's denominator) are those of the weights before the update. The first
@@ -228,8 +228,8 @@ class PolicyTrainer:
         # (`_sample_loss` keeps them for later epochs); only the samples whose first pass comes after a step need
         # a pass of their own beforehand. A single minibatch needs none (as TRL skips it for one step). Where a
         # dropout is active, a training pass is noisier than the starting weights' logprobs: all get the pass.
-        first = set() if not orders or _dropout_active(self.model) else set(orders[0][: self.config.minibatch].tolist())
-        later = [s for i, s in enumerate(samples) if i not in first] if orders else []
+        first = set() if _dropout_active(self.model) else set(orders[0][: self.config.minibatch].tolist())
+        later = [s for i, s in enumerate(samples) if i not in first]
         if later:
             self.model.eval()
             with torch.no_grad():
