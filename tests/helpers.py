@@ -315,3 +315,19 @@ def weak_sandbox_or_skip(**kwargs: object) -> object:
     except SandboxRefused as exc:
         assert os.geteuid() == 0 and "as root" in str(exc), exc
     left_to_the_unprivileged_pass("as root the WEAK sandbox refuses to run here (it would run candidates as root)")
+
+
+# Completions of one prompt for the trainer's tests: ragged, one of length 1.
+RAGGED_COMPLETIONS = [[8, 9, 10, 11, 12], [200, 1, 2, 3, 4, 5, 6, 7, 8], [77], [13, 14, 15]]
+
+
+def randomise_lora_b(model: object, seed: int, scale: float) -> None:
+    """Give every LoRA B matrix random values: a fresh adapter's B is zero, so it changes no output and its first
+    step's gradient reaches neither A nor the layers below."""
+    import torch
+
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, param in model.named_parameters():  # type: ignore[attr-defined]
+            if "lora_B" in name:
+                param.copy_(torch.randn(param.shape, generator=generator) * scale)

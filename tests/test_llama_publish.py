@@ -16,7 +16,7 @@ from policies.factory import make_policy
 from policies.trainer import PolicyTrainer, TrainConfig
 from policies.transformers_policy import TransformersPolicy
 from sandboxes.process import ProcessSandbox
-from tests.helpers import square_run
+from tests.helpers import randomise_lora_b, square_run
 from tests.test_behaviour_logprobs import PROMPT, warped_logprobs
 from tests.test_llama_policy import LOGPROB_BOUND
 
@@ -26,11 +26,7 @@ PARAMS = SamplingParams(temperature=0.8, top_p=1.0, max_new_tokens=60, seed=4)
 
 def _perturbed_adapter(trainer: PolicyTrainer, seed: int, directory):
     """A LoRA adapter whose B matrices are not zero (a fresh one changes nothing), saved as the trainer saves."""
-    generator = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, param in trainer.model.named_parameters():
-            if "lora_B" in name:
-                param.copy_(torch.randn(param.shape, generator=generator) * 0.2)
+    randomise_lora_b(trainer.model, seed, scale=0.2)
     return trainer.save(directory)
 
 

@@ -10,9 +10,10 @@ import torch
 from policies.shared_prompt import completion_logprobs, completions_after, run_prompt
 from policies.tiny import tiny_model, tiny_tokenizer
 from policies.trainer import PolicyTrainer, TrainConfig
+from tests.helpers import RAGGED_COMPLETIONS, randomise_lora_b
 
 PROMPT = [11, 42, 7, 99, 3, 250, 18, 64, 5]
-COMPLETIONS = [[8, 9, 10, 11, 12], [200, 1, 2, 3, 4, 5, 6, 7, 8], [77], [13, 14, 15]]  # ragged, one of length 1
+COMPLETIONS = RAGGED_COMPLETIONS
 TEMPERATURE = 0.7
 
 
@@ -120,10 +121,7 @@ def test_an_update_runs_each_prompt_once_and_moves_the_adapter_as_one_pass_would
         decoder.register_forward_hook(
             lambda _m, _a, kwargs, _o: runs.append(kwargs.get("cache") is None), with_kwargs=True
         )
-        with torch.no_grad():  # a nonzero B, so that the first step's gradient reaches A and the prompt too
-            for name, p in trainer.model.named_parameters():
-                if "lora_B" in name:
-                    p.copy_(torch.randn(p.shape, generator=torch.Generator().manual_seed(7)) * 0.05)
+        randomise_lora_b(trainer.model, seed=7, scale=0.05)  # the first step.s gradient then reaches A and the prompt
         completions = [
             TrainingCompletion(i, c, [-1.0] * len(c), TEMPERATURE, np.array([[float(i % 3)]]))
             for i, c in enumerate(COMPLETIONS)

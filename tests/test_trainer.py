@@ -18,7 +18,7 @@ from policies.tiny import tiny_model, tiny_tokenizer
 from policies.trainer import PolicyTrainer, Sample, TrainConfig, ppo_clip_loss
 from policies.transformers_policy import TransformersPolicy
 from sandboxes.process import ProcessSandbox
-from tests.helpers import square_run
+from tests.helpers import RAGGED_COMPLETIONS, randomise_lora_b, square_run
 
 
 def test_ppo_clip_both_ways_and_the_is_cap():
@@ -169,7 +169,7 @@ def test_a_failed_update_keeps_the_old_version_serving(tmp_path, tiny_model_dir)
     assert "update failed" in loop.stats.last_train
 
 
-COMPLETIONS = [[8, 9, 10, 11, 12], [200, 1, 2, 3, 4, 5, 6, 7, 8], [77], [13, 14, 15]]
+COMPLETIONS = RAGGED_COMPLETIONS
 
 
 def _old_logprobs_seen(monkeypatch, trainer: PolicyTrainer) -> tuple[int, list[tuple[tuple, torch.Tensor]], dict]:
@@ -180,10 +180,7 @@ def _old_logprobs_seen(monkeypatch, trainer: PolicyTrainer) -> tuple[int, list[t
     from policies.shared_prompt import completion_logprobs
 
     tok = trainer.tokenizer
-    with torch.no_grad():  # a nonzero B: the first step then moves every layer's output
-        for name, p in trainer.model.named_parameters():
-            if "lora_B" in name:
-                p.copy_(torch.randn(p.shape, generator=torch.Generator().manual_seed(7)) * 0.05)
+    randomise_lora_b(trainer.model, seed=7, scale=0.05)  # the first step then moves every layer's output
     groups = [
         TrainingGroup(
             g,
