@@ -142,7 +142,9 @@ class RunOptions:
     max_failures: int = option(5, "stop when the same unexpected failure repeats N times in a row", low=1)
     stall_groups: int = option(6, "stop after N groups in a row without a new child (0: never)", low=0, on_resume=True)
     template: str = option("directed", "the prompt template a member asks with unless it sets its own", flag=None)
-    max_groups: int | None = option(None, "stop generating after this many groups", flag=None)
+    max_groups: int | None = option(
+        None, "stop generating after this many groups, summed over resumes", flag="max-groups", low=1, on_resume=True
+    )
     # The ensemble (evolve.members, evolve.ensemble): members as stored tables; empty = the one `policy`.
     policies: list[dict[str, Any]] = field(
         default_factory=list, metadata={"option": OptionMeta("the ensemble's members", flag=None)}

@@ -166,3 +166,23 @@ def test_missing_folder_raises_problem_error(tmp_path):
     with pytest.raises(ProblemError, match="missing") as err:
         load_problem(folder)
     assert str(folder / "problem.toml") in str(err.value)
+
+
+def test_a_score_given_as_text_is_a_failed_case_and_check_warns_of_cases_that_failed(tmp_path):
+    """A `score()` that returns the number as text ("1.0", most likely an output passed on unjudged) fails its
+    case as "n/a" does; True counts 1. `evolve check` still passes a seed whose other cases score, but says which
+    failed: their fail values in the vector read like honest zeros."""
+    evaluate = SPLIT_EVAL.replace(
+        'return (1.0 if output == case["expected"] else 0.0), repr(output)[:2000]',
+        'return "1.0" if case["name"] == "c0" else output == case["expected"]',
+    )
+    folder = write_problem(tmp_path / "p", evaluate=evaluate)
+    problem = load_problem(folder)
+    assert problem.score_case(problem.cases[0], 4) == (0.0, "score() returned str, not a number", False)
+    assert problem.score_case(problem.cases[1], 9) == (1.0, None, True)
+    out = evolve("check", str(folder), "--sandbox", "process", "--allow-weak-sandbox")
+    assert out.returncode == 0, out.stderr
+    assert "warning: 1 of 2 cases of the seed failed" in out.stdout
+    assert "first: c0: score() returned str, not a number" in out.stdout
+    good = evolve("check", str(write_problem(tmp_path / "q")), "--sandbox", "process", "--allow-weak-sandbox")
+    assert good.returncode == 0 and "warning" not in good.stdout

@@ -76,3 +76,49 @@ def test_run_help_states_the_defaults_and_methods_from_their_one_home():
     for value in (defaults.workers, defaults.seed, defaults.stall_groups, defaults.max_failures, defaults.policy):
         assert f"[default: {value}]" in shown.output
     assert f"{' | '.join(METHODS)}: " in shown.output and f"[default: {defaults.train_method}]" in shown.output
+
+
+def test_help_written_to_a_pipe_shows_every_option_whole():
+    """`evolve run --help | less` or `> help.txt`: rich lays help out at 80 columns when stdout is not a terminal,
+    which cut option names short with "…" (`--fit-tokens-to-co…`); the console script widens it there."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "TERMINAL_WIDTH", "FORCE_COLOR")}
+    script = "from evolve.cli import main; main()"
+    shown = subprocess.run(
+        [sys.executable, "-c", script, "run", "--help"], env=env, capture_output=True, text=True, check=True
+    ).stdout
+    assert "…" not in shown
+    for option in ("--fit-tokens-to-code", "--reward-normalisation", "--max-evaluations", "--stall-groups"):
+        assert option in shown
+
+
+def test_max_groups_stops_a_run_at_its_group_budget_and_a_resume_extends_it(tmp_path):
+    """`--max-groups N`: a budget in samples, not minutes (a slow machine's group takes minutes, and `--max-time`
+    cuts the one being sampled); counted over resumes, as `--max-evaluations` is."""
+    import sqlite3
+    import subprocess
+    import sys
+
+    from tests.helpers import evolve_run_cmd
+    from tests.report_run import replay_answers
+
+    folder = write_square_problem(tmp_path / "square")
+    replay = tmp_path / "replay.json"
+    replay.write_text(json.dumps(replay_answers()))
+    db = tmp_path / "runs.db"
+
+    def groups() -> int:
+        with sqlite3.connect(db) as con:
+            return con.execute("SELECT COUNT(*) FROM prompts").fetchone()[0]
+
+    cmd = evolve_run_cmd(folder, db, f"replay:{replay}", 100, "--workers", "1", "--group-size", "2")
+    first = subprocess.run([*cmd, "--max-groups", "2"], capture_output=True, text=True, timeout=300)
+    assert first.returncode == 0, first.stderr[-2000:]
+    assert "group budget reached" in first.stdout and groups() == 2
+    resume = [sys.executable, "-m", "evolve.cli", "resume", str(db), "--max-groups", "3"]
+    second = subprocess.run(resume, capture_output=True, text=True, timeout=300)
+    assert second.returncode == 0, second.stderr[-2000:]
+    assert groups() == 3

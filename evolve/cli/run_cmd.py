@@ -107,8 +107,9 @@ def _structured_line(search: Search) -> str:
 
 
 def _copy_guard_line(search: Search) -> str | None:
-    """Whether a whole rewrite that copies a known program is turned off it while sampled (`--copy-guard`), and
-    for which members (the in-process samplers guard; an HTTP server does not); None where answers are free text."""
+    """Whether a whole rewrite that starts to copy a known program is steered off the copy while it is sampled
+    (`--copy-guard`), and for which members (the in-process samplers guard; an HTTP server does not); None where
+    answers are free text."""
     options = search.loop.options
     if options.structured == "off":
         return None
@@ -117,7 +118,8 @@ def _copy_guard_line(search: Search) -> str | None:
     unguarded = [m.name for m in search.loop.members if not hasattr(m.policy, "copy_guard")]
     said = f" ({', '.join(unguarded)} cannot: its copies are caught as duplicates only)" if unguarded else ""
     return (
-        "copy guard: on: a whole rewrite that copies a known program is turned off it where the model doubts it" + said
+        "copy guard: on: a whole rewrite that starts to copy a known program is steered off it, at the first point"
+        " where the model itself gives other tokens some weight" + said
     )
 
 

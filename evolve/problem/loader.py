@@ -87,13 +87,23 @@ class Problem:
         feedback = None
         if isinstance(result, tuple):
             result, feedback = result[0], str(result[1])
-        try:
-            value = float(result)
-        except (TypeError, ValueError, OverflowError):
+        value = _as_score(result)
+        if value is None:
             return spec.failure, f"score() returned {type(result).__name__}, not a number", False
         if not math.isfinite(value):
             return spec.failure, f"score() returned {value}", False
         return value, feedback, True
+
+
+def _as_score(result: Any) -> float | None:
+    """What `score()` returned as a float, or None where it is not a number. A bool is 1 or 0 (`output == expected`
+    is a fair score); text never is, even "0.5": that is most likely an output passed on unjudged."""
+    if isinstance(result, str | bytes):
+        return None
+    try:
+        return float(result)
+    except (TypeError, ValueError, OverflowError):
+        return None
 
 
 def _fail(path: Path, what: str, fix: str) -> ProblemError:
