@@ -141,7 +141,9 @@ def test_trusted_score_never_crashes_on_nan_or_garbage(tmp_path):
     problem = load_problem(folder)
     assert problem.score_case(problem.cases[0], float("nan")) == (0.0, "score() returned nan", False)
     value, note, ok = problem.score_case(problem.cases[0], "garbage")
-    assert value == 0.0 and "raised" in note and not ok
+    assert value == 0.0 and not ok
+    # the line of evaluate.py that raised: `return float(output)` is its sixth
+    assert note == "score() raised ValueError at evaluate.py line 6: could not convert string to float: 'garbage'"
 
 
 def test_blocks_roundtrip_keeps_outside_text():

@@ -83,7 +83,8 @@ class Problem:
         try:
             result = self._scorer.score({"name": case.name, "input": case.input, **case.trusted}, output)
         except Exception as exc:  # the scorer judged the output unusable
-            return spec.failure, f"score() raised {type(exc).__name__}: {exc}"[:500], False
+            where = _evaluator_line(exc, self.evaluator_path)
+            return spec.failure, f"score() raised {type(exc).__name__}{where}: {exc}"[:500], False
         feedback = None
         if isinstance(result, tuple):
             result, feedback = result[0], str(result[1])
@@ -93,6 +94,17 @@ class Problem:
         if not math.isfinite(value):
             return spec.failure, f"score() returned {value}", False
         return value, feedback, True
+
+
+def _evaluator_line(exc: BaseException, evaluator: Path) -> str:
+    """Where in the evaluator the exception was raised (its last frame there), as " at evaluate.py line N": whether
+    the output was unusable or `score()` itself is wrong, that line is the one to read."""
+    line, tb = None, exc.__traceback__
+    while tb is not None:
+        if Path(tb.tb_frame.f_code.co_filename).resolve() == evaluator.resolve():
+            line = tb.tb_lineno
+        tb = tb.tb_next
+    return f" at {evaluator.name} line {line}" if line is not None else ""
 
 
 def _as_score(result: Any) -> float | None:
