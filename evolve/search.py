@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from evolve.adapt import AskError, ask_arms
-from evolve.archive import Archive, ArchiveError, RunRecord, archive_url, sqlite_file
+from evolve.archive import Archive, ArchiveError, RunRecord, SessionLock, archive_url, sqlite_file
 from evolve.bandit import AllocationError, Allocator
 from evolve.ensemble import COST_UNIT, EnsembleError
 from evolve.loop import SearchLoop, run_search
@@ -232,7 +232,10 @@ def build_search(
     with contextlib.ExitStack() as opened:
         try:  # quick checks first; the policy (slow for local models) after them, before any write
             archive = Archive(target_db)
+            session_lock = SessionLock(archive.db, problem.name)
+            opened.callback(session_lock.release)  # after the archive's close (callbacks run last first)
             opened.callback(archive.close)
+            session_lock.acquire()  # before the run to resume is looked for: a second live session is refused
             existing = check_resumable(archive, problem, run_id)
             chosen = resolve_options(problem, existing, given)
             resolved, changes = chosen.options, chosen.changes

@@ -10,6 +10,7 @@ from evolve.archive.lineage import LineageNode
 from evolve.archive.parents import ChildFailure, ParentContext
 from evolve.archive.program_store import ScoredProgram
 from evolve.archive.records import PolicyVersionRecord, ProgramRecord, RunRecord, RunState, StoredEvaluation
+from evolve.archive.session_lock import SessionBusy, SessionLock
 from evolve.archive.summary import RunSummary, summary_yield
 from evolve.archive.urls import archive_url, sqlite_file
 
@@ -30,6 +31,8 @@ __all__ = [
     "RunState",
     "RunSummary",
     "ScoredProgram",
+    "SessionBusy",
+    "SessionLock",
     "StorageError",
     "StoredEvaluation",
     "archive_url",

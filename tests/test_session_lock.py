@@ -1,0 +1,88 @@
+"""One live session per problem in an archive (evolve/archive/session_lock.py): a second `evolve run` of a run that
+a live process runs is refused and writes nothing; a `kill -9` frees it at once for the resume."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+
+import pytest
+
+from evolve.archive import Archive, SessionBusy, SessionLock
+from tests.helpers import evolve_run_cmd, write_square_problem
+from tests.report_run import _variant
+
+
+def _slow_answers(n: int) -> list[str]:
+    """Distinct programs (no duplicates: the run keeps going) that each take a moment to score."""
+    body = "def solve(x):\n    import time\n    time.sleep(0.3)\n    return x * x + {i} - {i}\n"
+    return [_variant(1, body.format(i=i)) + _variant(2, body.format(i=1000 + i)) for i in range(60)]
+
+
+def _rows(db, sql: str) -> list[tuple]:
+    with sqlite3.connect(db) as con:
+        return con.execute(sql).fetchall()
+
+
+def test_a_second_run_of_a_live_run_is_refused_and_a_killed_one_resumes_at_once(tmp_path):
+    folder = write_square_problem(tmp_path / "square")
+    replay = tmp_path / "replay.json"
+    replay.write_text(json.dumps(_slow_answers(60)))
+    db = tmp_path / "runs.db"
+    cmd = evolve_run_cmd(folder, db, f"replay:{replay}", 500, "--workers", "1", "--group-size", "2")
+    first = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and first.poll() is None:
+            try:
+                if _rows(db, "SELECT COUNT(*) FROM evaluations")[0][0] >= 3:
+                    break
+            except sqlite3.OperationalError:  # not made yet
+                pass
+            time.sleep(0.2)
+        assert first.poll() is None, first.communicate()
+        # The same command again, with a group budget the run has already spent: without the lock it resumed the
+        # live run beside its owner (and here stopped at once, exit 0, an interruption counted that never was).
+        second = subprocess.run([*cmd, "--max-groups", "1"], capture_output=True, text=True, timeout=120)
+        assert second.returncode == 2, second.stdout[-1000:] + second.stderr[-1000:]
+        assert f"square is being run there now by process {first.pid};" in second.stderr
+        assert len(second.stderr.strip().splitlines()) == 1
+        (state,) = _rows(db, "SELECT state FROM runs")[0]
+        assert json.loads(state).get("interruptions", 0) == 0
+        assert "overrides" not in json.loads(_rows(db, "SELECT config FROM runs")[0][0])
+    finally:
+        first.send_signal(signal.SIGKILL)
+        first.communicate()
+    groups = _rows(db, "SELECT COUNT(*) FROM prompts")[0][0]
+    resume = [sys.executable, "-m", "evolve.cli", "resume", str(db), "--max-groups", str(groups + 1)]
+    resumed = subprocess.run(resume, capture_output=True, text=True, timeout=300)  # at once: the kernel freed it
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert "was interrupted (its process was killed)" in resumed.stdout
+    assert json.loads(_rows(db, "SELECT state FROM runs")[0][0]).get("interruptions") == 1
+    assert _rows(db, "SELECT COUNT(*) FROM prompts")[0][0] == groups + 1
+
+
+def test_the_lock_is_held_until_released_and_per_problem(db_url):
+    """On each database: a second holder of one problem is refused, another problem is not, and a release lets
+    the next in (PostgreSQL: a session advisory lock on a connection of its own)."""
+    archive, other = Archive(db_url), Archive(db_url)
+    try:
+        held = SessionLock(archive.db, "square").acquire()
+        with pytest.raises(SessionBusy, match="square is being run there now by"):
+            SessionLock(other.db, "square").acquire()
+        beside = SessionLock(other.db, "circles").acquire()
+        held.release()
+        again = SessionLock(other.db, "square").acquire()
+        again.release()
+        beside.release()
+        held.release()  # twice is harmless
+    finally:
+        archive.close()
+        other.close()
+    if archive.db.file is not None:
+        assert (archive.db.file.parent / f"{archive.db.file.name}-square.lock").read_text() == f"{os.getpid()}\n"
