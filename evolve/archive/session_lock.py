@@ -70,6 +70,7 @@ class SessionLock:
 
     def _lock_file(self, database: Path) -> None:
         name = re.sub(r"[^A-Za-z0-9_.-]", "_", self.problem_name)[:80]
+        database = database.resolve()  # one file reached through a symlink gets the same lock
         path = database.with_name(f"{database.name}-{name}.lock")
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
