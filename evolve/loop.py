@@ -30,7 +30,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
@@ -78,6 +78,9 @@ class SearchLoop:
         self.problem, self.archive, self.sandbox = problem, archive, sandbox
         self.run, self.options = run, options
         self.save_every_s = 5.0  # the run's state (elapsed time, counters) written this often besides every commit
+        # Asked with every state save: None while this session holds the problem's lock in the archive, else why
+        # it stops (evolve/archive/session_lock.py: a lock lost under it and taken by another session).
+        self.keep_session: Callable[[], str | None] = lambda: None
         specs = options.members()
         self.bases = {spec.name: self._base_ask(spec) for spec in specs}
         asks = [a for a in ask_arms(options.asks) if any(apply_arm(a, b) != b for b in self.bases.values())]
@@ -358,6 +361,9 @@ class SearchLoop:
             with contextlib.suppress(Exception):
                 await asyncio.to_thread(self.archive.update_run, self.run.id, state=state)
                 self._saved(state)
+            lost = await asyncio.to_thread(self.keep_session)
+            if lost is not None:
+                self.control.fail_systemic(lost)
 
     def _save_state(self) -> None:
         state = self.ledger.snapshot()

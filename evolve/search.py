@@ -270,6 +270,7 @@ def build_search(
                     train_steps=members.train_steps,  # type: ignore[arg-type]
                     untrainable=members.untrainable,
                 )
+                loop.keep_session = session_lock.keep
                 policies_opened.pop_all()
             opened.callback(loop.close_policy)
         except SETUP_ERRORS as exc:

@@ -12,6 +12,7 @@ import sys
 import time
 
 import pytest
+from sqlalchemy import text
 
 from evolve.archive import Archive, SessionBusy, SessionLock
 from tests.helpers import evolve_run_cmd, write_square_problem
@@ -90,4 +91,80 @@ def test_the_lock_is_held_until_released_and_per_problem(db_url):
         archive.close()
         other.close()
     if archive.db.file is not None:
-        assert (archive.db.file.parent / f"{archive.db.file.name}-square.lock").read_text() == f"{os.getpid()}\n"
+        (lock,) = archive.db.file.parent.glob(f"{archive.db.file.name}-square-*.lock")
+        assert lock.read_text() == f"{os.getpid()}\n"
+
+
+def test_names_that_look_alike_in_a_file_name_are_different_problems(tmp_path):
+    """The lock file's name keeps a readable part of the problem's name and a hash of all of it: "sq uare" and
+    "sq_uare", or two names of characters a file name drops, are two problems (they were one lock)."""
+    archive = Archive(tmp_path / "a.db")
+    try:
+        pairs = [("sq uare", "sq_uare"), ("平方", "立方"), ("p" * 90 + "a", "p" * 90 + "b")]
+        held = [SessionLock(archive.db, name).acquire() for pair in pairs for name in pair]
+        for lock in held:
+            lock.release()
+    finally:
+        archive.close()
+
+
+def _lose(db_url: str, lock: SessionLock) -> None:
+    """Take the lock away from its live holder: its file deleted, or its server connection ended."""
+    if lock._path is not None:
+        lock._path.unlink()
+        return
+    pid = lock._connection.execute(text("SELECT pg_backend_pid()")).scalar()
+    killer = Archive(db_url)
+    try:
+        with killer.db.engine.connect() as con:
+            assert con.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": pid}).scalar()
+    finally:
+        killer.close()
+
+
+def test_a_lock_lost_under_its_holder_is_taken_again_or_its_holder_told_to_stop(db_url):
+    """Its file deleted by hand, or its connection ended by the server: the holder's next `keep` takes it again
+    (and a second session is refused after that); where a second session got in first, `keep` says this one stops."""
+    first, second = Archive(db_url), Archive(db_url)
+    try:
+        holder = SessionLock(first.db, "square").acquire()
+        _lose(db_url, holder)
+        assert holder.keep() is None
+        with pytest.raises(SessionBusy):
+            SessionLock(second.db, "square").acquire()
+        _lose(db_url, holder)
+        other = SessionLock(second.db, "square").acquire()  # in before the holder's next save
+        lost = holder.keep()
+        assert lost is not None and lost.startswith("lost the session lock, and another process took it:")
+        other.release()
+        holder.release()
+    finally:
+        first.close()
+        second.close()
+
+
+def test_a_run_whose_lock_another_session_took_stops_with_that_line(tmp_path):
+    """The loop asks `keep_session` with every state save; a line back stops the run at once (status `stopped`,
+    queued children left pending for whoever holds the lock now)."""
+    from evolve.loop import SearchLoop, run_search
+    from policies.replay import ReplayPolicy
+    from sandboxes.process import ProcessSandbox
+    from tests.helpers import square_run
+
+    problem, archive, run, options = square_run(tmp_path, max_evaluations=40)
+    loop = SearchLoop(problem, archive, ReplayPolicy(_slow_answers(60)), ProcessSandbox(1), run, options)
+    loop.save_every_s = 0.2
+    asked: list[float] = []
+
+    def keep() -> str | None:
+        asked.append(time.monotonic())
+        return "lost the session lock, and another process took it: (test)" if len(asked) >= 3 else None
+
+    loop.keep_session = keep
+    try:
+        reason = run_search(loop)
+    finally:
+        archive.close()
+    assert reason == "stopped: lost the session lock, and another process took it: (test)"
+    assert len(asked) >= 3
+    assert _rows(tmp_path / "a.db", "SELECT status FROM runs") == [("stopped",)]

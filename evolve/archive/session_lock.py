@@ -9,25 +9,29 @@ a minute), so the lock here is one that the kernel or the database server drops 
 
 The lock is per problem, not per run, so that it is taken before the session looks for the run to resume (a run
 made by one session cannot be picked up by another in between); two problems in one archive still run side by
-side. A SQLite file: an flock on `<file>-<problem>.lock` beside it (as SQLite's own `-wal` and `-shm`), which
-holds the holder's pid for the refusal's message. PostgreSQL: a session advisory lock on a connection kept for
-the session, in autocommit so that no transaction stays open for days. Other servers: no lock.
+side. A SQLite file: an flock on `<file>-<problem>-<hash>.lock` beside it (as SQLite's own `-wal` and `-shm`),
+which holds the holder's pid for the refusal's message. PostgreSQL: a session advisory lock on a connection kept
+for the session, in autocommit so that no transaction stays open for days. Other servers: no lock.
+
+A lock can be lost under a live holder: its file deleted by hand, its server connection ended (an idle timeout,
+`pg_terminate_backend`). The run calls `keep` with every state save (seconds apart): it takes the lock again, and
+where another session got it first, this one stops. Not covered: a second name for the same SQLite file (a hard
+link), which SQLite itself does not support (each name gets its own write-ahead log).
 """
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
+import hashlib
 import os
 import re
-import zlib
 from pathlib import Path
 from typing import Any
 
 from sqlalchemy import text
 
 from evolve.archive.database import ArchiveError, Database, StorageError
-
-SESSION_LOCK_CLASS = 0x6576_5255  # "evRU": the PostgreSQL advisory lock's first key; the problem's crc32 the second
 
 
 class SessionBusy(ArchiveError):
@@ -39,15 +43,39 @@ class SessionLock:
 
     def __init__(self, db: Database, problem_name: str) -> None:
         self.db, self.problem_name = db, problem_name
+        digest = hashlib.sha256(problem_name.encode()).digest()
+        self._key = int.from_bytes(digest[:8], "big", signed=True)  # PostgreSQL's advisory lock key (bigint)
+        self._path: Path | None = None
+        if db.file is not None:
+            readable = re.sub(r"[^A-Za-z0-9_.-]", "_", problem_name)[:40]
+            database = db.file.resolve()  # one file reached through a symlink gets the same lock
+            self._path = database.with_name(f"{database.name}-{readable}-{digest.hex()[:12]}.lock")
         self._fd: int | None = None
         self._connection: Any = None
 
     def acquire(self) -> SessionLock:
-        if self.db.file is not None:
-            self._lock_file(self.db.file)
+        if self._path is not None:
+            self._lock_file(self._path)
         elif self.db.engine.dialect.name == "postgresql":
             self._lock_server()
         return self
+
+    def keep(self) -> str | None:
+        """Take the lock again where it was lost under this live session; None while it holds, else the line
+        that says another session has it now (the caller stops)."""
+        try:
+            if self._fd is not None and not _same_file(self._fd, self._path):
+                os.close(self._fd)
+                self._fd = None
+                self._lock_file(self._path)  # type: ignore[arg-type]
+            elif self._connection is not None and not self._server_lock_alive():
+                self._drop_connection()
+                self._lock_server()
+        except SessionBusy as exc:
+            return f"lost the session lock, and another process took it: {exc}"
+        except (OSError, StorageError):  # the folder or the server is unreachable now: tried again next save
+            return None
+        return None
 
     def release(self) -> None:
         """Let the next session in; safe to call twice."""
@@ -55,12 +83,9 @@ class SessionLock:
             os.close(self._fd)  # closing the descriptor drops the flock
             self._fd = None
         if self._connection is not None:  # a session advisory lock outlives a connection handed back to the pool
-            try:
-                self._connection.execute(text("SELECT pg_advisory_unlock(:a, :b)"), self._keys())
-            except StorageError:  # the server or the connection is gone, and the lock with it
-                self._connection.invalidate()
-            self._connection.close()
-            self._connection = None
+            with contextlib.suppress(StorageError):  # gone: the lock went with it
+                self._connection.execute(text("SELECT pg_advisory_unlock(:key)"), {"key": self._key})
+            self._drop_connection()
 
     def _busy(self, holder: str) -> SessionBusy:
         return SessionBusy(
@@ -68,28 +93,59 @@ class SessionLock:
             "(Ctrl-C), or give this one another --db"
         )
 
-    def _lock_file(self, database: Path) -> None:
-        name = re.sub(r"[^A-Za-z0-9_.-]", "_", self.problem_name)[:80]
-        database = database.resolve()  # one file reached through a symlink gets the same lock
-        path = database.with_name(f"{database.name}-{name}.lock")
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    def _lock_file(self, path: Path) -> None:
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        except PermissionError:  # made by another user: an flock needs no write access
+            try:
+                fd = os.open(path, os.O_RDONLY)
+            except OSError as exc:
+                raise ArchiveError(f"{path}: cannot open the run's lock file ({exc.strerror}); fix its owner") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             pid = os.pread(fd, 32, 0).decode(errors="replace").strip()
             os.close(fd)
             raise self._busy(f"process {pid}" if pid.isdigit() else "another process") from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        with contextlib.suppress(OSError):  # the pid only serves the message; a read-only lock file goes without
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         self._fd = fd
 
     def _lock_server(self) -> None:
         connection = self.db.engine.connect().execution_options(isolation_level="AUTOCOMMIT")
-        got = connection.execute(text("SELECT pg_try_advisory_lock(:a, :b)"), self._keys())
-        if not got.scalar():
+        try:
+            got = connection.execute(text("SELECT pg_try_advisory_lock(:key)"), {"key": self._key}).scalar()
+        except StorageError:
+            connection.invalidate()
+            connection.close()
+            raise
+        if not got:
             connection.close()
             raise self._busy("another session")
         self._connection = connection
 
-    def _keys(self) -> dict[str, int]:
-        return {"a": SESSION_LOCK_CLASS, "b": zlib.crc32(self.problem_name.encode()) - 2**31}  # signed 32-bit keys
+    def _server_lock_alive(self) -> bool:
+        """Whether this session's connection still holds the lock (the query also keeps it from sitting idle)."""
+        try:
+            held = self._connection.execute(
+                text("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid() AND granted")
+            ).scalar()
+        except StorageError:
+            return False
+        return bool(held)
+
+    def _drop_connection(self) -> None:
+        with contextlib.suppress(StorageError):
+            self._connection.invalidate()  # never back to the pool: its session may still hold the lock
+            self._connection.close()
+        self._connection = None
+
+
+def _same_file(fd: int, path: Path | None) -> bool:
+    """Whether `path` is still the file locked through `fd` (not deleted, not replaced)."""
+    try:
+        here, there = os.fstat(fd), os.stat(path) if path is not None else None
+    except FileNotFoundError:
+        return False
+    return there is not None and (here.st_dev, here.st_ino) == (there.st_dev, there.st_ino)
