@@ -31,7 +31,15 @@ from pathlib import Path
 from typing import Any
 
 from evolve.adapt import AskError, ask_arms
-from evolve.archive import Archive, ArchiveError, RunRecord, SessionLock, archive_url, sqlite_file
+from evolve.archive import (
+    Archive,
+    ArchiveError,
+    RunRecord,
+    SessionLock,
+    StorageError,
+    archive_url,
+    sqlite_file,
+)
 from evolve.bandit import AllocationError, Allocator
 from evolve.ensemble import COST_UNIT, EnsembleError
 from evolve.loop import SearchLoop, run_search
@@ -275,6 +283,12 @@ def build_search(
             opened.callback(loop.close_policy)
         except SETUP_ERRORS as exc:
             raise SearchSetupError(str(exc)) from exc
+        except StorageError as exc:  # the archive opened, but a write failed (a read-only file, a full disk)
+            reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
+            raise SearchSetupError(
+                f"{target_db}: cannot write the archive ({reason}); check the file's and its folder's permissions "
+                "and free space"
+            ) from exc
         previous = existing.status if existing is not None else None
         restored = members.restored
         return Search(loop, target_db, resumed, restored, where, previous, changes, opened.pop_all())

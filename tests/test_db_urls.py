@@ -121,3 +121,14 @@ def test_readers_refuse_a_missing_archive_in_each_spelling(tmp_path, monkeypatch
             result = runner.invoke(app, command)
             assert result.exit_code == 2 and "no archive there" in result.output, (command, result.output)
     assert not (tmp_path / "none.db").exists()
+
+
+def test_a_folder_given_as_the_archive_says_so(tmp_path):
+    """`--db runs/` (a folder): the message said "check the URL and that the server is up"."""
+    folder = tmp_path / "runs"
+    folder.mkdir()
+    with pytest.raises(ArchiveError) as caught:
+        Archive(folder)
+    assert str(caught.value) == f"{folder}: a folder, not an archive file; give a file such as {folder / 'runs.db'}"
+    result = CliRunner().invoke(app, ["inspect", str(folder)])
+    assert result.exit_code == 2 and "a folder, not an archive file" in result.output

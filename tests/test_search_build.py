@@ -122,3 +122,35 @@ def test_max_groups_stops_a_run_at_its_group_budget_and_a_resume_extends_it(tmp_
     second = subprocess.run(resume, capture_output=True, text=True, timeout=300)
     assert second.returncode == 0, second.stderr[-2000:]
     assert groups() == 3
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="making a file immutable (chattr +i) needs root")
+def test_an_archive_that_cannot_be_written_is_one_line_not_a_traceback(tmp_path):
+    """A run resumed on an archive it can read but not write (immutable here; a read-only mount, a full disk)
+    fails at its first write with one line that says so, exit 2, instead of SQLAlchemy's 90-line traceback."""
+    import subprocess
+    import sys
+
+    from tests.helpers import evolve_run_cmd
+    from tests.report_run import replay_answers
+
+    folder = write_square_problem(tmp_path / "square")
+    replay = tmp_path / "replay.json"
+    replay.write_text(json.dumps(replay_answers()))
+    db = tmp_path / "runs.db"
+    made = subprocess.run(
+        evolve_run_cmd(folder, db, f"replay:{replay}", 4), capture_output=True, text=True, timeout=300
+    )
+    assert made.returncode == 0, made.stderr[-2000:]
+    if subprocess.run(["chattr", "+i", str(db)], capture_output=True).returncode != 0:
+        pytest.skip("this filesystem has no immutable attribute")
+    try:
+        resume = [sys.executable, "-m", "evolve.cli", "resume", str(db), "--max-evaluations", "8"]
+        out = subprocess.run(resume, capture_output=True, text=True, timeout=300)
+    finally:
+        subprocess.run(["chattr", "-i", str(db)], check=True)
+    assert out.returncode == 2, out.stderr[-2000:]
+    assert out.stderr.strip() == (
+        f"error: {db}: cannot write the archive (attempt to write a readonly database); check the file's and its "
+        "folder's permissions and free space"
+    )

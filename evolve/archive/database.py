@@ -75,6 +75,8 @@ class Database:
         self.url = display_url(url)  # for messages: never shows a password
         path = sqlite_file(url)
         self.file = path  # the SQLite file, None on a server
+        if path is not None and path.is_dir():
+            raise ArchiveError(f"{path}: a folder, not an archive file; give a file such as {path / 'runs.db'}")
         if path is not None and not create and not path.exists():
             raise ArchiveError(f"{path}: no archive there; run `evolve run PROBLEM --db {path}` first")
         if path is not None and create:

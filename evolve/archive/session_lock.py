@@ -96,11 +96,14 @@ class SessionLock:
     def _lock_file(self, path: Path) -> None:
         try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        except PermissionError:  # made by another user: an flock needs no write access
+        except OSError:  # made by another user, or a read-only folder: an flock needs no write access
             try:
                 fd = os.open(path, os.O_RDONLY)
             except OSError as exc:
-                raise ArchiveError(f"{path}: cannot open the run's lock file ({exc.strerror}); fix its owner") from None
+                raise ArchiveError(
+                    f"{path}: cannot open the run's lock file ({exc.strerror}); a run needs the archive's folder "
+                    "writable, and this file readable"
+                ) from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
