@@ -73,7 +73,7 @@ class SessionLock:
                 self._lock_server()
         except SessionBusy as exc:
             return f"lost the session lock, and another process took it: {exc}"
-        except (OSError, StorageError):  # the folder or the server is unreachable now: tried again next save
+        except (ArchiveError, OSError, StorageError):  # the folder or the server unreachable now: tried next save
             return None
         return None
 
