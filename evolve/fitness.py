@@ -84,3 +84,13 @@ def scalar_view(components: Sequence[ComponentSpec], scores: Mapping[str, float]
     """Weighted mean of the oriented components: the single number OpenEvolve-style tools would rank by."""
     total = sum(c.weight for c in components) or 1.0
     return sum(c.weight * v for c, v in zip(components, oriented(components, scores), strict=True)) / total
+
+
+def score_text(value: float) -> str:
+    """A score in six significant digits, or in twelve where six would round it onto a round number it is not: a
+    best of 0.999999995 shown as "1" reads as solved beside a run that rightly did not stop as solved."""
+    short = f"{value:.6g}"
+    shown = float(short)
+    if shown == value or shown != round(shown, 2):
+        return short
+    return f"{value:.12g}"

@@ -10,6 +10,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+from evolve.fitness import score_text
 from evolve.yields import Yield
 
 
@@ -73,7 +74,7 @@ class LoopStats:
         return Yield(self.completions, self.tokens, self.new_valid, dict(self.parse), cut=self.cut)
 
     def summary(self) -> str:
-        best = "none" if self.best_scalar is None else f"{self.best_scalar:.6g} (program {self.best_id})"
+        best = "none" if self.best_scalar is None else f"{score_text(self.best_scalar)} (program {self.best_id})"
         parsed = sum(self.parse.values())
         return (
             f"{self.evaluations} evaluations ({self.session_evaluations} this session, "
@@ -132,7 +133,7 @@ class LoopStats:
             "islands",
             " ".join(map(str, self.island_sizes)),
             "best scalar",
-            "-" if self.best_scalar is None else f"{self.best_scalar:.6g} (#{self.best_id})",
+            "-" if self.best_scalar is None else f"{score_text(self.best_scalar)} (#{self.best_id})",
         )
         best = Table(title="best per component", show_edge=False)
         shown = self.components[:12]

@@ -15,7 +15,7 @@ from evolve.archive import Archive, ArchiveError, RunRecord
 from evolve.cli.common import DbArg, console, duration_text, fail, plain, printable, vector_table
 from evolve.cli.report_cmds import serve, write_html
 from evolve.filetree import TreeError, is_tree, program_diff, write_tree
-from evolve.fitness import signs
+from evolve.fitness import score_text, signs
 from evolve.report.aggregate import run_components
 from evolve.report.export import write_evaluations_csv
 from evolve.report.queries import export_rows
@@ -49,7 +49,9 @@ def run_signs(run: RunRecord) -> dict[str, float]:
 def arm_line(r: dict) -> str:
     """One member's or ask arm's record (evolve.archive.arms) as `inspect` and the Markdown report print it."""
     rate = r["valid_per_1k_tokens"]
-    best = f", best child {r['best_scalar']:.6g} (program {r['best_id']})" if r["best_scalar"] is not None else ""
+    best = (
+        f", best child {score_text(r['best_scalar'])} (program {r['best_id']})" if r["best_scalar"] is not None else ""
+    )
     return (
         f"{r['kind']} {r['name']}: {r['groups']} groups ({r['share']:.0%} of all, {r['recent_share']:.0%} of the "
         f"last 20), {r['tokens']} tokens, {r['valid']} new valid"
@@ -103,10 +105,10 @@ def inspect(db: DbArg, as_json: Annotated[bool, typer.Option("--json")] = False)
                 markup=False,
             )
         if s.best_scalar:
-            console.print(f"  best scalar {s.best_scalar[1]:.6g} (program {s.best_scalar[0]})")
+            console.print(f"  best scalar {score_text(s.best_scalar[1])} (program {s.best_scalar[0]})")
         table = Table("component", "best", "program", show_edge=False)
         for name, (pid, value) in s.best_components.items():
-            table.add_row(name, f"{value:.6g}", str(pid))
+            table.add_row(name, f"{score_text(value)}", str(pid))
         console.print(table)
         for v in s.policy_versions:
             who = f" member {v['member']}" if v.get("member") else ""
@@ -135,7 +137,7 @@ def best(
 
 def _number_text(value: object) -> str:
     """A stored metric: a number in 6 significant digits, anything else (a short string) as it is."""
-    return f"{value:.6g}" if isinstance(value, int | float) else str(value)
+    return f"{score_text(value)}" if isinstance(value, int | float) else str(value)
 
 
 def show(db: DbArg, program_id: int) -> None:
@@ -156,7 +158,7 @@ def show(db: DbArg, program_id: int) -> None:
     if ev is not None:
         console.print(vector_table(ev.scores))
         console.print(
-            f"scalar {ev.scalar:.6g}; error {ev.error_kind or 'none'} {plain(ev.error or '')}; "
+            f"scalar {score_text(ev.scalar)}; error {ev.error_kind or 'none'} {plain(ev.error or '')}; "
             f"{duration_text(ev.duration_s, ev.build_s)} in {ev.sandbox}",
             highlight=False,
         )
@@ -249,7 +251,7 @@ def report(
         "| component | best | program |",
         "|---|---|---|",
     ]
-    lines += [f"| {name} | {value:.6g} | {pid} |" for name, (pid, value) in s.best_components.items()]
+    lines += [f"| {name} | {score_text(value)} | {pid} |" for name, (pid, value) in s.best_components.items()]
     if s.members or s.asks:
         lines += ["", "## Ensemble members and ask arms", ""] + [f"- {arm_line(r)}" for r in [*s.members, *s.asks]]
     if s.policy_versions:
@@ -260,7 +262,7 @@ def report(
         chain = " ← ".join(str(p.id) for p in archive.lineage(best_prog.id))
         lines += [
             "",
-            f"## Best program: {best_prog.id} (scalar {s.best_scalar[1]:.6g})",
+            f"## Best program: {best_prog.id} (scalar {score_text(s.best_scalar[1])})",
             "",
             f"Lineage: {chain}",
             "",

@@ -12,6 +12,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from evolve.fitness import score_text
+
 console = Console(soft_wrap=True)
 err_console = Console(stderr=True)
 
@@ -60,7 +62,7 @@ def vector_table(scores: Mapping[str, float], title: str = "score vector") -> Ta
     table.add_column("component")
     table.add_column("value", justify="right")
     for name, value in scores.items():
-        table.add_row(name, f"{value:.6g}")
+        table.add_row(name, f"{score_text(value)}")
     return table
 
 

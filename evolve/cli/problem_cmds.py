@@ -11,7 +11,7 @@ import typer
 
 from evolve.cli.common import console, duration_text, err_console, fail, plain, printable, shell_arg, vector_table
 from evolve.filetree import TreeError, join_files
-from evolve.fitness import scalar_view
+from evolve.fitness import scalar_view, score_text
 from evolve.problem import Problem, ProblemError, load_problem
 from evolve.problem.openevolve import is_openevolve_folder, load_openevolve, problem_toml
 from evolve.problem.outcome import EvalOutcome
@@ -115,7 +115,7 @@ def check(folder: Path, sandbox: SandboxOpt = "auto", allow_weak_sandbox: AllowW
     )
     console.print(vector_table(outcome.scores, title="seed score vector"))
     console.print(
-        f"scalar view {scalar_view(problem.components, outcome.scores):.6g}, {outcome.duration_s * 1000:.0f} ms"
+        f"scalar view {score_text(scalar_view(problem.components, outcome.scores))}, {outcome.duration_s * 1000:.0f} ms"
     )
     if outcome.case_errors:  # some cases failed, not all: their fail values sit in the vector above like scores
         name, error = next(iter(outcome.case_errors.items()))
@@ -175,7 +175,7 @@ def eval_program(
         return
     console.print(vector_table(outcome.scores))
     status = "[green]ok[/]" if outcome.ok else f"[red]{outcome.error_kind}[/]: {plain(outcome.error or '')}"
-    console.print(f"scalar view {scalar:.6g}; {status}; {duration_text(outcome.duration_s, outcome.build_s)}")
+    console.print(f"scalar view {score_text(scalar)}; {status}; {duration_text(outcome.duration_s, outcome.build_s)}")
     if outcome.feedback:
         console.print(f"feedback: {printable(outcome.feedback)}", highlight=False, markup=False)
     console.print(f"isolation: {isolation}", highlight=False)

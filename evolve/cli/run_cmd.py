@@ -19,7 +19,7 @@ from evolve.cli.archive_cmds import open_archive, pick_run
 from evolve.cli.common import console, default_note, fail, shell_arg, vector_table
 from evolve.cli.option_flags import option_parameters, with_flags
 from evolve.cli.problem_cmds import load_or_fail
-from evolve.fitness import raw_scores
+from evolve.fitness import raw_scores, score_text
 from evolve.groups import structured_by
 from evolve.loop import SearchLoop
 from evolve.members import MemberError, MemberSpec, as_options, parse_member
@@ -211,7 +211,7 @@ def _report(search: Search, reason: str, problem: Problem) -> None:
     best = loop.population.best
     if best is not None:
         scores = raw_scores(problem.components, best.oriented)
-        console.print(vector_table(scores, title=f"best program {best.id} (scalar {best.scalar:.6g})"))
+        console.print(vector_table(scores, title=f"best program {best.id} (scalar {score_text(best.scalar)})"))
         console.print(
             f"see it with: evolve best {shell_arg(search.db)}    or    evolve show {shell_arg(search.db)} {best.id}",
             highlight=False,
