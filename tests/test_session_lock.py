@@ -168,3 +168,28 @@ def test_a_run_whose_lock_another_session_took_stops_with_that_line(tmp_path):
     assert reason == "stopped: lost the session lock, and another process took it: (test)"
     assert len(asked) >= 3
     assert _rows(tmp_path / "a.db", "SELECT status FROM runs") == [("stopped",)]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="making a folder immutable (chattr +i) needs root")
+def test_a_lock_that_cannot_be_retaken_yet_is_retaken_at_a_later_save(tmp_path):
+    """Its file deleted while the folder refuses new files (immutable here): `keep` cannot retake it and says
+    nothing (the folder, not another session, is in the way); once the folder takes files again, the next `keep`
+    holds it, and a second session is refused again."""
+    folder = tmp_path / "runs"
+    folder.mkdir()
+    archive = Archive(folder / "a.db")
+    holder = SessionLock(archive.db, "square").acquire()
+    try:
+        holder._path.unlink()
+        if subprocess.run(["chattr", "+i", str(folder)], capture_output=True).returncode != 0:
+            pytest.skip("this filesystem has no immutable attribute")
+        try:
+            assert holder.keep() is None and not holder._path.exists()
+        finally:
+            subprocess.run(["chattr", "-i", str(folder)], check=True)
+        assert holder.keep() is None and holder._path.exists()
+        with pytest.raises(SessionBusy):
+            SessionLock(archive.db, "square").acquire()
+    finally:
+        holder.release()
+        archive.close()

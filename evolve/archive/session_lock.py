@@ -50,26 +50,33 @@ class SessionLock:
             readable = re.sub(r"[^A-Za-z0-9_.-]", "_", problem_name)[:40]
             database = db.file.resolve()  # one file reached through a symlink gets the same lock
             self._path = database.with_name(f"{database.name}-{readable}-{digest.hex()[:12]}.lock")
+        self._server = db.file is None and db.engine.dialect.name == "postgresql"
+        self._held = False  # acquired and not released: `keep` retakes a lost lock until it has it again
         self._fd: int | None = None
         self._connection: Any = None
 
     def acquire(self) -> SessionLock:
         if self._path is not None:
             self._lock_file(self._path)
-        elif self.db.engine.dialect.name == "postgresql":
+        elif self._server:
             self._lock_server()
+        self._held = True
         return self
 
     def keep(self) -> str | None:
         """Take the lock again where it was lost under this live session; None while it holds, else the line
         that says another session has it now (the caller stops)."""
+        if not self._held:
+            return None
         try:
-            if self._fd is not None and not _same_file(self._fd, self._path):
-                os.close(self._fd)
-                self._fd = None
-                self._lock_file(self._path)  # type: ignore[arg-type]
-            elif self._connection is not None and not self._server_lock_alive():
-                self._drop_connection()
+            if self._path is not None and (self._fd is None or not _same_file(self._fd, self._path)):
+                if self._fd is not None:
+                    os.close(self._fd)
+                    self._fd = None
+                self._lock_file(self._path)
+            elif self._server and (self._connection is None or not self._server_lock_alive()):
+                if self._connection is not None:
+                    self._drop_connection()
                 self._lock_server()
         except SessionBusy as exc:
             return f"lost the session lock, and another process took it: {exc}"
@@ -79,6 +86,7 @@ class SessionLock:
 
     def release(self) -> None:
         """Let the next session in; safe to call twice."""
+        self._held = False
         if self._fd is not None:
             os.close(self._fd)  # closing the descriptor drops the flock
             self._fd = None
