@@ -116,8 +116,8 @@ def _lose(db_url: str, lock: SessionLock) -> None:
     pid = lock._connection.execute(text("SELECT pg_backend_pid()")).scalar()
     killer = Archive(db_url)
     try:
-        with killer.db.engine.connect() as con:
-            assert con.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": pid}).scalar()
+        with killer.db.engine.connect() as con:  # waits for the backend to end (its locks end with it)
+            assert con.execute(text("SELECT pg_terminate_backend(:pid, 10000)"), {"pid": pid}).scalar()
     finally:
         killer.close()
 
