@@ -39,6 +39,7 @@ from evolve.archive import (
     StorageError,
     archive_url,
     sqlite_file,
+    storage_reason,
 )
 from evolve.bandit import AllocationError, Allocator
 from evolve.ensemble import COST_UNIT, EnsembleError
@@ -284,10 +285,9 @@ def build_search(
         except SETUP_ERRORS as exc:
             raise SearchSetupError(str(exc)) from exc
         except StorageError as exc:  # the archive opened, but a write failed (a read-only file, a full disk)
-            reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
             raise SearchSetupError(
-                f"{target_db}: cannot write the archive ({reason}); check the file's and its folder's permissions "
-                "and free space"
+                f"{target_db}: cannot write the archive ({storage_reason(exc)}); check the file's and its folder's "
+                "permissions and free space"
             ) from exc
         previous = existing.status if existing is not None else None
         restored = members.restored

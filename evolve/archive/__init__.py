@@ -2,7 +2,7 @@
 
 from evolve.archive.batch import NewProgram
 from evolve.archive.codehash import code_hash, normalize
-from evolve.archive.database import ArchiveError, StorageError
+from evolve.archive.database import ArchiveError, StorageError, storage_reason
 from evolve.archive.facade import Archive
 from evolve.archive.group_store import GroupOutcome, GroupRows
 from evolve.archive.inserts import CompletionRecord, GroupTelemetry
@@ -39,5 +39,6 @@ __all__ = [
     "code_hash",
     "normalize",
     "sqlite_file",
+    "storage_reason",
     "summary_yield",
 ]

@@ -38,6 +38,14 @@ class ArchiveError(Exception):
 StorageError = SQLAlchemyError
 
 
+def storage_reason(exc: SQLAlchemyError) -> str:
+    """A database failure's cause in one line (the driver's own first line, without SQLAlchemy's statement and
+    parameters), for a message that says what to fix."""
+    cause = getattr(exc, "orig", None) or exc
+    lines = str(cause).strip().splitlines()
+    return lines[0] if lines else type(cause).__name__
+
+
 def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
     cur = dbapi_conn.cursor()
     for pragma in ("journal_mode=WAL", "foreign_keys=ON", "busy_timeout=30000", "synchronous=NORMAL"):
@@ -92,9 +100,8 @@ class Database:
                 self._migrate(create)
         except OperationalError as exc:
             self.engine.dispose()
-            reason = str(exc.orig).strip().splitlines()[0] if exc.orig is not None else str(exc)
             raise ArchiveError(
-                f"{self.url}: cannot open the archive ({reason}); check the URL and that the server is up"
+                f"{self.url}: cannot open the archive ({storage_reason(exc)}); check the URL and that the server is up"
             ) from None
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
 

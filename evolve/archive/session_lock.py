@@ -153,10 +153,10 @@ class SessionLock:
         self._connection = None
 
 
-def _same_file(fd: int, path: Path | None) -> bool:
+def _same_file(fd: int, path: Path) -> bool:
     """Whether `path` is still the file locked through `fd` (not deleted, not replaced)."""
     try:
-        here, there = os.fstat(fd), os.stat(path) if path is not None else None
+        here, there = os.fstat(fd), os.stat(path)
     except FileNotFoundError:
         return False
-    return there is not None and (here.st_dev, here.st_ino) == (there.st_dev, there.st_ino)
+    return (here.st_dev, here.st_ino) == (there.st_dev, there.st_ino)

@@ -108,7 +108,7 @@ def inspect(db: DbArg, as_json: Annotated[bool, typer.Option("--json")] = False)
             console.print(f"  best scalar {score_text(s.best_scalar[1])} (program {s.best_scalar[0]})")
         table = Table("component", "best", "program", show_edge=False)
         for name, (pid, value) in s.best_components.items():
-            table.add_row(name, f"{score_text(value)}", str(pid))
+            table.add_row(name, score_text(value), str(pid))
         console.print(table)
         for v in s.policy_versions:
             who = f" member {v['member']}" if v.get("member") else ""
@@ -137,7 +137,7 @@ def best(
 
 def _number_text(value: object) -> str:
     """A stored metric: a number in 6 significant digits, anything else (a short string) as it is."""
-    return f"{score_text(value)}" if isinstance(value, int | float) else str(value)
+    return score_text(value) if isinstance(value, int | float) else str(value)
 
 
 def show(db: DbArg, program_id: int) -> None:

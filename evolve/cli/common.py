@@ -62,7 +62,7 @@ def vector_table(scores: Mapping[str, float], title: str = "score vector") -> Ta
     table.add_column("component")
     table.add_column("value", justify="right")
     for name, value in scores.items():
-        table.add_row(name, f"{score_text(value)}")
+        table.add_row(name, score_text(value))
     return table
 
 

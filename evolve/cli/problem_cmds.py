@@ -119,14 +119,13 @@ def check(folder: Path, sandbox: SandboxOpt = "auto", allow_weak_sandbox: AllowW
     )
     if outcome.case_errors:  # some cases failed, not all: their fail values sit in the vector above like scores
         name, error = next(iter(outcome.case_errors.items()))
-        seed = shell_arg(str(problem.root / problem.config.program.entry))
+        seed = shell_arg(problem.root / problem.config.program.entry)
         console.print(
             f"warning: {len(outcome.case_errors)} of {len(problem.components)} cases of the seed failed and scored "
-            f"their fail value; first: {name}: {plain(error)}; `evolve eval {shell_arg(str(folder))} {seed} --json`"
+            f"their fail value; first: {name}: {plain(error)}; `evolve eval {shell_arg(folder)} {seed} --json`"
             " lists each",
             highlight=False,
             markup=False,
-            soft_wrap=True,
         )
     if not (problem.root / "problem.toml").is_file():
         console.print(

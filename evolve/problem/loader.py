@@ -99,9 +99,9 @@ class Problem:
 def _evaluator_line(exc: BaseException, evaluator: Path) -> str:
     """Where in the evaluator the exception was raised (its last frame there), as " at evaluate.py line N": whether
     the output was unusable or `score()` itself is wrong, that line is the one to read."""
-    line, tb = None, exc.__traceback__
+    line, tb, wanted = None, exc.__traceback__, evaluator.resolve()
     while tb is not None:
-        if Path(tb.tb_frame.f_code.co_filename).resolve() == evaluator.resolve():
+        if Path(tb.tb_frame.f_code.co_filename).resolve() == wanted:
             line = tb.tb_lineno
         tb = tb.tb_next
     return f" at {evaluator.name} line {line}" if line is not None else ""
