@@ -14,7 +14,8 @@ import contextlib
 import os
 import subprocess
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import TypeVar
 
 import pytest
 
@@ -28,6 +29,7 @@ from tests.services import missing
 from tests.test_sandbox_redteam import MIN_EVAL, MIN_KNOWN, MIN_TOML, folder
 
 MEMORY_MB = 512
+T = TypeVar("T")
 FAILED = {"c0": 1e6, "c1": 1e6}
 TOML = MIN_TOML.format(extra=", fail_value = 1e6").replace("timeout_s = 3", "timeout_s = 12")
 
@@ -135,6 +137,19 @@ def host_memory_drop() -> Iterator[dict[str, int]]:
         drop["mb"] = max(drop["available"], drop["held"])
 
 
+def measured_twice_if_over(run: Callable[[], T], bound_mb: int) -> tuple[T, dict[str, int]]:
+    """Runs an attack under host_memory_drop, and once more where the drop reached bound_mb. The measures are
+    host-wide, so the other pytest worker's own memory shows in them (once 1069 MB where the job held 589); a
+    bound the sandbox really fails to keep is failed on both tries, and the smaller drop is the one asserted."""
+    with host_memory_drop() as drop:
+        result = run()
+    if drop["mb"] < bound_mb:
+        return result, drop
+    with host_memory_drop() as again:
+        result = run()
+    return result, min(drop, again, key=lambda d: d["mb"])
+
+
 def _box(mode: str, jail: bool = True) -> ProcessSandbox:
     if jail and find_jail()[0] is None:
         missing("bubblewrap", find_jail()[1])
@@ -175,8 +190,7 @@ def test_isolation_says_how_memory_is_bounded(box):
 
 def test_memfds_are_refused_in_the_jail(box, problem):
     """memfds filled with write() are never mapped, so RLIMIT_AS never saw them: 3 GB held under 512 MB."""
-    with host_memory_drop() as drop:
-        outcome = box.evaluate(problem, MEMFD_HOG)
+    outcome, drop = measured_twice_if_over(lambda: box.evaluate(problem, MEMFD_HOG), 2 * MEMORY_MB)
     assert outcome.error_kind == ErrorKind.CRASH and "Operation not permitted" in (outcome.error or ""), outcome
     assert outcome.scores == FAILED
     assert drop["mb"] < 2 * MEMORY_MB, drop
@@ -185,8 +199,7 @@ def test_memfds_are_refused_in_the_jail(box, problem):
 
 def test_filling_every_temp_mount_is_bounded(box, problem):
     """/tmp, /dev/shm and /work are tmpfs (576 MiB together, more than memory_mb): their pages are memory."""
-    with host_memory_drop() as drop:
-        outcome = box.evaluate(problem, FILL_TMPFS)
+    outcome, drop = measured_twice_if_over(lambda: box.evaluate(problem, FILL_TMPFS), 2 * MEMORY_MB)
     if box.bounds_job_memory:  # charged to the job's cgroup: the OOM killer ends it
         assert outcome.error_kind == ErrorKind.MEMORY and outcome.scores == FAILED, (outcome.error, outcome.stderr)
     else:  # each mount's cap holds, and nothing more
@@ -197,8 +210,8 @@ def test_filling_every_temp_mount_is_bounded(box, problem):
 
 def test_many_processes_share_one_bound_or_each_has_its_own(box, problem):
     """Three processes each holding 0.8 x memory_mb, and a fourth asking 1.2 x memory_mb on its own."""
-    with host_memory_drop() as drop:
-        outcome = box.evaluate(problem, MANY_PROCESSES)
+    bound = 2 * MEMORY_MB if box.bounds_job_memory else 4 * MEMORY_MB
+    outcome, drop = measured_twice_if_over(lambda: box.evaluate(problem, MANY_PROCESSES), bound)
     if box.bounds_job_memory:  # together past the limit: `memory`, though the job's first process replied
         assert outcome.error_kind == ErrorKind.MEMORY and outcome.scores == FAILED, (outcome.error, outcome.stderr)
         assert drop["mb"] < 2 * MEMORY_MB, drop
@@ -217,8 +230,7 @@ def test_memfds_are_refused_outside_the_jail_too(problem):
     """Without bubblewrap the candidate's process installs the same seccomp filter itself before exec."""
     box = weak_sandbox_or_skip(slots=1)
     try:
-        with host_memory_drop() as drop:
-            outcome = box.evaluate(problem, MEMFD_HOG)
+        outcome, drop = measured_twice_if_over(lambda: box.evaluate(problem, MEMFD_HOG), 2 * MEMORY_MB)
         assert outcome.error_kind == ErrorKind.CRASH and "Operation not permitted" in (outcome.error or ""), outcome
         assert outcome.scores == FAILED
         assert drop["mb"] < 2 * MEMORY_MB, drop
