@@ -4,7 +4,10 @@ PostgreSQL URL all name the same kind of archive, and none loses its `//` on the
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -132,3 +135,52 @@ def test_a_folder_given_as_the_archive_says_so(tmp_path):
     assert str(caught.value) == f"{folder}: a folder, not an archive file; give a file such as {folder / 'runs.db'}"
     result = CliRunner().invoke(app, ["inspect", str(folder)])
     assert result.exit_code == 2 and "a folder, not an archive file" in result.output
+
+
+def _inspect_through_read_only_view(folder: Path, name: str) -> subprocess.CompletedProcess:
+    """`evolve inspect` on folder/name as a reader that may not write there: as root, through a read-only bind
+    mount of the folder in a mount namespace of its own; otherwise with the folder and file made read-only."""
+    inspect_cmd = [sys.executable, "-m", "evolve.cli", "inspect"]
+    if os.geteuid() != 0:
+        folder.chmod(0o555)
+        (folder / name).chmod(0o444)
+        try:
+            return subprocess.run([*inspect_cmd, str(folder / name)], capture_output=True, text=True, timeout=120)
+        finally:
+            folder.chmod(0o755)
+            (folder / name).chmod(0o644)
+    view = folder.with_name(folder.name + "-view")
+    view.mkdir(exist_ok=True)
+    script = 'mount --bind "$1" "$2" && mount -o remount,bind,ro "$2" && shift 2 && exec "$@"'
+    command = ["unshare", "-m", "sh", "-c", script, "sh", str(folder), str(view), *inspect_cmd, str(view / name)]
+    return subprocess.run(command, capture_output=True, text=True, timeout=120)
+
+
+def test_an_archive_on_a_read_only_mount_is_read_as_it_is_and_as_a_live_run_writes_it(tiny_search, tmp_path):
+    """A finished run's archive on a read-only mount (or another user's folder) reads as it does where it is
+    writable; while a writer holds rows in the WAL, the reader sees those too. SQLite had refused it: it could
+    not make the -shm file it opens a WAL archive with ("unable to open database file")."""
+    folder = tmp_path / "archive"
+    folder.mkdir()
+    db = tiny_search.copy_to(folder / "a.db")
+    expected = subprocess.run(
+        [sys.executable, "-m", "evolve.cli", "inspect", str(db)], capture_output=True, text=True, timeout=120
+    )
+    assert expected.returncode == 0 and expected.stdout.startswith(f"run {tiny_search.run_id} square"), expected
+
+    finished = _inspect_through_read_only_view(folder, db.name)
+    assert (finished.returncode, finished.stderr, finished.stdout) == (0, "", expected.stdout)
+    assert sorted(p.name for p in folder.iterdir()) == ["a.db"]  # nothing left beside it
+
+    writer = sqlite3.connect(db)
+    try:
+        writer.execute("PRAGMA journal_mode=WAL")
+        writer.execute("PRAGMA wal_autocheckpoint=0")  # the change stays in a-db-wal, as a live run's do
+        writer.execute("UPDATE runs SET problem_name = 'renamed-in-the-wal'")
+        writer.commit()
+        assert (folder / "a.db-wal").stat().st_size > 0
+        live = _inspect_through_read_only_view(folder, db.name)
+    finally:
+        writer.close()
+    assert live.returncode == 0, live.stderr
+    assert live.stdout == expected.stdout.replace(" square ", " renamed-in-the-wal ", 1)

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import fcntl
 import os
+import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +55,28 @@ def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
     cur.close()
 
 
+def _read_only_pragmas(dbapi_conn: Any, _record: Any) -> None:
+    dbapi_conn.execute("PRAGMA busy_timeout=30000")
+
+
+def _may_write(path: Path) -> bool:
+    """SQLite writes beside the file (its -wal and -shm) as well as in it; a read-only mount says no to both."""
+    return os.access(path, os.W_OK) and os.access(path.parent, os.W_OK)
+
+
+def _open_read_only(path: Path) -> sqlite3.Connection:
+    """A reader's connection to an archive this process may not write (a read-only mount, another user's folder).
+
+    With a -wal file beside it, a run is live or was killed: `mode=ro` reads the WAL too, through the -shm file
+    the writer made. Without one, every committed row is in the file, and `immutable` reads it without the
+    -shm file that SQLite could not create here.
+    """
+    quoted = path.as_uri()[len("file://") :]  # percent-encoded: a space, `?` or `#` in the path stays the path's
+    wal = path.with_name(path.name + "-wal")
+    flags = "mode=ro" if wal.exists() else "mode=ro&immutable=1"
+    return sqlite3.connect(f"file:{quoted}?{flags}", uri=True, check_same_thread=False)
+
+
 @contextmanager
 def _file_lock(path: Path | None) -> Iterator[None]:
     """Serialise schema creation between processes opening one new SQLite file at once.
@@ -73,7 +97,8 @@ def _file_lock(path: Path | None) -> Iterator[None]:
 
 
 class Database:
-    """One archive's engine and session factory, its schema at head; `create=False` opens only what exists."""
+    """One archive's engine and session factory, its schema at head; `create=False` opens only what exists, and
+    opens a SQLite file this process may not write read-only (`read_only`), for the commands that only read."""
 
     def __init__(self, target: str | Path, *, create: bool = True) -> None:
         try:
@@ -89,20 +114,23 @@ class Database:
             raise ArchiveError(f"{path}: no archive there; run `evolve run PROBLEM --db {path}` first")
         if path is not None and create:
             path.parent.mkdir(parents=True, exist_ok=True)
+        self.read_only = path is not None and not create and not _may_write(path)
         try:
-            self.engine: Engine = create_engine(url, pool_pre_ping=path is None)
+            if self.read_only:
+                self.engine: Engine = create_engine(url, creator=partial(_open_read_only, path))
+            else:
+                self.engine = create_engine(url, pool_pre_ping=path is None)
         except ModuleNotFoundError:
             raise ArchiveError(missing_driver_hint(url)) from None
         if self.engine.dialect.name == "sqlite":
-            event.listen(self.engine, "connect", _sqlite_pragmas)
+            event.listen(self.engine, "connect", _read_only_pragmas if self.read_only else _sqlite_pragmas)
         try:
             with _file_lock(path if create else None):
                 self._migrate(create)
         except OperationalError as exc:
             self.engine.dispose()
-            raise ArchiveError(
-                f"{self.url}: cannot open the archive ({storage_reason(exc)}); check the URL and that the server is up"
-            ) from None
+            check = "that it is an archive file you may read" if path else "the URL and that the server is up"
+            raise ArchiveError(f"{self.url}: cannot open the archive ({storage_reason(exc)}); check {check}") from None
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
 
     def _migrate(self, create: bool) -> None:
@@ -112,6 +140,7 @@ class Database:
         with self.engine.begin() as conn:
             if conn.dialect.name == "postgresql":  # two engines opening one fresh database migrate one at a time
                 conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK})
+            current = None
             if inspect(conn).has_table("alembic_version"):
                 current = conn.execute(text("SELECT version_num FROM alembic_version")).scalar()
                 if current and current not in known:
@@ -121,6 +150,14 @@ class Database:
                     )
             elif not create:
                 raise ArchiveError(f"{self.url}: no archive there; run `evolve run PROBLEM --db URL` first")
+            if self.read_only:
+                head = ScriptDirectory.from_config(cfg).get_current_head()
+                if current != head:
+                    raise ArchiveError(
+                        f"{self.url}: archive schema {current} is older than this vpo-evolve reads, and this "
+                        "process may not write it; open it once where it is writable (evolve inspect) to upgrade it"
+                    )
+                return
             cfg.attributes["connection"] = conn
             command.upgrade(cfg, "head")
 
