@@ -160,6 +160,7 @@ class RunLedger:
         self.population.group_done(group.parent.id, group.cost.completions, len(group.children))
         self.groups_since_train += 1
         self.stats.groups += 1
+        self.stats.session_groups += 1
         self.stall.observe(group.produced, bool(pending + self.unqueued), group.statuses)
         if self.stall.stalled:
             self.control.finish(self.stall.message(self.ensemble.tried(), self.stats.ask))

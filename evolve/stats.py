@@ -32,15 +32,16 @@ class LoopStats:
     started: float = field(default_factory=time.monotonic)
     evaluations: int = 0  # all evaluations of the run, earlier sessions included
     session_evaluations: int = 0
-    tokens: int = 0
-    groups: int = 0
+    tokens: int = 0  # this session's
+    groups: int = 0  # all groups of the run, earlier sessions included
+    session_groups: int = 0
     completions: int = 0  # this session's
     cut: int = 0  # this session's completions that stopped at their token budget
     new_valid: int = 0  # this session's variants that became new programs evaluated without error
     policy_version: int = 0
     sandbox: str = ""
-    parse: Counter[str] = field(default_factory=Counter)
-    errors: Counter[str] = field(default_factory=Counter)
+    parse: Counter[str] = field(default_factory=Counter)  # this session's variants by status ("ok": a new program)
+    errors: Counter[str] = field(default_factory=Counter)  # this session's evaluations by error kind
     best_scalar: float | None = None
     best_id: int | None = None
     best_components: dict[str, float] = field(default_factory=dict)
@@ -74,14 +75,21 @@ class LoopStats:
         return Yield(self.completions, self.tokens, self.new_valid, dict(self.parse), cut=self.cut)
 
     def summary(self) -> str:
+        """The run's totals (as `evolve inspect` counts them), then this session's own figures, each scope named:
+        after a resume the two differ, and one line that mixed them read as if the archive had lost rows."""
         best = "none" if self.best_scalar is None else f"{score_text(self.best_scalar)} (program {self.best_id})"
-        parsed = sum(self.parse.values())
+        failed = f"({sum(self.errors.values())} failed)"
+        if self.session_groups == self.groups and self.session_evaluations == self.evaluations:
+            scope = f"{self.evaluations} evaluations {failed}, {self.groups} groups, best scalar {best}; "
+        else:
+            scope = (
+                f"{self.evaluations} evaluations and {self.groups} groups in all, best scalar {best}; this session "
+                f"{self.session_evaluations} evaluations {failed} and {self.session_groups} groups: "
+            )
         return (
-            f"{self.evaluations} evaluations ({self.session_evaluations} this session, "
-            f"{self.session_evaluations / max(self.session_s, 1e-9) * 60:.1f}/min), {self.groups} groups, "
-            f"{self.tokens / max(self.session_s, 1e-9):.1f} tok/s, parse ok {self.parse['ok']}/{parsed}, "
-            f"eval errors {sum(self.errors.values())}, best scalar {best}, policy v{self.policy_version}; "
-            f"yield {self.yields().line()}"
+            f"{scope}{self.session_evaluations / max(self.session_s, 1e-9) * 60:.1f} evaluations/min, "
+            f"{self.tokens / max(self.session_s, 1e-9):.1f} tok/s, {self.parse['ok']} new programs of "
+            f"{sum(self.parse.values())} variants, policy v{self.policy_version}; yield {self.yields().line()}"
             f"{self._training()}"
         )
 
@@ -104,10 +112,9 @@ class LoopStats:
             "tokens/s",
             f"{self.tokens / max(self.session_s, 1e-9):.1f}",
         )
-        parsed = sum(self.parse.values())
         head.add_row(
-            "parse errors",
-            f"{1 - self.parse['ok'] / parsed:.0%} {dict(self.parse)}" if parsed else "-",
+            "new programs",
+            f"{self.parse['ok']} of {sum(self.parse.values())} variants {dict(self.parse)}",
             "eval errors",
             f"{sum(self.errors.values()) / max(self.session_evaluations, 1):.0%} {dict(self.errors)}",
         )
