@@ -188,3 +188,22 @@ def test_a_score_given_as_text_is_a_failed_case_and_check_warns_of_cases_that_fa
     assert "first: c0: score() returned str, not a number" in out.stdout
     good = evolve("check", str(write_problem(tmp_path / "q")), "--sandbox", "process", "--allow-weak-sandbox")
     assert good.returncode == 0 and "warning" not in good.stdout
+
+
+def test_a_setting_the_format_does_not_know_names_the_format_page_where_it_can_be_opened(tmp_path, monkeypatch):
+    """From any folder: the page's absolute path where the engine runs from a checkout, the repository's page
+    where it was installed from a wheel (which carries no docs). It had been `see docs/problem-format.md`,
+    relative to a checkout the user may not be in."""
+    import evolve.problem.errors as errors
+
+    folder = write_problem(tmp_path / "p")
+    (folder / "problem.toml").write_text((folder / "problem.toml").read_text() + "\nbogus_key = 1\n")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ProblemError) as raised:
+        load_problem(folder)
+    page = Path(__file__).resolve().parents[1] / "docs" / "problem-format.md"
+    assert page.is_file() and str(raised.value).endswith(f"; see {page}")
+    monkeypatch.setattr(errors, "DOCS", tmp_path / "no-docs-here")
+    with pytest.raises(ProblemError) as raised:
+        load_problem(folder)
+    assert str(raised.value).endswith("; see docs/problem-format.md in the vpo-evolve repository")

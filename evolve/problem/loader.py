@@ -19,7 +19,7 @@ from pydantic import ValidationError
 
 from evolve.problem.blocks import BlockError, find_blocks
 from evolve.problem.config import ComponentSpec, ProblemConfig
-from evolve.problem.errors import ProblemError
+from evolve.problem.errors import ProblemError, doc
 from evolve.problem.seed_files import read_seed_files
 
 
@@ -208,7 +208,7 @@ def load_problem(folder: str | Path) -> Problem:
     except ValidationError as exc:
         err = exc.errors()[0]
         where = ".".join(str(p) for p in err["loc"]) or "(top level)"
-        raise _fail(toml_path, f"{where}: {err['msg']}", "see docs/problem-format.md") from None
+        raise _fail(toml_path, f"{where}: {err['msg']}", f"see {doc('problem-format.md')}") from None
 
     if config.native and not (root / "Dockerfile").is_file():
         _check_tools(toml_path, config)

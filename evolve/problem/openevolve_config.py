@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from evolve.problem.loader import ProblemError
+from evolve.problem.errors import ProblemError, doc
 
 POLICY = "no meaning here: the policy is chosen with evolve run --policy"
 ARCHIVE = "the archive (--db) keeps every program, prompt and evaluation as it lands"
@@ -74,7 +74,7 @@ class _Reader:
         self.path = path
 
     def fail(self, key: str, what: str) -> ProblemError:
-        return ProblemError(f"{self.path}: {key}: {what}; fix config.yaml (see docs/openevolve.md)")
+        return ProblemError(f"{self.path}: {key}: {what}; fix config.yaml (see {doc('openevolve.md')})")
 
     def number(self, key: str, value: Any, *, integer: bool, low: float) -> Any:
         ok = isinstance(value, int | float) and not isinstance(value, bool) and (not integer or value == int(value))
