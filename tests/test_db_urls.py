@@ -184,3 +184,74 @@ def test_an_archive_on_a_read_only_mount_is_read_as_it_is_and_as_a_live_run_writ
         writer.close()
     assert live.returncode == 0, live.stderr
     assert live.stdout == expected.stdout.replace(" square ", " renamed-in-the-wal ", 1)
+
+
+def test_a_file_name_with_a_question_mark_or_percent_is_that_file_and_odd_inputs_are_one_line(tmp_path, monkeypatch):
+    """`--db 'x%41.db'` had opened xA.db (another archive: wrong data), `a?b.db` had made `a`; a file that is not
+    a database, SQLITE:// in capitals and a name that is not UTF-8 had each given a traceback."""
+    monkeypatch.chdir(tmp_path)
+    for name in ("x%41.db", "a?b #c.db"):
+        archive = Archive(name)
+        run = archive.create_run("square", str(tmp_path), "fp", {}, 0)
+        archive.close()
+        reader = Archive(name, create=False)
+        assert [r.id for r in reader.runs()] == [run.id] and reader.db.file == tmp_path / name
+        reader.close()
+    assert not (tmp_path / "xA.db").exists() and not (tmp_path / "a").exists()
+    upper = Archive(f"SQLITE:///{tmp_path}/x%2541.db", create=False)  # the URL's own escape: the file x%41.db
+    assert upper.db.file == tmp_path / "x%41.db" and len(upper.runs()) == 1
+    upper.close()
+    (tmp_path / "junk.db").write_bytes(bytes(range(256)) * 64)
+    runner = CliRunner()
+    result = runner.invoke(app, ["inspect", "junk.db"])
+    assert result.exit_code == 2 and result.output.strip() == (
+        f"error: sqlite:///{tmp_path}/junk.db: cannot open the archive (file is not a database); check that it is "
+        "an archive file you may read"
+    ), result.output
+    weird = os.fsdecode(b"caf\xe9.db")
+    result = runner.invoke(app, ["inspect", weird])
+    assert result.exit_code == 2 and "the name is not valid UTF-8; rename the file" in result.output, result.output
+
+
+def test_a_reader_that_may_not_write_sees_a_run_started_after_it_opened(tiny_search, tmp_path, monkeypatch):
+    """`evolve serve` on a read-only view opened before a run wrote again: its immutable connection, pooled, had
+    shown the old rows for good (and can read torn pages). Each session now opens its own connection."""
+    from sqlalchemy import text
+
+    import evolve.archive.database as database
+
+    db = tiny_search.copy_to(tmp_path / "a.db")
+    monkeypatch.setattr(database, "_may_write", lambda path: False)  # as through a read-only mount
+    monkeypatch.setattr(database, "_may_create_beside", lambda path: False)
+    reader = database.Database(db, create=False)
+    assert reader.read_only
+
+    def name() -> str:
+        with reader.session() as s:
+            return s.execute(text("SELECT problem_name FROM runs")).scalar()
+
+    assert name() == "square"
+    writer = sqlite3.connect(db)
+    writer.execute("UPDATE runs SET problem_name = 'while-live'")
+    writer.commit()
+    assert (tmp_path / "a.db-wal").exists() and name() == "while-live"
+    writer.execute("UPDATE runs SET problem_name = 'after-the-run'")
+    writer.commit()
+    writer.close()  # the last connection checkpoints the WAL into the file and removes it
+    assert not (tmp_path / "a.db-wal").exists() and name() == "after-the-run"
+    reader.close()
+
+
+def test_a_wal_without_its_shm_in_a_read_only_folder_says_what_to_do(tiny_search, tmp_path, monkeypatch):
+    import evolve.archive.database as database
+
+    db = tiny_search.copy_to(tmp_path / "a.db")
+    (tmp_path / "a.db-wal").write_bytes(b"")
+    monkeypatch.setattr(database, "_may_write", lambda path: False)
+    monkeypatch.setattr(database, "_may_create_beside", lambda path: False)
+    with pytest.raises(ArchiveError) as caught:
+        database.Database(db, create=False)
+    assert str(caught.value) == (
+        f"{db}: its a.db-wal is here but not its a.db-shm, and this folder is read-only, so the rows in the WAL "
+        "cannot be read; copy a.db and a.db-wal to a folder you may write and open the copy"
+    )

@@ -21,8 +21,9 @@ from alembic import command
 from alembic.config import Config
 from alembic.script import ScriptDirectory
 from sqlalchemy import Engine, create_engine, event, inspect, text
-from sqlalchemy.exc import OperationalError, SQLAlchemyError
+from sqlalchemy.exc import DatabaseError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.pool import NullPool
 
 from evolve.archive.urls import ArchiveUrlError, archive_url, display_url, missing_driver_hint, sqlite_file
 
@@ -61,20 +62,41 @@ def _read_only_pragmas(dbapi_conn: Any, _record: Any) -> None:
 
 def _may_write(path: Path) -> bool:
     """SQLite writes beside the file (its -wal and -shm) as well as in it; a read-only mount says no to both."""
-    return os.access(path, os.W_OK) and os.access(path.parent, os.W_OK)
+    return os.access(path, os.W_OK) and _may_create_beside(path)
+
+
+def _may_create_beside(path: Path) -> bool:
+    return os.access(path.parent, os.W_OK)
+
+
+def _beside(path: Path, suffix: str) -> Path:
+    return path.with_name(path.name + suffix)
 
 
 def _open_read_only(path: Path) -> sqlite3.Connection:
     """A reader's connection to an archive this process may not write (a read-only mount, another user's folder).
 
-    With a -wal file beside it, a run is live or was killed: `mode=ro` reads the WAL too, through the -shm file
-    the writer made. Without one, every committed row is in the file, and `immutable` reads it without the
-    -shm file that SQLite could not create here.
+    `mode=ro` reads the WAL too, through the -shm file that the writer made or that SQLite makes in a folder it
+    may write. Where it can do neither (a read-only folder, and no -wal: no run writes it now), `immutable` reads
+    the file, which then holds every committed row, without the -shm. The engine opens a connection per session
+    (NullPool), so that a run started after the reader is seen: an immutable connection kept open past a writer
+    reads stale pages, or torn ones.
     """
     quoted = path.as_uri()[len("file://") :]  # percent-encoded: a space, `?` or `#` in the path stays the path's
-    wal = path.with_name(path.name + "-wal")
-    flags = "mode=ro" if wal.exists() else "mode=ro&immutable=1"
+    live = _beside(path, "-wal").exists() or _may_create_beside(path)
+    flags = "mode=ro" if live else "mode=ro&immutable=1"
     return sqlite3.connect(f"file:{quoted}?{flags}", uri=True, check_same_thread=False)
+
+
+def _check_readable_wal(path: Path) -> None:
+    """A -wal without its -shm (a killed run's, copied without it) in a folder SQLite may not write: the rows in
+    the WAL cannot be read here, and SQLite would only say "unable to open database file"."""
+    wal, shm = _beside(path, "-wal"), _beside(path, "-shm")
+    if wal.exists() and not shm.exists() and not _may_create_beside(path):
+        raise ArchiveError(
+            f"{path}: its {wal.name} is here but not its {shm.name}, and this folder is read-only, so the rows in "
+            f"the WAL cannot be read; copy {path.name} and {wal.name} to a folder you may write and open the copy"
+        )
 
 
 @contextmanager
@@ -115,9 +137,11 @@ class Database:
         if path is not None and create:
             path.parent.mkdir(parents=True, exist_ok=True)
         self.read_only = path is not None and not create and not _may_write(path)
+        if self.read_only and path is not None:
+            _check_readable_wal(path)
         try:
             if self.read_only:
-                self.engine: Engine = create_engine(url, creator=partial(_open_read_only, path))
+                self.engine: Engine = create_engine(url, creator=partial(_open_read_only, path), poolclass=NullPool)
             else:
                 self.engine = create_engine(url, pool_pre_ping=path is None)
         except ModuleNotFoundError:
@@ -127,9 +151,14 @@ class Database:
         try:
             with _file_lock(path if create else None):
                 self._migrate(create)
-        except OperationalError as exc:
+        except DatabaseError as exc:  # OperationalError among them; "file is not a database" is not one
             self.engine.dispose()
-            check = "that it is an archive file you may read" if path else "the URL and that the server is up"
+            if path is None:
+                check = "the URL and that the server is up"
+            elif create:
+                check = "that it is an archive file you may write, and its folder"
+            else:
+                check = "that it is an archive file you may read"
             raise ArchiveError(f"{self.url}: cannot open the archive ({storage_reason(exc)}); check {check}") from None
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from sqlalchemy.engine import make_url
+from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
 
 SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*://")
@@ -25,8 +25,15 @@ def archive_url(text: str | Path) -> str:
     s = str(text).strip()
     if not s:
         raise ArchiveUrlError("--db is empty; give a file path (runs/NAME.db) or a URL (postgresql+psycopg://...)")
+    try:
+        s.encode()
+    except UnicodeEncodeError:
+        raise ArchiveUrlError(f"--db {s!r}: the name is not valid UTF-8; rename the file or its folder") from None
     if not SCHEME.match(s):
-        return f"sqlite:///{Path(s).expanduser().resolve()}"
+        # built, not parsed: a `?`, `#` or `%41` in a file name is the name's, not a query or an escape
+        return URL.create("sqlite", database=str(Path(s).expanduser().resolve())).render_as_string(hide_password=False)
+    scheme, rest = s.split("://", 1)
+    s = f"{scheme.lower()}://{rest}"  # SQLITE:// is sqlite://, as URL schemes are read
     try:
         url = make_url(s)
     except (ArgumentError, ValueError) as exc:
