@@ -14,6 +14,10 @@ from evolve.fitness import score_text
 from evolve.yields import Yield
 
 
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
 @dataclass(frozen=True)
 class LiveLines:
     """What the live view reads from the policies rather than the ledger, drawn beside the counters."""
@@ -80,11 +84,13 @@ class LoopStats:
         best = "none" if self.best_scalar is None else f"{score_text(self.best_scalar)} (program {self.best_id})"
         failed = f"({sum(self.errors.values())} failed)"
         if self.session_groups == self.groups and self.session_evaluations == self.evaluations:
-            scope = f"{self.evaluations} evaluations {failed}, {self.groups} groups, best scalar {best}; "
+            evaluations, groups = _count(self.evaluations, "evaluation"), _count(self.groups, "group")
+            scope = f"{evaluations} {failed}, {groups}, best scalar {best}; "
         else:
             scope = (
-                f"{self.evaluations} evaluations and {self.groups} groups in all, best scalar {best}; this session "
-                f"{self.session_evaluations} evaluations {failed} and {self.session_groups} groups: "
+                f"{_count(self.evaluations, 'evaluation')} and {_count(self.groups, 'group')} in all, best scalar "
+                f"{best}; this session {_count(self.session_evaluations, 'evaluation')} {failed} and "
+                f"{_count(self.session_groups, 'group')}: "
             )
         return (
             f"{scope}{self.session_evaluations / max(self.session_s, 1e-9) * 60:.1f} evaluations/min, "
