@@ -10,8 +10,8 @@
 #   bash benchmarks/study_lanes.sh collect   # finished arms (rows and archives) and best@k results into this checkout
 #   bash benchmarks/study_lanes.sh stop      # kill -9 both lanes, every process in them (archives survive it)
 #
-# Resumable like study.sh: `start` seeds each lane with this checkout's results, so arms already collected are not
-# run again; an arm cut off resumes from its lane's archive on the same machine and starts again on a fresh one.
+# Resumable like study.sh: `start` seeds each lane with this checkout's results and best@k's probe archives, so arms
+# and probes already collected are not run again; an arm cut off resumes from its lane's archive on the same machine and starts again on a fresh one.
 # STUDY_LANES moves the lanes' checkouts (default: $TMPDIR or /tmp, vpo-study-lanes). STUDY_ARMS=none runs only
 # those arms (and no best@k): the untrained arms need no trainer, for a machine whose trainer is too slow.
 set -euo pipefail
@@ -99,6 +99,11 @@ start() {
     merge_rows "$ROOT/$CL/results.json" "$dir/$CL/results.json" "$dir/$CL/results.json"
     mkdir -p "$dir/$BK"
     if [ -f "$ROOT/$BK/tour_heuristic.json" ]; then cp "$ROOT/$BK/tour_heuristic.json" "$dir/$BK/"; fi
+    for probe in "$ROOT/$CL"/probe/*/arm.db; do  # best@k's probe archives, made once: a fresh machine skips them
+      [ -f "$probe" ] || continue
+      name=$(basename "$(dirname "$probe")")
+      if [ ! -f "$dir/$CL/probe/$name/arm.db" ]; then mkdir -p "$dir/$CL/probe/$name" && cp "$probe" "$dir/$CL/probe/$name/"; fi
+    done
     (setsid nohup bash "$ROOT/benchmarks/study_lanes.sh" lane "$lane" >>"$dir/study.log" 2>&1 & echo $! >"$dir/pid")
     echo "lane $lane: started on core ${CORE[$lane]}, log $dir/study.log"
   done
@@ -147,6 +152,13 @@ EOF
           mkdir -p "$ROOT/$CL/arms/$arm" && cp "$src" "$ROOT/$CL/arms/$arm/"
         fi
       done
+    done
+    for probe in "$dir/$CL"/probe/*/arm.db; do  # a consistent copy (SQLite's backup), the WAL's rows included
+      [ -f "$probe" ] || continue
+      name=$(basename "$(dirname "$probe")")
+      mkdir -p "$ROOT/$CL/probe/$name"
+      "$PY" -c 'import sqlite3, sys; sqlite3.connect(sys.argv[1]).backup(sqlite3.connect(sys.argv[2]))' \
+        "$probe" "$ROOT/$CL/probe/$name/arm.db"
     done
     for f in tour_heuristic.json tour_heuristic.measured.json; do
       if [ -f "$dir/$BK/$f" ]; then cp "$dir/$BK/$f" "$ROOT/$BK/"; fi
