@@ -99,6 +99,12 @@ start() {
     merge_rows "$ROOT/$CL/results.json" "$dir/$CL/results.json" "$dir/$CL/results.json"
     mkdir -p "$dir/$BK"
     if [ -f "$ROOT/$BK/tour_heuristic.json" ]; then cp "$ROOT/$BK/tour_heuristic.json" "$dir/$BK/"; fi
+    # the untrained policy's best@k measurements, which no training changes: a fresh machine measures the trained
+    # ones alone (best_at_k.py resumes from its work folder's measured.json)
+    untrained=$ROOT/$BK/tour_heuristic.untrained.measured.json
+    if [ -f "$untrained" ] && [ ! -f "$dir/$BK/work/tour_heuristic/measured.json" ]; then
+      mkdir -p "$dir/$BK/work/tour_heuristic" && cp "$untrained" "$dir/$BK/work/tour_heuristic/measured.json"
+    fi
     for probe in "$ROOT/$CL"/probe/*/arm.db; do  # best@k's probe archives, made once: a fresh machine skips them
       [ -f "$probe" ] || continue
       name=$(basename "$(dirname "$probe")")
@@ -157,9 +163,28 @@ EOF
       [ -f "$probe" ] || continue
       name=$(basename "$(dirname "$probe")")
       mkdir -p "$ROOT/$CL/probe/$name"
-      "$PY" -c 'import sqlite3, sys; sqlite3.connect(sys.argv[1]).backup(sqlite3.connect(sys.argv[2]))' \
-        "$probe" "$ROOT/$CL/probe/$name/arm.db"
+      "$PY" - "$probe" "$ROOT/$CL/probe/$name/arm.db" <<'EOF'
+import sqlite3, sys
+from pathlib import Path
+def groups(path):  # a copy is taken only when the lane's archive has more groups: no churn in the repository
+    return sqlite3.connect(path).execute("SELECT count(*) FROM prompts").fetchone()[0] if Path(path).is_file() else -1
+if groups(sys.argv[1]) > groups(sys.argv[2]):
+    sqlite3.connect(sys.argv[1]).backup(sqlite3.connect(sys.argv[2]))
+EOF
     done
+    measured=$dir/$BK/work/tour_heuristic/measured.json
+    if [ -f "$measured" ]; then
+      "$PY" - "$measured" "$ROOT/$BK/tour_heuristic.untrained.measured.json" <<'EOF'
+import json, sys
+from pathlib import Path
+try:
+    rows = [r for r in json.loads(Path(sys.argv[1]).read_text()) if r["policy"] == "none"]
+except json.JSONDecodeError:  # being written this moment: the next collect takes it
+    rows = []
+if rows:
+    Path(sys.argv[2]).write_text(json.dumps(rows, indent=1))
+EOF
+    fi
     for f in tour_heuristic.json tour_heuristic.measured.json; do
       if [ -f "$dir/$BK/$f" ]; then cp "$dir/$BK/$f" "$ROOT/$BK/"; fi
     done
