@@ -10,8 +10,9 @@
 #   bash benchmarks/study_lanes.sh collect   # finished arms (rows and archives) and best@k results into this checkout
 #   bash benchmarks/study_lanes.sh stop      # kill -9 both lanes, every process in them (archives survive it)
 #
-# Resumable like study.sh: `start` seeds each lane with this checkout's results and best@k's probe archives, so arms
-# and probes already collected are not run again; an arm cut off resumes from its lane's archive on the same machine and starts again on a fresh one.
+# Resumable like study.sh: `start` seeds each lane with this checkout's results, best@k's probe archives and its
+# untrained measurements, so what was collected is not run again; an arm cut off resumes from its lane's archive on
+# the same machine and starts again on a fresh one.
 # STUDY_LANES moves the lanes' checkouts (default: $TMPDIR or /tmp, vpo-study-lanes). STUDY_ARMS=none runs only
 # those arms (and no best@k): the untrained arms need no trainer, for a machine whose trainer is too slow.
 set -euo pipefail
