@@ -56,10 +56,6 @@ def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
     cur.close()
 
 
-def _read_only_pragmas(dbapi_conn: Any, _record: Any) -> None:
-    dbapi_conn.execute("PRAGMA busy_timeout=30000")
-
-
 def _may_write(path: Path) -> bool:
     """SQLite writes beside the file (its -wal and -shm) as well as in it; a read-only mount says no to both."""
     return os.access(path, os.W_OK) and _may_create_beside(path)
@@ -85,7 +81,8 @@ def _open_read_only(path: Path) -> sqlite3.Connection:
     quoted = path.as_uri()[len("file://") :]  # percent-encoded: a space, `?` or `#` in the path stays the path's
     live = _beside(path, "-wal").exists() or _may_create_beside(path)
     flags = "mode=ro" if live else "mode=ro&immutable=1"
-    return sqlite3.connect(f"file:{quoted}?{flags}", uri=True, check_same_thread=False)
+    # timeout: the busy timeout _sqlite_pragmas sets on a writer's connections (30 s), here without a pragma
+    return sqlite3.connect(f"file:{quoted}?{flags}", uri=True, timeout=30, check_same_thread=False)
 
 
 def _check_readable_wal(path: Path) -> None:
@@ -146,8 +143,8 @@ class Database:
                 self.engine = create_engine(url, pool_pre_ping=path is None)
         except ModuleNotFoundError:
             raise ArchiveError(missing_driver_hint(url)) from None
-        if self.engine.dialect.name == "sqlite":
-            event.listen(self.engine, "connect", _read_only_pragmas if self.read_only else _sqlite_pragmas)
+        if self.engine.dialect.name == "sqlite" and not self.read_only:
+            event.listen(self.engine, "connect", _sqlite_pragmas)
         try:
             with _file_lock(path if create else None):
                 self._migrate(create)
