@@ -74,8 +74,9 @@ def write_c_problem(root: Path, *, timeout: float = 2.0, build_timeout: float = 
 
 def assert_known_c_vectors(sandbox: object, problem: object) -> None:
     """Each known C program, built and run one after another, gets exactly its own vector."""
-    got = [sandbox.evaluate(problem, code).scores for code, _ in KNOWN_C]  # type: ignore[attr-defined]
-    assert got == [want for _, want in KNOWN_C]
+    outcomes = [sandbox.evaluate(problem, code) for code, _ in KNOWN_C]  # type: ignore[attr-defined]
+    got = [o.scores for o in outcomes]
+    assert got == [want for _, want in KNOWN_C], [(o.scores, o.error_kind, (o.error or "")[-300:]) for o in outcomes]
 
 
 # A compiled program of several files whose build writes into its subfolder (`cc -c lib/solve.c -o lib/solve.o`),
