@@ -17,6 +17,7 @@ or duplicate variants). Last lines: `best_at_k none=... grpo=... vpo=... k=K` fo
 
 Usage: python -m benchmarks.best_at_k --db A.db --held-out-db B.db [--k 12] [--prompts 8] [--steps 2]
            [--learning-rate 1e-4] [--policy llama:embedded] [--out best_at_k.json] [--work DIR]
+           [--adapter grpo=DIR --adapter vpo=DIR]  (measure adapters trained elsewhere, e.g. closed-loop arms')
 An interrupted run resumes from `--work` (the trained copies and each policy's finished measurements are kept).
 """
 
@@ -132,6 +133,14 @@ def train(db: Path, method: str, steps: int, policy: str, learning_rate: float, 
     return Path(adapter)
 
 
+def adapter_arg(text: str) -> tuple[str, Path]:
+    """`grpo=DIR` or `vpo=DIR`: an adapter folder trained elsewhere, measured in that method's place."""
+    method, _, folder = text.partition("=")
+    if method not in ("grpo", "vpo") or not (Path(folder) / "adapter_model.safetensors").is_file():
+        raise SystemExit(f"--adapter {text}: give grpo=DIR or vpo=DIR, DIR a version holding adapter_model.safetensors")
+    return method, Path(folder)
+
+
 def measure(name: str, policy, problem: Problem, prompts: list[Parent], options: dict, k: int, sandbox) -> Measured:
     """K completions per prompt (seeded by the prompt's index), their new children evaluated."""
     out = Measured(name, problem.name)
@@ -178,13 +187,22 @@ def main() -> None:
     ap.add_argument("--learning-rate", type=float, default=1e-4, help="as the closed-loop study's arms")
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--work", type=Path, default=None, help="kept between runs: an interrupted run resumes there")
+    ap.add_argument(
+        "--adapter",
+        action="append",
+        default=[],
+        metavar="METHOD=DIR",
+        help="measure this adapter (e.g. a closed-loop arm's last version) as METHOD's policy instead of training one",
+    )
     args = ap.parse_args()
     work = args.work or Path(tempfile.mkdtemp(prefix="best-at-k-"))
     work.mkdir(parents=True, exist_ok=True)
     kept = work / "measured.json"
     done = {(r["policy"], r["problem"]): Measured(**r) for r in json.loads(kept.read_text())} if kept.exists() else {}
+    given = dict(adapter_arg(a) for a in args.adapter)
     adapters = {
-        method: train(args.db, method, args.steps, args.policy, args.learning_rate, work) for method in ("grpo", "vpo")
+        method: given.get(method) or train(args.db, method, args.steps, args.policy, args.learning_rate, work)
+        for method in ("grpo", "vpo")
     }
     sets = {"trained": parents(args.db, args.prompts), "held_out": parents(args.held_out_db, args.prompts)}
     sandbox = make_sandbox("process", workers=2)

@@ -266,9 +266,17 @@ def main() -> None:
                 shown = {f.name: getattr(r, f.name) for f in fields(r) if f.name not in ("curve", "valid_per_group")}
                 print(f"{name} seed {seed} {arm}: {shown} ({time.time() - started:.0f}s)", flush=True)
                 results_path.write_text(json.dumps([asdict(x) for x in results], indent=1))
-                shutil.rmtree(work / "adapters", ignore_errors=True)  # ~25 MB a version; the archive stays
+                keep_last_adapter(work / "adapters")
     report(results, settings)
     print(f"elapsed {time.time() - started:.0f}s")
+
+
+def keep_last_adapter(adapters: Path) -> None:
+    """Versions cost ~25 MB each and the archive keeps their record; the trained policy itself (the last version)
+    is kept, so its best@k can be measured after the arm (`benchmarks.best_at_k --adapter`)."""
+    versions = sorted((d for d in adapters.glob("v*") if d.name[1:].isdigit()), key=lambda d: int(d.name[1:]))
+    for old in versions[:-1]:
+        shutil.rmtree(old, ignore_errors=True)
 
 
 if __name__ == "__main__":

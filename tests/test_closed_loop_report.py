@@ -48,3 +48,16 @@ def test_bootstrap_interval_holds_the_mean_and_is_a_point_for_one_pair() -> None
     mean, lo, hi = bootstrap([0.1, 0.2, 0.6, -0.1])
     assert lo <= mean <= hi and round(mean, 6) == 0.2
     assert bootstrap([0.25]) == (0.25, 0.25, 0.25)
+
+
+def test_a_finished_arm_keeps_its_last_adapter_version_only(tmp_path) -> None:
+    """The trained policy (the last version; v10 sorts after v9 by number, not by name) survives the arm, for
+    best@k after it; earlier versions are dropped (~25 MB each)."""
+    from benchmarks.closed_loop import keep_last_adapter
+
+    for name in ("v1", "v2", "v9", "v10"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "adapter_model.safetensors").write_bytes(b"x")
+    keep_last_adapter(tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["v10"]
+    keep_last_adapter(tmp_path / "missing")  # an untrained arm has no adapters folder
