@@ -64,6 +64,7 @@ class Measured:
     variants: int = 0
     new_valid: int = 0
     copies: int = 0
+    adapter: str = ""  # the adapter measured: "" for the untrained policy (and in files from before it was kept)
 
     def best_at(self, k: int) -> float:
         return float(np.mean([g[k - 1] for g in self.gains])) if self.gains else float("nan")
@@ -133,6 +134,13 @@ def train(db: Path, method: str, steps: int, policy: str, learning_rate: float, 
     return Path(adapter)
 
 
+def kept_measurements(kept: Path, adapters: dict[str, Path]) -> dict[tuple[str, str], Measured]:
+    """A resumed run's finished measurements, less those of another adapter than this run measures (a `--work`
+    reused with other `--adapter`s would otherwise report the old policy's figures under the new one's name)."""
+    rows = [Measured(**r) for r in json.loads(kept.read_text())] if kept.exists() else []
+    return {(r.policy, r.problem): r for r in rows if r.adapter in ("", str(adapters.get(r.policy, "")))}
+
+
 def adapter_arg(text: str) -> tuple[str, Path]:
     """`grpo=DIR` or `vpo=DIR`: an adapter folder trained elsewhere, measured in that method's place."""
     method, _, folder = text.partition("=")
@@ -198,12 +206,12 @@ def main() -> None:
     work = args.work or Path(tempfile.mkdtemp(prefix="best-at-k-"))
     work.mkdir(parents=True, exist_ok=True)
     kept = work / "measured.json"
-    done = {(r["policy"], r["problem"]): Measured(**r) for r in json.loads(kept.read_text())} if kept.exists() else {}
     given = dict(adapter_arg(a) for a in args.adapter)
     adapters = {
         method: given.get(method) or train(args.db, method, args.steps, args.policy, args.learning_rate, work)
         for method in ("grpo", "vpo")
     }
+    done = kept_measurements(kept, adapters)
     sets = {"trained": parents(args.db, args.prompts), "held_out": parents(args.held_out_db, args.prompts)}
     sandbox = make_sandbox("process", workers=2)
     results: list[Measured] = []
@@ -216,6 +224,7 @@ def main() -> None:
             policy.publish(adapters[name], 1)  # type: ignore[attr-defined]
         for problem, prompts, options in sets.values():
             r = done.get((name, problem.name)) or measure(name, policy, problem, prompts, options, args.k, sandbox)
+            r.adapter = str(adapters.get(name, ""))
             results.append(r)
             done[(r.policy, r.problem)] = r
             kept.write_text(json.dumps([asdict(x) for x in done.values()], indent=1))
