@@ -5,8 +5,8 @@ archive holds). From the untrained arm's archive of a problem (`--db`): train a 
 groups (`evolve train` on a copy of the archive each, `--steps` updates); then, for a fixed set of parent prompts
 (`--prompts`, the archive's own prompts, evenly spaced over the run, one per parent, then more of the same
 parents where the run had fewer) of that problem and of a problem none of them trained on (`--held-out-db`,
-another run's archive), sample K completions from each policy, the untrained one included, with the same seed
-per prompt for every policy. Every variant is parsed against its parent and the new ones are evaluated in the
+another run's archive, if given), sample K completions from each policy, the untrained one included, with the
+same seed per prompt for every policy. Every variant is parsed against its parent and the new ones are evaluated in the
 process sandbox.
 
 Reported per policy and problem: best@k over the parent for k = 1..K (the best child's scalar among the first k
@@ -15,7 +15,7 @@ problem declares one), the share of new valid children among the variants, and t
 or duplicate variants). Last lines: `best_at_k none=... grpo=... vpo=... k=K` for the trained problem and
 `best_at_k_held_out ...` for the other.
 
-Usage: python -m benchmarks.best_at_k --db A.db --held-out-db B.db [--k 12] [--prompts 8] [--steps 2]
+Usage: python -m benchmarks.best_at_k --db A.db [--held-out-db B.db] [--k 12] [--prompts 8] [--steps 2]
            [--learning-rate 1e-4] [--policy llama:embedded] [--out best_at_k.json] [--work DIR]
            [--adapter grpo=DIR --adapter vpo=DIR]  (measure adapters trained elsewhere, e.g. closed-loop arms')
 An interrupted run resumes from `--work` (the trained copies and each policy's finished measurements are kept).
@@ -187,7 +187,7 @@ def measure(name: str, policy, problem: Problem, prompts: list[Parent], options:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--db", type=Path, required=True, help="the untrained arm's archive: trained on and measured")
-    ap.add_argument("--held-out-db", type=Path, required=True, help="another problem's archive: measured only")
+    ap.add_argument("--held-out-db", type=Path, default=None, help="another problem's archive: measured only, if given")
     ap.add_argument("--k", type=int, default=12)
     ap.add_argument("--prompts", type=int, default=8)
     ap.add_argument("--steps", type=int, default=2, help="updates of each trained policy")
@@ -212,7 +212,9 @@ def main() -> None:
         for method in ("grpo", "vpo")
     }
     done = kept_measurements(kept, adapters)
-    sets = {"trained": parents(args.db, args.prompts), "held_out": parents(args.held_out_db, args.prompts)}
+    sets = {"trained": parents(args.db, args.prompts)}
+    if args.held_out_db:  # left out, each policy answers the trained problem's prompts alone (half the samples)
+        sets["held_out"] = parents(args.held_out_db, args.prompts)
     sandbox = make_sandbox("process", workers=2)
     results: list[Measured] = []
     for name in POLICIES:
@@ -237,8 +239,9 @@ def main() -> None:
     sandbox.close()
     if args.out:
         args.out.write_text(json.dumps([asdict(r) for r in results], indent=1))
-    labels = (("best_at_k", sets["trained"][0].name), ("best_at_k_held_out", sets["held_out"][0].name))
-    for label, problem_name in labels:
+    labels = {"trained": "best_at_k", "held_out": "best_at_k_held_out"}
+    for role, (problem, _, _) in sets.items():
+        label, problem_name = labels[role], problem.name
         rows = {r.policy: r for r in results if r.problem == problem_name}
         cells = " ".join(f"{p}={rows[p].best_at(args.k):.4f}" for p in POLICIES)
         print(f"{label} {cells} k={args.k} problem={problem_name}")
