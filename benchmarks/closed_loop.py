@@ -272,8 +272,8 @@ def main() -> None:
 
 
 def keep_last_adapter(adapters: Path) -> None:
-    """Versions cost ~25 MB each and the archive keeps their record; the trained policy itself (the last version)
-    is kept, so its best@k can be measured after the arm (`benchmarks.best_at_k --adapter`)."""
+    """Versions cost ~34 MB each (safetensors and GGUF) and the archive keeps their record; the trained policy
+    itself (the last version) is kept, for best@k after the arm (`benchmarks.best_at_k --adapter`)."""
     versions = sorted((d for d in adapters.glob("v*") if d.name[1:].isdigit()), key=lambda d: int(d.name[1:]))
     for old in versions[:-1]:
         shutil.rmtree(old, ignore_errors=True)
