@@ -67,8 +67,9 @@ def contrast(arm: Measured, base: Measured, k: int) -> str:
     return f"best@{k} {arm.policy}-{base.policy}={mean:+.4f} [{lo:+.4f}, {hi:+.4f}] ({above} of {len(diffs)} above 0)"
 
 
-def table(trial: Trial, label: str) -> list[str]:
+def table(trial: Trial) -> list[str]:
     rows = trial.rows
+    label = "best_at_k_held_out" if trial.held_out else "best_at_k"
     k = max(len(g) for r in rows.values() for g in r.gains)
     lines = [f"{trial.problem} ({len(next(iter(rows.values())).gains)} prompts): policy best@1 best@{k} new copies"]
     for r in rows.values():
@@ -84,11 +85,11 @@ def table(trial: Trial, label: str) -> list[str]:
 def report(trials: list[Trial]) -> list[str]:
     lines = []
     for trial in trials:
-        lines += table(trial, "best_at_k_held_out" if trial.held_out else "best_at_k")
+        lines += table(trial)
     for held_out in (False, True):
         group = [t for t in trials if t.held_out == held_out]
         if len(group) > 1:
-            lines += table(pooled(group), "best_at_k_held_out" if held_out else "best_at_k")
+            lines += table(pooled(group))
     return lines
 
 
