@@ -23,6 +23,7 @@ from evolve.filetree import TreeError
 from evolve.problem import Problem
 from evolve.problem.outcome import ErrorKind, EvalOutcome
 from sandboxes.abort import RunningJobs
+from sandboxes.base import SandboxRefused
 from sandboxes.docker_images import ImageSpec, image_for, image_toolchain, runtime_env
 from sandboxes.host_config import empty_file, hidden_host_config, hidden_host_files
 from sandboxes.jail import SCRATCH_INODES, WORK
@@ -112,9 +113,17 @@ class WarmContainer:
         )
         self.spawn, self.uses = spawn, 0
         self._buf, self._scanned = bytearray(), 0
-        self._attach = self.container.attach_socket(params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1})
-        self._sock = self._attach._sock
-        self.container.start()
+        attach = None
+        try:
+            attach = self.container.attach_socket(params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1})
+            self.container.start()
+        except Exception:  # refused (a mount it could not make): removed, not left behind as a created container
+            if attach is not None:
+                with contextlib.suppress(Exception):
+                    attach.close()
+            _remove_quietly(self.container)
+            raise
+        self._attach, self._sock = attach, attach._sock
         if self._read_line(time.monotonic() + 30) != {"ready": True}:
             self.destroy()
             raise RuntimeError("the sandbox container did not start its runner")
@@ -266,7 +275,18 @@ class DockerSandbox:
         try:
             return self._idle.get_nowait()
         except queue.Empty:
-            assert self._spec is not None
+            return self._fresh(problem)
+
+    def _fresh(self, problem: Problem) -> WarmContainer:
+        """A new container, started a second time when the daemon refused the first: a host file it hides under
+        /usr may vanish between its listing and the mount (runc then cannot make the mount point in the read-only
+        /usr and refuses the container), which is no fault of the candidate's. The second start lists again."""
+        import docker.errors
+
+        assert self._spec is not None
+        try:
+            return WarmContainer(self.client, self._spec, problem, self.spawn)
+        except docker.errors.APIError:
             return WarmContainer(self.client, self._spec, problem, self.spawn)
 
     def abort_running(self) -> None:
@@ -287,9 +307,8 @@ class DockerSandbox:
             return EvalOutcome.failure(problem, ErrorKind.INVALID, str(exc), 0.0, self.kind)
         try:
             box = self._take(problem)
-        except Exception as exc:
-            error = f"could not start a sandbox container: {exc}"
-            return EvalOutcome.failure(problem, ErrorKind.CRASH, error, 0.0, self.kind)
+        except Exception as exc:  # the host's fault, not the candidate's: the loop stops on a streak of these
+            raise SandboxRefused(f"docker sandbox: could not start a container: {exc}") from exc
         name = program_filename(problem)
         assert self._spec is not None
         tools = image_toolchain(self._spec, problem)
@@ -311,11 +330,9 @@ class DockerSandbox:
             # fresh container.
             box.destroy()
             try:
-                assert self._spec is not None
-                box = WarmContainer(self.client, self._spec, problem, self.spawn)
+                box = self._fresh(problem)
             except Exception as exc:
-                error = f"could not start a sandbox container: {exc}"
-                return EvalOutcome.failure(problem, ErrorKind.CRASH, error, 0.0, self.kind)
+                raise SandboxRefused(f"docker sandbox: could not start a container: {exc}") from exc
             with self._running.running(ticket, box.interrupt):
                 answer = box.request(job, limits.timeout_s + GRACE_S)
             if answer is UNEXPECTED:

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 INFO_WAIT_S = 30.0  # bubblewrap writes its info right after clone; it only waits this long when it failed
 GONE_WITHIN_S = 5.0  # a namespace whose init was SIGKILLed empties in milliseconds
 STATUS_CAP = 4096
+JAIL_MADE = b"jail\n"  # the init's first words (sandboxes/jail_init.py; stdlib only there, so not imported)
 CPU_SLACK_S = 0.5  # CPU time is accounted in ticks: a process stopped by its limit may show a little less
 
 
@@ -49,6 +50,15 @@ class InitReport:
         if self.signal in (signal.SIGXCPU, signal.SIGKILL) and self.cpu_s >= cpu_limit_s - CPU_SLACK_S:
             return "timeout"
         return f"signal {signal_name(self.signal)}"
+
+
+@dataclass(frozen=True)
+class InitWords:
+    """What the init wrote: `started` once bubblewrap had made the jail (nothing of the candidate can run before
+    it), and its report of how the harness ended (None when it wrote none: killed first, or never started)."""
+
+    started: bool
+    report: InitReport | None
 
 
 @dataclass
@@ -106,7 +116,7 @@ def _read_json_object(fd: int, wait_s: float) -> dict | None:
 
 
 class JailWatch:
-    """Attach once bubblewrap has started; `end()` kills the job's whole pid namespace; `report()` reads the init."""
+    """Attach once bubblewrap has started; `end()` kills the job's whole pid namespace; `words()` reads the init."""
 
     def __init__(self, pipes: JailPipes) -> None:
         self._pipes = pipes
@@ -148,21 +158,23 @@ class JailWatch:
             ready, _, _ = select.select([self._pidfd], [], [], GONE_WITHIN_S)
             return bool(ready)
 
-    def report(self) -> InitReport | None:
-        """The init's report, once the job has ended; None when it wrote none (killed first, or never started)."""
+    def words(self) -> InitWords:
+        """What the init wrote, read once the job has ended."""
         fd = self._pipes.status_r
         os.set_blocking(fd, False)
         try:
             data = os.read(fd, STATUS_CAP)
         except BlockingIOError:
-            return None
+            return InitWords(False, None)
+        started = data.startswith(JAIL_MADE)
         try:
-            found = json.loads(data.split(b"\n", 1)[0])
+            found = json.loads(data.removeprefix(JAIL_MADE).split(b"\n", 1)[0])
             cpu_s = float(found.get("cpu_s", 0.0))
         except (ValueError, AttributeError, TypeError):
-            return None
+            return InitWords(started, None)
         code, number = found.get("exit"), found.get("signal")
-        return InitReport(code if isinstance(code, int) else None, number if isinstance(number, int) else None, cpu_s)
+        report = InitReport(code if isinstance(code, int) else None, number if isinstance(number, int) else None, cpu_s)
+        return InitWords(started, report)
 
     def close(self) -> None:
         with self._lock:

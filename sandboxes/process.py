@@ -66,6 +66,9 @@ from sandboxes.tree_layout import lay_out
 PR_SET_CHILD_SUBREAPER = 36
 REPLY_CAP = 8 * 1024 * 1024  # a dense JSON reply costs the engine ~10x its size in objects
 GRACE_S = 1.0
+# How a job ends whose jail bubblewrap refused to make (its init never ran): e.g. a host file it hides under /usr
+# vanished between the listing and the mount, and no mount point can be made in the read-only /usr.
+JAIL_REFUSED = "jail refused"
 BASE_UID = 61000
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -246,6 +249,11 @@ class ProcessSandbox:
                 program, evaluator = Path(inside, entry), evaluator and f"{inside}/_evolve_evaluator.py"
             job = make_job(problem, str(program), evaluator, inside, host_toolchain(problem, inside=bool(self._jail)))
             reply, stdout, stderr, status = self._run(problem, job, workdir, slot, token, ticket)
+            if status == JAIL_REFUSED:  # nothing of the candidate ran: the jail is made once more, listed again
+                reply, stdout, stderr, status = self._run(problem, job, workdir, slot, token, ticket)
+            if status == JAIL_REFUSED:  # twice: the host's fault, not the candidate's (the loop stops on a streak)
+                said = stderr.decode(errors="replace").strip()[-300:] or "no message"
+                raise SandboxRefused(f"process sandbox: bubblewrap could not make the jail twice ({said})")
         finally:
             shutil.rmtree(workdir, ignore_errors=True)
         out, err = stdout.decode(errors="replace"), stderr.decode(errors="replace")
@@ -357,13 +365,14 @@ class ProcessSandbox:
             os.close(pidfd)
         if watch is not None:  # the whole pid namespace, whatever the job did to its init
             watch.end()
-        status = "timeout"
+        status, refused = "timeout", False
         if ready:
             code = proc.wait()
             status = f"exit {code}" if code >= 0 else f"signal {signal_name(-code)}"
-            report = watch.report() if watch is not None else None
-            if report is not None:  # the jail's init saw the harness end: its exact status, not bubblewrap's
-                status = report.status(cpu_limit_s(problem))
+            words = watch.words() if watch is not None else None
+            if words is not None and words.report is not None:  # the init saw the harness end: its exact status
+                status = words.report.status(cpu_limit_s(problem))
+            refused = words is not None and not words.started and not self._running.aborted(ticket)
         if cgroup is not None:
             cgroup.kill()
         if self._adopts_leftovers:
@@ -383,6 +392,8 @@ class ProcessSandbox:
         except (ValueError, RecursionError):  # a deeply nested reply must not escape evaluate()
             reply = {"kind": "bad_output", "error": "the reply was not JSON (or nested too deeply)"}
         del raw
+        if refused:  # bubblewrap ended before the jail's init ran: it could not make the jail
+            status = JAIL_REFUSED
         if status == "signal SIGXCPU" and watch is None:  # outside the jail: the process's own CPU limit
             status = "timeout"
         return reply, b"".join(sinks["out"]), b"".join(sinks["err"]), status

@@ -41,8 +41,9 @@ def db_rows(db: Path, sql: str) -> list[tuple]:
 
 def assert_known_vectors(sandbox: object, problem: object) -> None:
     """Each known program, one after another, gets exactly its own vector (a shifted answer would not)."""
-    got = [sandbox.evaluate(problem, code).scores for code, _ in KNOWN]  # type: ignore[attr-defined]
-    assert got == [want for _, want in KNOWN]
+    outcomes = [sandbox.evaluate(problem, code) for code, _ in KNOWN]  # type: ignore[attr-defined]
+    seen = [(o.scores, o.error_kind, (o.error or "")[-300:]) for o in outcomes]
+    assert [o.scores for o in outcomes] == [want for _, want in KNOWN], seen
 
 
 SQUARE_SEED = """# EVOLVE-BLOCK-START

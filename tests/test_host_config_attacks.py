@@ -178,3 +178,56 @@ def test_engines_that_end_without_exit_handlers_leave_no_empty_file_behind():
     # Only empty-file entries count: the other pytest worker makes (and removes) temporary folders of its own here
     new = {name for name in set(os.listdir(tempfile.gettempdir())) - before if "empty" in name}
     assert new == set() and len(made) == 1, (new, made)
+
+
+@pytest.mark.parametrize("kind", ["process", "docker"])
+def test_a_hidden_file_that_vanishes_before_its_mount_costs_the_candidate_nothing(kind, problem, monkeypatch):
+    """Found in CI: a pip.conf planted by a test beside this one was listed for hiding, then deleted before the
+    jail or the container was made; neither bubblewrap nor runc can make a mount point in the read-only /usr, so
+    a known program scored zeros as a crash. Here the first listing names a file that is not there."""
+    import sandboxes.docker_pool
+    import sandboxes.jail
+
+    module = sandboxes.jail if kind == "process" else sandboxes.docker_pool
+    real, listings = module.hidden_host_files, []
+    gone = f"/usr/local/lib/evolve-vanished-{uuid.uuid4().hex[:8]}.conf"
+
+    def listed() -> list[str]:
+        listings.append(gone)
+        return [gone] if len(listings) == 1 else real()
+
+    box = hiding_sandbox(kind, 1)
+    try:
+        monkeypatch.setattr(module, "hidden_host_files", listed)  # after the jail's probe, which lists too
+        assert_known_vectors(box, problem)
+    finally:
+        box.close()
+    assert len(listings) >= 2 and not os.path.lexists(gone)
+    if kind == "docker":  # the refused container was removed, not left behind as a created one
+        import docker
+
+        mine = {"label": f"vpo-evolve.owner={sandboxes.docker_pool.OWNER}"}
+        assert docker.from_env().containers.list(all=True, filters=mine) == []
+
+
+@pytest.mark.parametrize("kind", ["process", "docker"])
+def test_a_jail_or_container_refused_twice_is_the_sandboxs_failure_naming_the_mount(kind, problem, monkeypatch):
+    """A host file listed but gone every time: made twice, refused twice. That is no candidate's crash, so it is
+    raised as the sandbox's refusal (the loop counts it as an incident and stops on a streak); and the sandbox
+    still scores known programs exactly once the listing is true again."""
+    import sandboxes.docker_pool
+    import sandboxes.jail
+    from sandboxes.base import SandboxRefused
+
+    module = sandboxes.jail if kind == "process" else sandboxes.docker_pool
+    real = module.hidden_host_files
+    gone = f"/usr/local/lib/evolve-vanished-{uuid.uuid4().hex[:8]}.conf"
+    box = hiding_sandbox(kind, 1)
+    try:
+        monkeypatch.setattr(module, "hidden_host_files", lambda: [gone])
+        with pytest.raises(SandboxRefused, match=f"{gone}.*[Rr]ead-only file system"):
+            box.evaluate(problem, "def solve(x):\n    return x * x\n")
+        monkeypatch.setattr(module, "hidden_host_files", real)
+        assert_known_vectors(box, problem)
+    finally:
+        box.close()

@@ -99,8 +99,9 @@ def roomy_problem(tmp_path_factory):
 
 def test_a_build_that_fills_the_disk_stops_at_the_scratch_size(sandbox, problem, roomy_problem):
     outcome = sandbox.evaluate(roomy_problem, c_program(build=FILL))
-    assert outcome.error_kind == ErrorKind.BUILD and outcome.scores == FAILED
-    assert "No space left on device" in (outcome.error or ""), outcome.error
+    seen = (outcome.error_kind, outcome.error, outcome.stderr[-600:], outcome.duration_s)
+    assert outcome.error_kind == ErrorKind.BUILD and outcome.scores == FAILED, seen
+    assert "No space left on device" in (outcome.error or ""), seen
     assert_known_c_vectors(sandbox, problem)  # the scratch was emptied: the next builds have room
 
 

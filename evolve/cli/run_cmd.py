@@ -31,6 +31,7 @@ from evolve.search import Search, SearchSetupError, build_search
 from evolve.stats import LiveLines
 from policies.base import Describing, PolicyError, ProgressReporting, StatusReporting
 from policies.factory import anchored_spec
+from sandboxes.base import SandboxRefused
 
 POLICY_HELP = (
     "embedded | llama:embedded | llama:PATH.gguf | transformers:embedded | transformers:DIR_OR_HUB_ID | "
@@ -176,7 +177,7 @@ def _run_with_live_view(search: Search, period_s: float) -> str:
     feeder.start()
     try:
         return search.run()
-    except (PolicyError, StorageError) as exc:  # everything committed so far stays; the same command resumes
+    except (PolicyError, StorageError, SandboxRefused) as exc:  # all committed so far stays; the same command resumes
         done.set()
         fail(f"the run stopped: {exc}; fix that, then run the same command to resume")
     except KeyboardInterrupt:
