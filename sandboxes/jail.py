@@ -147,7 +147,7 @@ def jail_runtime() -> Runtime:
 @dataclass
 class JobFiles:
     """Descriptors bubblewrap reads once as it starts (the seccomp filter, the rebuilt pyvenv.cfg) or writes to
-    (its info, the init's report): the caller passes them to the child and closes them once it has started. The
+    (its info, the init's words): the caller passes them to the child and closes them once it has started. The
     read ends of `pipes` stay with the caller (sandboxes/jail_watch.py)."""
 
     seccomp: int | None = None

@@ -15,11 +15,11 @@ inode limit (bubblewrap sets sizes only). Empty files cost no blocks, only inode
 a tmpfs size nor RLIMIT_AS counts: without a memory cgroup, 742,000 empty files held 1.1 GB of kernel memory.
 CAP_SYS_ADMIN, which bubblewrap grants for this alone, is dropped before the harness starts.
 
-Its first line on STATUS_FD says that it runs (bubblewrap made the jail: a job without it never ran anything of
-the candidate's). Its report (one JSON line after it) is the engine's observation of the job: the harness's real
-wait status (bubblewrap folds a death by signal N into exit code 128+N, so a candidate that exited with 137
-looked killed) and the CPU seconds of every process it reaped (a death by SIGXCPU is a timeout only if the CPU
-was spent).
+Its first line on STATUS_FD says that the jail is made, just before the harness starts (a job without it never ran
+anything of the candidate's: bubblewrap or this init could not make the jail). Its report (one JSON line after it)
+is the engine's observation of the job: the harness's real wait status (bubblewrap folds a death by signal N into
+exit code 128+N, so a candidate that exited with 137 looked killed) and the CPU seconds of every process it reaped
+(a death by SIGXCPU is a timeout only if the CPU was spent).
 """
 
 import ctypes
@@ -34,7 +34,7 @@ CAP_SETGID, CAP_SETUID = 6, 7
 CAPABILITY_VERSION_3 = 0x20080522
 LAST_CAP = 63
 EXIT_SETUP_FAILED = 126
-JAIL_MADE = b"jail\n"  # its first words on STATUS_FD, so bubblewrap made the jail; then the report's line
+JAIL_MADE = b"jail\n"  # its first words on STATUS_FD, once the jail is made, just before the harness starts
 libc = ctypes.CDLL(None, use_errno=True)
 
 
@@ -112,7 +112,6 @@ def reap_until(pid):
 
 def main():
     status_fd, keep_fd, mounts = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
-    os.write(status_fd, JAIL_MADE)  # before anything of the candidate exists: the engine tells a refused jail by it
     if libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
         fail("cannot make itself non-dumpable")
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -123,6 +122,7 @@ def main():
     os.set_inheritable(status_fd, False)
     if keep_fd >= 0:
         os.set_inheritable(keep_fd, True)
+    os.write(status_fd, JAIL_MADE)  # the jail is made; nothing of the candidate's has run before this line
     pid = start(harness)
     if keep_fd >= 0:
         os.close(keep_fd)  # the harness's reply pipe: EOF for the engine as soon as the harness is gone

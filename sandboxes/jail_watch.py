@@ -54,8 +54,9 @@ class InitReport:
 
 @dataclass(frozen=True)
 class InitWords:
-    """What the init wrote: `started` once bubblewrap had made the jail (nothing of the candidate can run before
-    it), and its report of how the harness ended (None when it wrote none: killed first, or never started)."""
+    """What the init wrote: `started` once the jail was made, just before the harness started (nothing of the
+    candidate's can run before it), and its report of how the harness ended (None when it wrote none: killed
+    first, or never started)."""
 
     started: bool
     report: InitReport | None
@@ -63,7 +64,8 @@ class InitWords:
 
 @dataclass
 class JailPipes:
-    """The two pipes between the engine and one jail: bubblewrap's info, and the init's report. The write ends
+    """The two pipes between the engine and one jail: bubblewrap's info, and the init's words (the jail made, then
+    its report). The write ends
     go to bubblewrap (closed here once it started); the read ends stay with the engine."""
 
     info_r: int

@@ -66,8 +66,9 @@ from sandboxes.tree_layout import lay_out
 PR_SET_CHILD_SUBREAPER = 36
 REPLY_CAP = 8 * 1024 * 1024  # a dense JSON reply costs the engine ~10x its size in objects
 GRACE_S = 1.0
-# How a job ends whose jail bubblewrap refused to make (its init never ran): e.g. a host file it hides under /usr
-# vanished between the listing and the mount, and no mount point can be made in the read-only /usr.
+# How a job ends whose jail was never made (its init never said so): bubblewrap refused it (e.g. a host file it
+# hides under /usr vanished between the listing and the mount: no mount point can be made in the read-only /usr),
+# or the init's own setup failed. Nothing of the candidate's ran.
 JAIL_REFUSED = "jail refused"
 BASE_UID = 61000
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -253,7 +254,7 @@ class ProcessSandbox:
                 reply, stdout, stderr, status = self._run(problem, job, workdir, slot, token, ticket)
             if status == JAIL_REFUSED:  # twice: the host's fault, not the candidate's (the loop stops on a streak)
                 said = stderr.decode(errors="replace").strip()[-300:] or "no message"
-                raise SandboxRefused(f"process sandbox: bubblewrap could not make the jail twice ({said})")
+                raise SandboxRefused(f"process sandbox: the jail could not be made, twice ({said})")
         finally:
             shutil.rmtree(workdir, ignore_errors=True)
         out, err = stdout.decode(errors="replace"), stderr.decode(errors="replace")
@@ -392,7 +393,7 @@ class ProcessSandbox:
         except (ValueError, RecursionError):  # a deeply nested reply must not escape evaluate()
             reply = {"kind": "bad_output", "error": "the reply was not JSON (or nested too deeply)"}
         del raw
-        if refused:  # bubblewrap ended before the jail's init ran: it could not make the jail
+        if refused:  # bubblewrap ended before the init said the jail was made
             status = JAIL_REFUSED
         if status == "signal SIGXCPU" and watch is None:  # outside the jail: the process's own CPU limit
             status = "timeout"

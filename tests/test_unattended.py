@@ -416,7 +416,7 @@ def test_a_jail_that_cannot_be_made_stops_the_run_with_one_line_instead_of_scori
         reason = run_search(SearchLoop(problem, archive, ReplayPolicy(unique_children(4)), sandbox, run, options))
     finally:
         sandbox.close()
-    refused = f"bubblewrap could not make the jail twice (bwrap: Can't create file at {gone}: Read-only file system)"
+    refused = f"the jail could not be made, twice (bwrap: Can't create file at {gone}: Read-only file system)"
     assert reason.startswith("stopped: 3 evaluate failures in a row (SandboxRefused: process sandbox: "), reason
     assert refused in reason and "evolve resume DB" in reason, reason
     assert len(listings) == 1 + 2 * 3  # the seed's, then each child's jail twice
@@ -446,6 +446,6 @@ def test_a_jail_refused_at_the_seed_ends_evolve_run_with_one_line(tmp_path, monk
     argv = ["run", str(folder), "--db", str(tmp_path / "a.db"), "--policy", f"replay:{replay}", "--sandbox", "process"]
     shown = CliRunner().invoke(app, [*argv, "--max-evaluations", "4"], env={"COLUMNS": "400"}, terminal_width=400)
     assert shown.exit_code == 2, shown.output
-    said = f"bubblewrap could not make the jail twice (bwrap: Can't create file at {gone}: Read-only file system)"
+    said = f"the jail could not be made, twice (bwrap: Can't create file at {gone}: Read-only file system)"
     assert f"error: the run stopped: process sandbox: {said}" in shown.output, shown.output
     assert "Traceback" not in shown.output and len(listings) == 3
