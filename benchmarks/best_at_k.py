@@ -40,6 +40,7 @@ from evolve.archive.codehash import code_hash
 from evolve.fitness import scalar_bounds, scalar_view
 from evolve.problem import Problem, load_problem
 from evolve.prompts import parse_completion
+from policies.answer_grammar import AnswerShape
 from policies.base import SamplingParams
 from policies.factory import make_policy
 from sandboxes.factory import make_sandbox
@@ -49,11 +50,30 @@ POLICIES = ("none", "grpo", "vpo")
 
 @dataclass(frozen=True)
 class Parent:
-    """One fixed prompt: the archive's own text, its parent's code and scalar."""
+    """One fixed prompt: the archive's own text, its parent's code and scalar, and how the run sampled it (its first
+    completion's stored settings: the answer's shape held by a grammar, stop strings, token budget; {} if none)."""
 
     prompt: str
     code: str
     scalar: float
+    sampling: dict = field(default_factory=dict)
+
+
+def sampling_params(parent: Parent, options: dict, seed: int) -> SamplingParams:
+    """The run's own decoding of this prompt, seeded: a policy trained on grammar-held answers, sampled as free
+    text, wrote the answer's tags with nothing in them (`<variant 1>…</variant 1>`, its code outside), so best@k
+    measured a decoding the loop never uses. The copy guard's `avoid` is left out: copies are counted here."""
+    stored = parent.sampling
+    shape = stored.get("structured")
+    return SamplingParams(
+        temperature=float(stored.get("temperature", options.get("temperature", 0.8))),
+        top_p=float(stored.get("top_p", options.get("top_p", 0.95))),
+        max_new_tokens=int(stored.get("max_new_tokens", options.get("max_new_tokens", 512))),
+        seed=seed,
+        top_k=int(stored.get("top_k", 0)),
+        stop=tuple(stored.get("stop", ())),
+        structured=AnswerShape(**{**shape, "files": tuple(shape.get("files", ()))}) if shape else None,
+    )
 
 
 @dataclass
@@ -92,17 +112,22 @@ def parents(db: Path, count: int) -> tuple[Problem, list[Parent], dict]:
     try:
         run_id, folder, config = con.execute("SELECT id, problem_dir, config FROM runs ORDER BY id LIMIT 1").fetchone()
         rows = con.execute(
-            "SELECT pr.text, pr.parent_id, e.scalar FROM prompts pr JOIN evaluations e ON e.program_id = pr.parent_id "
+            "SELECT pr.text, pr.parent_id, e.scalar, (SELECT c.sampling FROM completions c WHERE c.prompt_id = pr.id "
+            "ORDER BY c.id LIMIT 1) FROM prompts pr JOIN evaluations e ON e.program_id = pr.parent_id "
             "WHERE pr.run_id = ? AND e.scalar IS NOT NULL ORDER BY pr.id",
             (run_id,),
         ).fetchall()
     finally:
         con.close()
-    picked = pick_prompts([(text, pid) for text, pid, _ in rows], count)
-    scalars = {pid: float(scalar) for _, pid, scalar in rows}
+    picked = pick_prompts([(text, pid) for text, pid, _, _ in rows], count)
+    scalars = {pid: float(scalar) for _, pid, scalar, _ in rows}
+    sampled = {(text, pid): json.loads(s) if s else {} for text, pid, _, s in reversed(rows)}  # the first one wins
     archive = Archive(db)  # the program's code through the archive: a program of several files is a tree there
     try:
-        chosen = [Parent(text, archive.program(pid).code, scalars[pid]) for text, pid in picked]  # type: ignore[union-attr]
+        chosen = [
+            Parent(text, archive.program(pid).code, scalars[pid], sampled[(text, pid)])  # type: ignore[union-attr]
+            for text, pid in picked
+        ]
     finally:
         archive.close()
     return load_problem(Path(folder)), chosen, json.loads(config).get("options", {})
@@ -156,12 +181,7 @@ def measure(name: str, policy, problem: Problem, prompts: list[Parent], options:
     scale = (bounds[1] - bounds[0]) if bounds and bounds[1] > bounds[0] else 1.0
     m = int(options.get("variants", 3))
     for index, parent in enumerate(prompts):
-        params = SamplingParams(
-            temperature=float(options.get("temperature", 0.8)),
-            top_p=float(options.get("top_p", 0.95)),
-            max_new_tokens=int(options.get("max_new_tokens", 512)),
-            seed=1000 + index,
-        )
+        params = sampling_params(parent, options, 1000 + index)
         seen = {code_hash(parent.code)}
         best, gains = parent.scalar, []
         for generated in policy.generate(parent.prompt, params, k):
