@@ -94,4 +94,7 @@ def report(trials: list[Trial]) -> list[str]:
 
 
 if __name__ == "__main__":
-    print("\n".join(report(load([Path(p) for p in sys.argv[1:]]))))
+    files = [Path(p) for p in sys.argv[1:]]
+    if not files or not all(f.is_file() for f in files):
+        raise SystemExit("usage: python -m benchmarks.best_at_k_report RESULTS.json [MORE.json ...] (best_at_k --out)")
+    print("\n".join(report(load(files))))
