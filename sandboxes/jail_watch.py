@@ -18,10 +18,11 @@ import threading
 import time
 from dataclasses import dataclass
 
+from sandboxes.jail_init import JAIL_MADE  # the init's first words: one constant for both sides of the pipe
+
 INFO_WAIT_S = 30.0  # bubblewrap writes its info right after clone; it only waits this long when it failed
 GONE_WITHIN_S = 5.0  # a namespace whose init was SIGKILLed empties in milliseconds
 STATUS_CAP = 4096
-JAIL_MADE = b"jail\n"  # the init's first words (sandboxes/jail_init.py; stdlib only there, so not imported)
 CPU_SLACK_S = 0.5  # CPU time is accounted in ticks: a process stopped by its limit may show a little less
 
 
