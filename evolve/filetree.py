@@ -11,18 +11,17 @@ that string in a fixed form, each file under a header line:
 
 The headers lie outside every EVOLVE block, so the block rules that keep a child's frame keep its file list
 too; the archive stores the files as content-addressed blobs, and the sandboxes lay them out as a tree. Every
-path is relative and stays inside the program: nothing here, nor anything that trusts this module, writes
-outside the work folder it was given. Stdlib only: the archive, the problem model, the prompts and the
-sandboxes all read it.
+path is relative and stays inside the program. A text is a program of several files only where its problem says
+so (`[program] files`): on a problem of one file, a text that starts with a header line is still one file (see
+`check_layout` and evolve/report/export.py, which write programs out for the user). Nothing here writes files.
+Stdlib only: the archive, the problem model, the prompts and the sandboxes all read it.
 """
 
 from __future__ import annotations
 
 import difflib
-import os
 import re
 from collections.abc import Sequence
-from pathlib import Path
 
 HEADER_PREFIX = "=== FILE: "
 _HEADER = re.compile(r"^=== FILE: (.*) ===$", re.M)
@@ -80,6 +79,26 @@ def check_files(files: Sequence[tuple[str, str]]) -> None:
         raise TreeError(f"{clash[0]!r} is both a file and a folder")
     if total > MAX_BYTES:
         raise TreeError(f"the program's files hold {total} bytes; at most {MAX_BYTES}")
+
+
+def layout_allows(path: str, entries: Sequence[str]) -> bool:
+    """True when a problem whose `[program] files` are `entries` can have a file at `path`: an entry naming a
+    file, or a file under an entry naming a folder ("lib/", or "lib" when it is one). Never a path with a part
+    starting with '.': reading a folder entry skips those (evolve/problem/seed_files.py), so no program of the
+    problem has one, and a `.git/config` could only come from a model's text or a damaged archive."""
+    if any(part.startswith(".") for part in path.split("/")):
+        return False
+    return any(path == e or path.startswith(e.removesuffix("/") + "/") for e in entries)
+
+
+def check_layout(paths: Sequence[str], entries: Sequence[str]) -> None:
+    """TreeError, naming the first of `paths` that `layout_allows` refuses, or that breaks `check_path`."""
+    for path in paths:
+        check_path(path)
+        if not layout_allows(path, entries):
+            hidden = any(part.startswith(".") for part in path.split("/"))
+            why = "a part starting with '.' is never a program's" if hidden else "it is not among them"
+            raise TreeError(f"file path {path!r}: the problem's [program] files are {list(entries)}, and {why}")
 
 
 def join_files(files: Sequence[tuple[str, str]]) -> str:
@@ -142,22 +161,3 @@ def program_diff(parent: str, child: str, parent_label: str, child_label: str) -
                 old.splitlines(), new.splitlines(), f"{parent_label}/{path}", f"{child_label}/{path}", lineterm=""
             )
     return out
-
-
-def write_tree(folder: Path, code: str) -> list[Path]:
-    """Write a joined program's files under `folder` (made if missing); the paths written. Each path was checked
-    by `split_files` (relative, inside the program), and no symlink on the way is followed."""
-    written = []
-    for path, text in split_files(code):
-        target = folder
-        for part in path.split("/")[:-1]:
-            target = target / part
-            if target.is_symlink():
-                raise TreeError(f"{target} is a symlink; write the program into an empty folder")
-            target.mkdir(parents=True, exist_ok=True)
-        target = target / path.split("/")[-1]
-        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
-        with open(fd, "w", encoding="utf-8", newline="") as f:
-            f.write(text)
-        written.append(target)
-    return written

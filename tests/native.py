@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from evolve.filetree import join_files, write_tree
+from evolve.filetree import join_files, split_files
 from evolve.problem.samples import write_problem
 
 C_TOML = """
@@ -139,7 +139,9 @@ KNOWN_TREE = [(tree_program("x * x"), {"c0": 1.0, "c1": 1.0}), (tree_program("4"
 def write_c_tree_problem(root: Path) -> Path:
     """The tree problem in `root`: the cases of `write_c_problem`, its seed the squaring `tree_program()`."""
     write_problem(root, seed="", toml=TREE_TOML.format(name=root.name), program_file="main.c")
-    write_tree(root, tree_program())
+    for path, text in split_files(tree_program()):  # main.c replaces the empty seed written above
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
+        (root / path).write_text(text)
     return root
 
 

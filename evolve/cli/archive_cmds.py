@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable, Iterable
 from dataclasses import asdict
+from functools import partial
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -14,10 +16,11 @@ from rich.table import Table
 from evolve.archive import Archive, ArchiveError, RunRecord
 from evolve.cli.common import DbArg, console, duration_text, fail, plain, printable, vector_table
 from evolve.cli.report_cmds import serve, write_html
-from evolve.filetree import TreeError, is_tree, program_diff, write_tree
+from evolve.filetree import TreeError, program_diff
 from evolve.fitness import score_text, signs
 from evolve.report.aggregate import run_components
-from evolve.report.export import write_evaluations_csv
+from evolve.report.export import ProgramLayout, evaluation_lines
+from evolve.report.outdir import OutputError, OutputFolder
 from evolve.report.queries import export_rows
 
 RunOpt = Annotated[int | None, typer.Option("--run", help="run id (default: the latest)")]
@@ -131,8 +134,9 @@ def best(
         code = printable(program.code) if sys.stdout.isatty() else program.code
         print(code, end="" if code.endswith("\n") else "\n")
         return
-    written = _write_program(out, program.code, _program_name(chosen.config))
-    console.print(f"wrote program {program.id} to {out} ({len(written)} file{'s' if len(written) > 1 else ''})")
+    files = _laid_out(out, program.id, partial(_run_layout(chosen).files, program.code))
+    _write_files(out, files)
+    console.print(f"wrote program {program.id} to {out} ({len(files)} file{'s' if len(files) > 1 else ''})")
 
 
 def _number_text(value: object) -> str:
@@ -178,28 +182,32 @@ def show(db: DbArg, program_id: int) -> None:
     )
 
 
-def _program_suffix(config: dict[str, Any]) -> str:
-    """The seed file's suffix (.py, .c, .rs) from the run's stored problem config; .py for older runs."""
-    program = (config.get("problem") or {}).get("program") or {}
-    return Path(str(program.get("file", "seed.py"))).suffix or ".txt"
-
-
-def _program_name(config: dict[str, Any]) -> str:
-    """The seed file's name (seed.py, roman.c) from the run's stored problem config; seed.py for older runs."""
-    program = (config.get("problem") or {}).get("program") or {}
-    return Path(str(program.get("file", "seed.py"))).name or "seed.py"
-
-
-def _write_program(folder: Path, code: str, single_name: str) -> list[Path]:
-    """A program of several files as its tree under `folder`; one of one file as `folder/single_name`."""
-    folder.mkdir(parents=True, exist_ok=True)
-    if not is_tree(code):
-        (folder / single_name).write_text(code)
-        return [folder / single_name]
+def _run_layout(run: RunRecord) -> ProgramLayout:
+    """How the run's programs are laid out as files, from its stored problem config (evolve/report/export.py)."""
     try:
-        return write_tree(folder, code)
-    except (TreeError, OSError) as exc:
-        fail(f"{folder}: cannot write the program there ({exc}); pass an empty folder")
+        return ProgramLayout.of_run(run.config)
+    except TreeError as exc:
+        fail(f"run {run.id}: {exc}")
+
+
+def _laid_out(out: Path, program_id: int, lay_out: Callable[[], list[tuple[str, str]]]) -> list[tuple[str, str]]:
+    """`lay_out()`: a program's (path, text) as its problem lays them out, or one line (exit 2) naming what its
+    problem does not allow. Worked out before anything is written, so that a refusal writes nothing."""
+    try:
+        return lay_out()
+    except TreeError as exc:
+        fail(f"{out}: program {program_id} cannot be written out ({exc}); nothing was written")
+
+
+def _write_files(out: Path, files: Iterable[tuple[str, str | Iterable[str]]]) -> None:
+    """Write (path, text) pairs under `out` the one safe way (evolve/report/outdir.py: no link followed, no file
+    overwritten that the engine did not write); one line and exit 2 when it refuses."""
+    try:
+        with OutputFolder(out) as folder:
+            for path, text in files:
+                folder.write(path, text)
+    except OutputError as exc:
+        fail(str(exc))
 
 
 def _program_language(config: dict[str, Any]) -> str:
@@ -209,20 +217,22 @@ def _program_language(config: dict[str, Any]) -> str:
 def export(
     db: DbArg, out: Path, top: Annotated[int, typer.Option(help="how many best programs")] = 5, run: RunOpt = None
 ) -> None:
-    """Write the best programs as files and a CSV of every evaluation: vector, times, policy version, parse status."""
+    """Write the best programs as files and a CSV of every evaluation: vector, times, policy version, parse status.
+    Each program is laid out as its problem says (one file, or a folder holding its files), and written as
+    `best --out` writes (evolve/report/outdir.py)."""
+    if top < 0:
+        fail(f"--top {top}: give how many best programs to write, 0 or more")
     archive = open_archive(db)
     chosen = pick_run(archive, run)
     rows = archive.evaluation_rows(chosen)
-    out.mkdir(parents=True, exist_ok=True)
-    write_evaluations_csv(out / "evaluations.csv", export_rows(archive, chosen.id))
-    ok = sorted((r for r in rows if r[1].error_kind is None), key=lambda r: -(r[1].scalar or 0))
-    suffix = _program_suffix(chosen.config)
-    for rank, (program, _ev) in enumerate(ok[:top], 1):
-        if is_tree(program.code):  # a program of several files: its own folder holding its tree
-            _write_program(out / f"best_{rank:02d}_program_{program.id}", program.code, "")
-        else:
-            (out / f"best_{rank:02d}_program_{program.id}{suffix}").write_text(program.code)
-    console.print(f"wrote {len(rows)} evaluations and {min(top, len(ok))} programs to {out}")
+    ok = sorted((r for r in rows if r[1].error_kind is None), key=lambda r: -(r[1].scalar or 0))[:top]
+    layout = _run_layout(chosen)
+    files: list[tuple[str, str | Iterable[str]]] = []
+    for rank, (program, _ev) in enumerate(ok, 1):
+        stem = f"best_{rank:02d}_program_{program.id}"
+        files += _laid_out(out, program.id, partial(layout.exported, stem, program.code))
+    _write_files(out, [("evaluations.csv", evaluation_lines(export_rows(archive, chosen.id))), *files])
+    console.print(f"wrote {len(rows)} evaluations and {len(ok)} programs to {out}")
 
 
 def report(
