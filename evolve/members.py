@@ -7,18 +7,24 @@ format; what it leaves out comes from the run's options. Its name is what the ar
 sampled and with each policy version it trained, and what a resume matches members by (so reordering them
 changes nothing). On the command line the settings follow the spec in brackets:
 `embedded[temperature=1.1,template=standard,weight=2,name=hot]`.
+
+Where a member came from matters for one thing: the API key. A member named by the problem folder
+(`[[search.policies]]`, `from_problem`) is a server the user did not choose, so it is sent no key from the
+environment unless the run says so (`RunOptions.trust_problem_urls`, resolved into `env_key`); a member
+given on the command line or through `build_search` is the user's own and gets it as always.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from evolve.prompts import TEMPLATES
 
 EDIT_FORMATS = ("auto", "diff", "full")
 SAMPLING_KEYS = ("temperature", "top_p", "template", "edit_format")  # what makes a member sample differently
+COMMAND_LINE_KEYS = ("name", "weight", *SAMPLING_KEYS)  # what `--policy SPEC[key=value,...]` may set
 
 
 class MemberError(ValueError):
@@ -34,6 +40,11 @@ class MemberSpec:
     top_p: float | None = None
     template: str | None = None  # standard | directed
     edit_format: str | None = None  # auto | diff | full
+    # Named by the problem folder rather than by the user (stored with the run; not part of the member's identity).
+    from_problem: bool = field(default=False, compare=False)
+    # Whether its server may be sent the API key from the environment: what `RunOptions.members` resolved for
+    # this session from `from_problem` and the run's options; never stored.
+    env_key: bool = field(default=True, compare=False)
 
     def __post_init__(self) -> None:
         if not self.spec:
@@ -59,12 +70,14 @@ class MemberSpec:
 
     def as_dict(self) -> dict[str, Any]:
         """What the run stores: the fields that are set (so that older and newer engines read it alike)."""
-        left_out = {"weight": 1.0, "name": self.default_name()}  # defaults, so that a plain spec stores as {spec}
-        return {k: v for k, v in asdict(self).items() if v is not None and left_out.get(k) != v}
+        # defaults, so that a plain spec stores as {spec}; env_key is the session's, worked out again on resume
+        left_out = {"weight": 1.0, "name": self.default_name(), "from_problem": False}
+        stored = {k: v for k, v in asdict(self).items() if k != "env_key"}
+        return {k: v for k, v in stored.items() if v is not None and left_out.get(k) != v}
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> MemberSpec:
-        known = {f.name for f in fields(cls)}
+        known = {f.name for f in fields(cls)} - {"env_key"}
         unknown = sorted(set(raw) - known)
         if unknown:
             raise MemberError(f"policy member {dict(raw)}: unknown key(s) {', '.join(unknown)}; known: {sorted(known)}")
@@ -86,6 +99,8 @@ def parse_member(text: str) -> MemberSpec:
         key = key.strip()
         if not sep or not key:
             raise MemberError(f"--policy {text}: write settings as [key=value,...], got {item!r}")
+        if key not in COMMAND_LINE_KEYS:
+            raise MemberError(f"--policy {text}: unknown key {key!r}; known: {', '.join(COMMAND_LINE_KEYS)}")
         raw[key] = _typed(text, key, value.strip())
     return MemberSpec.from_dict({"spec": spec, **raw})
 

@@ -13,18 +13,21 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import MISSING, Field, asdict, dataclass, field, fields, make_dataclass
+from dataclasses import MISSING, Field, asdict, dataclass, field, fields, make_dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from evolve.adapt import ASK_ARMS
 from evolve.bandit import ALLOCATIONS, COST_UNIT
-from evolve.members import EDIT_FORMATS, MemberSpec, members_from
+from evolve.members import EDIT_FORMATS, MemberError, MemberSpec, members_from
 from evolve.problem.config import SearchSection, TrainingSection
+from evolve.problem.errors import ProblemError
+from evolve.problem.seed_files import folder_file
 from evolve.prompts.builder import OTHERS_VIEWS
 from policies.advantages import METHODS as TRAIN_METHODS
-from policies.factory import anchored_spec
+from policies.base import PolicyError
 from policies.shaping import NORMALISATIONS
+from policies.spec import PolicySpec
 
 _SEARCH, _TRAINING = SearchSection(), TrainingSection()
 DEFAULT_POLICY = "embedded"  # the embedded model on llama.cpp where it is installed, else transformers
@@ -149,6 +152,12 @@ class RunOptions:
     policies: list[dict[str, Any]] = field(
         default_factory=list, metadata={"option": OptionMeta("the ensemble's members", flag=None)}
     )
+    trust_problem_urls: bool = option(
+        False,
+        "send the API key (EVOLVE_API_KEY or OPENAI_API_KEY) also to the policy servers that the problem folder names "
+        r"in \[\[search.policies]]; without it they are sent none (a --policy given here always gets it)",
+        on_resume=True,
+    )
     allocation: str = option("bandit", "how members share groups", choices=ALLOCATIONS)
     asks: str = option(
         "base,hotter,template,full", f"ask arms the bandit tries, of {','.join(ASK_ARMS)} (base alone: fixed)"
@@ -160,8 +169,10 @@ class RunOptions:
     reward_normalisation: str = table_option("reward_normalisation", "training", choices=NORMALISATIONS)
 
     def members(self) -> list[MemberSpec]:
-        """The members sampling this run's groups (one, `policy`, unless `policies` lists several)."""
-        return members_from(self.policy, self.policies)
+        """The members sampling this run's groups (one, `policy`, unless `policies` lists several), each with
+        whether its server may be sent the API key (`env_key`: not a problem folder's, unless trusted)."""
+        trusted = self.trust_problem_urls
+        return [replace(m, env_key=trusted or not m.from_problem) for m in members_from(self.policy, self.policies)]
 
     @classmethod
     def for_problem(
@@ -169,17 +180,35 @@ class RunOptions:
     ) -> RunOptions:
         """Options for a problem: what was given (None = not given), else the problem's `[search]` and
         `[training]` values. A relative file in a `[[search.policies]]` spec is the problem folder's (`root`),
-        like its seed, and is stored absolute: read from the working directory, it named another file, or none."""
+        like its seed, and is stored absolute: read from the working directory, it named another file, or none. Its
+        members are marked `from_problem` (no API key unless trusted); a file of theirs outside the folder is a
+        `MemberError`."""
         tables = {"search": search, "training": training or _TRAINING}
         from_tables = {f.name: getattr(tables[meta(f).section], f.name) for f in fields(cls) if meta(f).section}
-        listed = [m.model_dump(exclude_none=True) for m in search.policies]
+        listed = [{**m.model_dump(exclude_none=True), "from_problem": True} for m in search.policies]
         for member in listed if root is not None else ():
-            member["spec"] = anchored_spec(member["spec"], root)
+            member["spec"] = _folder_spec(member["spec"], root)
         if listed:
             from_tables["policies"] = listed
             from_tables["policy"] = listed[0]["spec"]
         chosen = {k: v for k, v in given.items() if v is not None}
         return cls(**{**from_tables, **chosen})
+
+
+def _folder_spec(spec: str, root: Path) -> str:
+    """A `[[search.policies]]` spec with its file made absolute inside the problem folder `root`: a file it names
+    must be there, as the seed must (evolve.problem.seed_files); a spec that does not parse is left for
+    `make_policy` to refuse in one line."""
+    try:
+        parsed = PolicySpec.parse(spec)
+    except PolicyError:
+        return spec
+    if parsed.local_path is not None:
+        try:
+            folder_file(root, parsed.local_path, f"[[search.policies]] spec {spec!r}")
+        except ProblemError as exc:
+            raise MemberError(str(exc)) from None
+    return str(parsed.anchored(root))
 
 
 def meta(f: Field[Any]) -> OptionMeta:

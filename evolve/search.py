@@ -165,7 +165,7 @@ def _load_members(opened: contextlib.ExitStack, members: list[MemberSpec], *, sh
     for m in members:
         key = m.spec if share else m.name
         if key not in loaded:
-            policy = make_policy(m.spec)
+            policy = make_policy(m.spec, env_key=m.env_key)  # no key to a problem folder's server unless trusted
             loaded[key] = policy
             opened.callback(policy.close)
         by_name[m.name] = loaded[key]

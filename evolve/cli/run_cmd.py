@@ -31,6 +31,7 @@ from evolve.search import Search, SearchSetupError, build_search
 from evolve.stats import LiveLines
 from policies.base import Describing, PolicyError, ProgressReporting, StatusReporting
 from policies.factory import anchored_spec
+from policies.spec import PolicySpec
 from sandboxes.base import SandboxRefused
 
 POLICY_HELP = (
@@ -124,6 +125,23 @@ def _copy_guard_line(search: Search) -> str | None:
     )
 
 
+def _key_lines(search: Search) -> list[str]:
+    """A line per member whose server the problem folder named ([[search.policies]]) rather than the user: its
+    URL, and whether it is sent the API key (only with --trust-problem-urls), so a folder pointing the run at
+    a server of its own is seen at the start."""
+    lines = []
+    for member in search.loop.options.members():
+        urls = PolicySpec.parse(member.spec).urls if member.from_problem else ()
+        if urls:
+            key = (
+                "sent the API key (--trust-problem-urls)"
+                if member.env_key
+                else "sent no API key (--trust-problem-urls sends it EVOLVE_API_KEY or OPENAI_API_KEY)"
+            )
+            lines.append(f"member {member.name}: {', '.join(urls)} is named by the problem folder: {key}")
+    return lines
+
+
 def _announce(search: Search, problem: Problem) -> None:
     verb = "resuming" if search.resumed else "starting"
     console.print(f"{verb} run {search.loop.run.id} of {problem.name} in {search.archive.url}", highlight=False)
@@ -143,6 +161,8 @@ def _announce(search: Search, problem: Problem) -> None:
         console.print(f"policy: {who}{policy.name}{how}", highlight=False, markup=False)
         if member.untrainable:
             console.print(f"member {member.name} is not trained: {member.untrainable}", highlight=False, markup=False)
+    for line in _key_lines(search):
+        console.print(line, highlight=False, markup=False)
     console.print(_structured_line(search), highlight=False, markup=False)
     guard_line = _copy_guard_line(search)
     if guard_line:

@@ -72,7 +72,7 @@ def train(
     spec = policy or members[index].spec
     components = list(FitnessSection.model_validate(chosen.config["problem"]["fitness"]).resolved())
     try:
-        policy_impl = make_policy(spec)
+        policy_impl = make_policy(spec, env_key=policy is not None or members[index].env_key)
     except PolicyError as exc:
         fail(str(exc))
     restore_latest_adapter(archive, chosen.id, policy_impl, names[index], index == 0)

@@ -2,15 +2,36 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
-from evolve.filetree import TreeError, check_path
+from evolve.problem.seed_files import folder_path
+
+# A problem's name names its files: the default archive `runs/NAME.db`, `runs/NAME.adapters/`. So it is a plain
+# file name, never a path (`/some/dir/app` put the archive there, `../x` beside the runs folder) nor a hidden file.
+NAME_PATTERN = r"[A-Za-z0-9_-][A-Za-z0-9_.-]{0,99}"
+
+
+def plain_name(text: str, default: str = "problem") -> str:
+    """`text` (a folder's name, say) made a problem name NAME_PATTERN takes: every run of other characters one
+    `-`, no leading or trailing `-` or `.`, at most 100 characters; `default` when nothing is left."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-.")[:100].rstrip("-.") or default
 
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def _inside_folder(path: str) -> str:
+    """A file the problem names is read from its folder and may reach a prompt: relative, plain, inside it (the
+    one rule, evolve.problem.seed_files; symlinks are checked where the folder is known, in the loader)."""
+    try:
+        return folder_path(path)
+    except ValueError as exc:
+        raise PydanticCustomError("folder_path", str(exc)) from None
 
 
 class ProgramSection(_Strict):
@@ -30,11 +51,13 @@ class ProgramSection(_Strict):
     @classmethod
     def _relative_paths(cls, files: list[str] | None) -> list[str] | None:
         for entry in files or ():
-            try:
-                check_path(entry.removesuffix("/"))
-            except TreeError as exc:
-                raise ValueError(str(exc)) from None
+            _inside_folder(entry.removesuffix("/"))
         return files
+
+    @field_validator("file")
+    @classmethod
+    def _relative_file(cls, file: str) -> str:
+        return _inside_folder(file)
 
     @model_validator(mode="before")
     @classmethod
@@ -70,6 +93,12 @@ class RunSection(_Strict):
 
 class EvaluatorSection(_Strict):
     file: str = "evaluate.py"  # trusted: `evaluate(program_path)`, or `cases()` + `score(case, output)`
+
+    @field_validator("file")
+    @classmethod
+    def _relative_file(cls, file: str) -> str:
+        return _inside_folder(file)
+
     # "auto": split when the evaluator defines both `cases` and `score`, simple otherwise.
     form: Literal["auto", "simple", "split"] = "auto"
     # Simple form: "strict" wants exactly the components back (unless the evaluator reports an error);
@@ -222,7 +251,7 @@ class TrainingSection(_Strict):
 
 
 class ProblemConfig(_Strict):
-    name: str = Field(min_length=1)
+    name: str
     description: str = Field(min_length=1)
     program: ProgramSection = ProgramSection()
     evaluator: EvaluatorSection = EvaluatorSection()
@@ -251,6 +280,18 @@ class ProblemConfig(_Strict):
                 "max_file_mb": max(self.limits.max_file_mb, self.build.max_file_mb),
             }
         )
+
+    @field_validator("name")
+    @classmethod
+    def _plain_name(cls, name: str) -> str:
+        if not re.fullmatch(NAME_PATTERN, name):
+            raise PydanticCustomError(
+                "problem_name",
+                "{name} is not a plain name (it names the archive, runs/NAME.db): use letters, digits and _ . - only, "
+                'at most 100, no slash and no leading dot, e.g. name = "my_problem"',
+                {"name": repr(name[:60])},
+            )
+        return name
 
     @model_validator(mode="after")
     def _runnable(self) -> ProblemConfig:

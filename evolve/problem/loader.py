@@ -20,7 +20,7 @@ from pydantic import ValidationError
 from evolve.problem.blocks import BlockError, find_blocks
 from evolve.problem.config import ComponentSpec, ProblemConfig
 from evolve.problem.errors import ProblemError, doc
-from evolve.problem.seed_files import read_seed_files
+from evolve.problem.seed_files import check_fixed_names, folder_file, read_seed_files, read_text
 
 
 @dataclass(frozen=True)
@@ -124,7 +124,7 @@ def _fail(path: Path, what: str, fix: str) -> ProblemError:
 
 def _top_level_functions(path: Path) -> set[str]:
     try:
-        tree = ast.parse(path.read_text(), filename=str(path))
+        tree = ast.parse(read_text(path, "save the evaluator as UTF-8 text"), filename=str(path))
     except SyntaxError as exc:
         raise _fail(path, f"syntax error on line {exc.lineno}: {exc.msg}", "fix the evaluator") from None
     return {n.name for n in tree.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)}
@@ -199,10 +199,13 @@ def load_problem(folder: str | Path) -> Problem:
                 "(evolve init --language rust DIR writes one)"
             )
         raise _fail(toml_path, "missing", "create it (evolve init DIR shows the format)")
+    check_fixed_names(root)  # problem.toml, data/ and Dockerfile: none a link out of the folder
     try:
-        raw = tomllib.loads(toml_path.read_text())
+        raw = tomllib.loads(read_text(toml_path))
     except tomllib.TOMLDecodeError as exc:
         raise _fail(toml_path, f"invalid TOML ({exc})", "fix the syntax") from None
+    except RecursionError:
+        raise _fail(toml_path, "invalid TOML (arrays or tables nested too deeply)", "fix the syntax") from None
     try:
         config = ProblemConfig.model_validate(raw)
     except ValidationError as exc:
@@ -216,15 +219,16 @@ def load_problem(folder: str | Path) -> Problem:
     if config.program.files is not None:
         files, seed_code = read_seed_files(root, config.program.files, config.program.entry)
     else:
-        seed_path = root / config.program.file
+        seed_path = folder_file(root, config.program.file, "[program] file")
         if not seed_path.is_file():
-            raise _fail(seed_path, "seed program missing", "create it or set [program].file")
-        seed_code = seed_path.read_text()
+            raise _fail(root / config.program.file, "seed program missing", "create it or set [program].file")
+        seed_code = read_text(seed_path)
         try:
             find_blocks(seed_code)
         except BlockError as exc:
             raise _fail(seed_path, str(exc), "balance the EVOLVE-BLOCK markers") from None
 
+    folder_file(root, config.evaluator.file, "[evaluator] file")  # no link out of the folder
     ev_path = root / config.evaluator.file
     if not ev_path.is_file():
         raise _fail(ev_path, "evaluator missing", "create it or set [evaluator].file")

@@ -18,9 +18,10 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 
 from evolve.problem.blocks import BlockError, find_blocks
-from evolve.problem.config import ComponentSpec, ProblemConfig
+from evolve.problem.config import ComponentSpec, ProblemConfig, plain_name
 from evolve.problem.loader import Problem, ProblemError, _top_level_functions
-from evolve.problem.openevolve_config import MappedConfig, read_config
+from evolve.problem.openevolve_config import MappedConfig, read_config, shown
+from evolve.problem.seed_files import FIXED_NAMES, check_fixed_names, read_text
 
 if TYPE_CHECKING:
     from evolve.problem.outcome import EvalOutcome
@@ -43,7 +44,7 @@ def is_openevolve_folder(folder: str | Path) -> bool:
 
 
 def _name(root: Path) -> str:
-    return re.sub(r"[^a-z0-9_.-]+", "-", root.name.lower()).strip("-.") or "openevolve"
+    return plain_name(root.name.lower(), "openevolve")
 
 
 def _stage_count(functions: set[str], cascade: bool) -> int:
@@ -85,7 +86,7 @@ def _default_description(components: list[ComponentSpec]) -> str:
 
 def _problem(root: Path, mapped: MappedConfig, components: list[ComponentSpec], features: list[str]) -> Problem:
     seed_path = root / PROGRAM
-    seed_code = seed_path.read_text()
+    seed_code = read_text(seed_path)
     try:
         find_blocks(seed_code)
     except BlockError as exc:
@@ -114,7 +115,7 @@ def _features(mapped: MappedConfig, names: set[str]) -> list[str]:
         feature = FEATURES.get(dim, dim if dim in names else None)
         if feature is None:
             why = "no diversity axis here" if dim == "diversity" else "not a metric the seed returned"
-            mapped.notes.append(f"config.yaml: database.feature_dimensions {dim!r} dropped: {why}")
+            mapped.notes.append(f"config.yaml: database.feature_dimensions {shown(dim)} dropped: {why}")
         elif feature not in out:
             out.append(feature)
     return out
@@ -127,6 +128,7 @@ def load_openevolve(folder: str | Path, evaluate: Callable[[Problem], EvalOutcom
     settings that were ignored (one line each, for the caller to show once).
     """
     root = Path(folder).resolve()
+    check_fixed_names(root, (PROGRAM, EVALUATOR, CONFIG, *FIXED_NAMES))  # none a link out of the folder
     config_path = root / CONFIG
     mapped = read_config(config_path) if config_path.is_file() else MappedConfig()
     # Profiled with no components (a placeholder satisfies the schema): every number comes back as a metric.
@@ -152,7 +154,7 @@ def load_openevolve(folder: str | Path, evaluate: Callable[[Problem], EvalOutcom
     bad = [n for n in outcome.metrics if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.\-]*", n)]
     if bad:
         raise ProblemError(
-            f"{root / EVALUATOR}: metric name {bad[0]!r} cannot name a component; use letters, digits, _ . -"
+            f"{root / EVALUATOR}: metric name {shown(bad[0])} cannot name a component; use letters, digits, _ . -"
         )
     components = infer_components(outcome.metrics)
     features = _features(mapped, set(outcome.metrics))

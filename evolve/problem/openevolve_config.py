@@ -4,10 +4,16 @@ OpenEvolve's settings fall into three groups here: those with a counterpart (map
 search, limits and evaluator sections), those whose job is done differently (ignored, with a note that
 says how it is done here), and unknown keys (ignored, with a note). A file that is not valid YAML, or a
 mapped value of the wrong type, is a `ProblemError`: one line naming the key and the fix.
+
+The file comes with a problem folder, which is untrusted: it is read without YAML aliases (`*name`), which let
+481 bytes expand to gigabytes (a billion-laughs file: 11.7 s and 657 MB for `evolve check`, one more line tens of
+GB), at most `MAX_BYTES` long, and an error message shows a value through `shown`, which never builds more than a
+few hundred characters of it.
 """
 
 from __future__ import annotations
 
+import reprlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -15,6 +21,11 @@ from typing import Any
 import yaml
 
 from evolve.problem.errors import ProblemError, doc
+from evolve.problem.seed_files import read_text
+
+MAX_BYTES = 1 << 20  # an OpenEvolve config is a few kB; a larger one is not a config
+_SHOWN = reprlib.Repr()  # keyword arguments only from Python 3.12
+_SHOWN.maxlevel, _SHOWN.maxlist, _SHOWN.maxdict, _SHOWN.maxstring, _SHOWN.maxother = 3, 4, 4, 40, 40
 
 POLICY = "no meaning here: the policy is chosen with evolve run --policy"
 ARCHIVE = "the archive (--db) keeps every program, prompt and evaluation as it lands"
@@ -69,6 +80,52 @@ class MappedConfig:
     notes: list[str] = field(default_factory=list)
 
 
+def shown(value: Any) -> str:
+    """`value` as an error message shows it: a bounded repr (reprlib), at most about 60 characters, whatever the
+    value's size; `f"{value!r:.40}"` builds the whole repr before cutting it."""
+    return _SHOWN.repr(value)[:60]
+
+
+class _AliasRefused(Exception):
+    """A YAML alias was met (`line` is 1-based)."""
+
+    def __init__(self, line: int) -> None:
+        self.line = line
+
+
+class _NoAliasLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing aliases before they are expanded (no OpenEvolve config needs them)."""
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.AliasEvent):
+            raise _AliasRefused(self.peek_event().start_mark.line + 1)
+        return super().compose_node(parent, index)
+
+
+def _load_yaml(path: Path) -> Any:
+    """The YAML document in `path`, read as `read_config` promises (no aliases, bounded size); ProblemError."""
+    try:
+        size = path.stat().st_size
+    except OSError:
+        size = 0  # read_text says why it cannot be read
+    if size > MAX_BYTES:
+        raise ProblemError(f"{path}: {size} bytes, more than any config ({MAX_BYTES} at most); fix config.yaml")
+    text = read_text(path, "save config.yaml as UTF-8 text")
+    try:
+        return yaml.load(text, Loader=_NoAliasLoader)  # a safe loader, aliases refused
+    except _AliasRefused as exc:
+        raise ProblemError(
+            f"{path}: a YAML alias (*name) at line {exc.line}; write the value out instead (aliases are not read: "
+            "a few of them can expand a small file to gigabytes)"
+        ) from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        raise ProblemError(f"{path}: not valid YAML{where} ({getattr(exc, 'problem', exc)}); fix the syntax") from None
+    except RecursionError:
+        raise ProblemError(f"{path}: not valid YAML (lists or mappings nested too deeply); fix the syntax") from None
+
+
 class _Reader:
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -80,27 +137,27 @@ class _Reader:
         ok = isinstance(value, int | float) and not isinstance(value, bool) and (not integer or value == int(value))
         if not ok or value < low:
             kind = "an integer" if integer else "a number"
-            raise self.fail(key, f"expected {kind} >= {low:g}, got {value!r:.40}")
+            raise self.fail(key, f"expected {kind} >= {low:g}, got {shown(value)}")
         return int(value) if integer else float(value)
 
     def flag(self, key: str, value: Any) -> bool:
         if not isinstance(value, bool):
-            raise self.fail(key, f"expected true or false, got {value!r:.40}")
+            raise self.fail(key, f"expected true or false, got {shown(value)}")
         return value
 
     def text(self, key: str, value: Any) -> str:
         if not isinstance(value, str) or not value.strip():
-            raise self.fail(key, f"expected text, got {value!r:.40}")
+            raise self.fail(key, f"expected text, got {shown(value)}")
         return value
 
     def numbers(self, key: str, value: Any) -> list[float]:
         if not isinstance(value, list):
-            raise self.fail(key, f"expected a list of numbers, got {value!r:.40}")
+            raise self.fail(key, f"expected a list of numbers, got {shown(value)}")
         return [self.number(key, v, integer=False, low=float("-inf")) for v in value]
 
     def names(self, key: str, value: Any) -> list[str]:
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            raise self.fail(key, f"expected a list of names, got {value!r:.40}")
+            raise self.fail(key, f"expected a list of names, got {shown(value)}")
         return list(value)
 
     def section(self, key: str, value: Any) -> dict[str, Any]:
@@ -121,18 +178,10 @@ def _note(out: MappedConfig, key: str) -> None:
 def read_config(path: Path) -> MappedConfig:
     """Map `path` (an OpenEvolve config.yaml) onto this engine; raises ProblemError when it is malformed."""
     r = _Reader(path)
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark is not None else ""
-        raise ProblemError(f"{path}: not valid YAML{where} ({getattr(exc, 'problem', exc)}); fix the syntax") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ProblemError(f"{path}: cannot be read ({exc}); make it a UTF-8 text file") from None
-    top = r.section("(top level)", raw)
+    top = r.section("(top level)", _load_yaml(path))
     out = MappedConfig()
     for key, value in top.items():
-        key = str(key)
+        key = shown(key) if not isinstance(key, str) else key[:60]
         if key == "max_iterations":
             out.search["max_evaluations"] = r.number(key, value, integer=True, low=1)
         elif key == "diff_based_evolution":
@@ -141,7 +190,7 @@ def read_config(path: Path) -> MappedConfig:
             if value not in (None, "python"):
                 raise r.fail(
                     key,
-                    f"{value!r:.40} programs are not run from an OpenEvolve folder; write a problem.toml with "
+                    f"{shown(value)} programs are not run from an OpenEvolve folder; write a problem.toml with "
                     "[program] language, [build] and [run] (evolve init --language c|rust DIR writes one)",
                 )
         elif key in ("llm", "prompt", "database", "evaluator"):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from evolve.problem.config import plain_name
 from evolve.problem.scaffold_native import TEMPLATES, native_sections
 
 LANGUAGES = ("python", *TEMPLATES)
@@ -106,7 +107,7 @@ def scaffold(target: Path, language: str = "python", several_files: bool = False
         program, seed = PYTHON_FILES_PROGRAM, FILES_SEED
     target.mkdir(parents=True, exist_ok=True)
     files = {
-        "problem.toml": PROBLEM_TOML.format(name=target.name, solve=SOLVE[language], program=program),
+        "problem.toml": PROBLEM_TOML.format(name=plain_name(target.name), solve=SOLVE[language], program=program),
         seed_name: seed,
         "evaluate.py": EVALUATE.format(),
     }
