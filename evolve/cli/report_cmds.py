@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from evolve.cli.common import console, fail
+from evolve.cli.common import DbArg, console, fail
 
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 
@@ -41,7 +41,7 @@ def write_html(db: Path, run_id: int | None, out: Path) -> None:
 
 
 def serve(
-    db: Path,
+    db: DbArg,
     port: Annotated[int, typer.Option(help="port to listen on (0: any free port)")] = 8000,
     host: Annotated[str, typer.Option(help="address to bind; other than loopback exposes every program")] = "127.0.0.1",
     run: Annotated[int | None, typer.Option("--run", help="run id (default: the latest)")] = None,
