@@ -2,7 +2,8 @@
 
 Containment, strongest first. With bubblewrap (sandboxes/jail.py) the candidate sees a minimal filesystem in
 its own pid/network/IPC namespaces, and as root runs as its slot's own unprivileged uid (so RLIMIT_NPROC stops
-fork bombs and every process of that uid is killed afterwards). Without bubblewrap the host's files stay
+fork bombs and every process of that uid that the engine started is killed afterwards; sandboxes/process_slots.py
+keeps the uid this engine's alone). Without bubblewrap the host's files stay
 readable: the sandbox says WEAK, and only the uid, an empty network namespace and rlimits remain; without root
 the process group and every process that inherited the evaluation's token are killed. A candidate never runs
 as root: an engine run as root that cannot hand it another uid (no jail, an interpreter other users cannot
@@ -22,7 +23,6 @@ import contextlib
 import ctypes
 import json
 import os
-import queue
 import secrets
 import select
 import shutil
@@ -56,7 +56,7 @@ from sandboxes.process_child import (
     cpu_limit_s,
     errno_text,
 )
-from sandboxes.process_slots import WORKDIR_PREFIX, claim_slots, remove_stale_workdirs
+from sandboxes.process_slots import WORKDIR_PREFIX, Slot, SlotPool, remove_stale_workdirs
 from sandboxes.scoring import HARNESS_PATH, make_job, outcome_from, program_filename, program_files
 from sandboxes.seccomp import SocketRule, installer
 from sandboxes.sweep import kill_all
@@ -123,9 +123,9 @@ class ProcessSandbox:
         if self._jail is None and _libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
             raise SandboxRefused(f"process sandbox: prctl(PR_SET_CHILD_SUBREAPER) failed: {errno_text()}")
         remove_stale_workdirs()
-        self._slot_locks = claim_slots(slots)
+        self._pool = SlotPool(slots, base_uid if self.drop_uid else None)
         self._cgroups, self._why_no_cgroup = (
-            make_slot_cgroups(list(self._slot_locks)) if memory_cgroup else ({}, "memory cgroups were turned off")
+            make_slot_cgroups(self._pool.lanes) if memory_cgroup else ({}, "memory cgroups were turned off")
         )
         self.bounds_job_memory = bool(self._cgroups)
         v2 = bool(self._cgroups) and next(iter(self._cgroups.values())).v2
@@ -133,9 +133,6 @@ class ProcessSandbox:
         self.sockets = SocketRule.ALL if v2 else SocketRule.UNIX_ONLY if self._cgroups else SocketRule.NONE
         # Removed at close, or at exit when never closed (after kill -9, by the next engine's start).
         self._remove_cgroups = weakref.finalize(self, remove_all, list(self._cgroups.values()))
-        self._slots: queue.Queue[int] = queue.Queue()
-        for i in self._slot_locks:
-            self._slots.put(i)
         self.network_isolated = self._jail is not None or self._probe_netns()
         self._running = RunningJobs()  # for abort_running(): each job's first process, killed on Ctrl-C
         # WEAK without root: leftovers keep our uid and may shed the token, but as subreaper we adopt them.
@@ -151,8 +148,8 @@ class ProcessSandbox:
 
     @property
     def slot_uids(self) -> tuple[int, ...]:
-        """The uids this sandbox's candidates run as (one per slot it holds); empty where they keep ours."""
-        return tuple(self._base_uid + slot for slot in self._slot_locks) if self.drop_uid else ()
+        """The uids this sandbox's candidates run as (one per slot it holds now); empty where they keep ours."""
+        return self._pool.uids
 
     def _unshare_flags(self) -> int:
         return CLONE_NEWNET if self._root else CLONE_NEWUSER | CLONE_NEWNET
@@ -206,9 +203,7 @@ class ProcessSandbox:
     def close(self) -> None:
         self._remove_cgroups()
         self._cgroups = {}
-        for fd in self._slot_locks.values():
-            os.close(fd)
-        self._slot_locks = {}
+        self._pool.close()
 
     def abort_running(self) -> None:
         """Ctrl-C: kill every job in flight (its process group; the usual sweep after it ends takes the rest)."""
@@ -216,7 +211,7 @@ class ProcessSandbox:
 
     def evaluate(self, problem: Problem, code: str) -> EvalOutcome:
         ticket = self._running.ticket()
-        slot = self._slots.get()
+        slot = self._pool.take()
         try:
             if self._running.aborted(ticket):  # aborted while waiting for a slot: nothing ran
                 outcome = EvalOutcome.failure(problem, ErrorKind.CRASH, "aborted before it ran", 0.0, self.kind)
@@ -225,10 +220,10 @@ class ProcessSandbox:
             outcome.aborted = self._running.aborted(ticket)
             return outcome
         finally:
-            self._slots.put(slot)
+            self._pool.give(slot)
 
-    def _evaluate(self, problem: Problem, code: str, slot: int, ticket: int) -> EvalOutcome:
-        uid = self._base_uid + slot if self.drop_uid else None
+    def _evaluate(self, problem: Problem, code: str, slot: Slot, ticket: int) -> EvalOutcome:
+        uid = slot.uid
         workdir = tempfile.mkdtemp(prefix=f"{WORKDIR_PREFIX}{os.getpid()}-")
         token = secrets.token_hex(12)
         start = time.monotonic()
@@ -261,10 +256,9 @@ class ProcessSandbox:
         return outcome_from(problem, reply, status, out, err, time.monotonic() - start, self.kind)
 
     def _run(
-        self, problem: Problem, job: dict[str, Any], workdir: str, slot: int, token: str, ticket: int
+        self, problem: Problem, job: dict[str, Any], workdir: str, slot: Slot, token: str, ticket: int
     ) -> tuple[Any, bytes, bytes, str]:
-        uid = self._base_uid + slot if self.drop_uid else None
-        cgroup = self._cgroups.get(slot)
+        uid, cgroup = slot.uid, self._cgroups.get(slot.lane)
         if cgroup is not None:
             try:
                 cgroup.prepare(problem.config.sandbox_limits.memory_mb << 20)
