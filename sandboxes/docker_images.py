@@ -22,7 +22,7 @@ from typing import Any
 from urllib.parse import quote, unquote
 
 from evolve.problem import Problem
-from sandboxes.jail import VENV_INSIDE, Runtime, jail_runtime
+from sandboxes.jail import SCRATCH_INODES, VENV_INSIDE, WORK, Runtime, jail_runtime
 from sandboxes.toolchain import Toolchain, host_toolchain
 
 SLIM = "python:3.12-slim"
@@ -36,6 +36,17 @@ class ImageSpec:
     tag: str
     python: str
     binds: dict[str, str] = field(default_factory=dict)  # host path -> container path, read-only
+
+
+def memory_cap_mb(memory_mb: int) -> int:
+    """The container's memory cgroup: RLIMIT_AS bounds each process at `memory_mb`; this bounds the real memory
+    of all of them together (candidate, its children, the runner, and what it wrote to the tmpfs scratch)."""
+    return memory_mb + 256
+
+
+def work_mount(problem: Problem) -> str:
+    """Options of the /work tmpfs. Docker mounts tmpfs noexec; a native problem runs the program it built there."""
+    return f"size=256m,mode=1777,nr_inodes={SCRATCH_INODES[WORK]}" + (",exec" if problem.config.native else "")
 
 
 PYTHON_INSIDE = "/opt/python"  # never under a scratch folder the runner wipes after each job (/work, /tmp, /dev/shm)

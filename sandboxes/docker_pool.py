@@ -3,6 +3,9 @@
 Each container runs `container_runner.py` as its main process (behind Docker's init) and talks JSON lines
 over the attached stdin/stdout. The engine keeps its own deadline on every request; a container that
 misses it, dies, or answers garbage is destroyed and replaced, and the evaluation gets an error kind.
+
+Each container has its own pid namespace: the job killer's kill(-1) in it reaches no host process and no other
+container, whatever their uid. An engine removes its own containers and those of engines it sees are dead.
 """
 
 from __future__ import annotations
@@ -24,31 +27,24 @@ from evolve.problem import Problem
 from evolve.problem.outcome import ErrorKind, EvalOutcome
 from sandboxes.abort import RunningJobs
 from sandboxes.base import SandboxRefused
-from sandboxes.docker_images import ImageSpec, image_for, image_toolchain, runtime_env
+from sandboxes.docker_images import ImageSpec, image_for, image_toolchain, memory_cap_mb, runtime_env, work_mount
 from sandboxes.host_config import empty_file, hidden_host_config, hidden_host_files
-from sandboxes.jail import SCRATCH_INODES, WORK
+from sandboxes.jail import SCRATCH_INODES
 from sandboxes.scoring import make_job, outcome_from, program_filename, program_files
 
 SANDBOX_DIR = Path(__file__).resolve().parent
 GRACE_S = 5.0
 OWNER = f"{socket.gethostname()}:{os.getpid()}"
+# OWNER's pid namespace: an engine in another (a container sharing the daemon and hostname) has pids we cannot see
+PID_NAMESPACE = str(os.stat("/proc/self/ns/pid").st_ino)
+# For a runner to say it is ready: a second or two when idle, far more under load (one that ended says so at once)
+READY_WAIT_S = 120.0
 LINE_CAP = 24 * 1024 * 1024  # the runner's answer: an 8 MiB reply plus capped output, JSON-escaped
 UNEXPECTED = object()  # a line on the channel that is not the answer to the job just sent
 
 
 def _runner_failed(answer: object) -> bool:
     return isinstance(answer, dict) and str(answer.get("status", "")).startswith("runner error")
-
-
-def memory_cap_mb(memory_mb: int) -> int:
-    """The container's memory cgroup: RLIMIT_AS bounds each process at `memory_mb`; this bounds the real memory
-    of all of them together (candidate, its children, the runner, and what it wrote to the tmpfs scratch)."""
-    return memory_mb + 256
-
-
-def work_mount(problem: Problem) -> str:
-    """Options of the /work tmpfs. Docker mounts tmpfs noexec; a native problem runs the program it built there."""
-    return f"size=256m,mode=1777,nr_inodes={SCRATCH_INODES[WORK]}" + (",exec" if problem.config.native else "")
 
 
 def docker_available() -> str | None:
@@ -109,9 +105,9 @@ class WarmContainer:
             # a colon (a problem folder "a:b", a checkout under it) was refused as an invalid specification.
             mounts=[Mount(inside, host, type="bind", read_only=True) for host, inside in volumes],
             environment=env,
-            labels={"vpo-evolve.owner": OWNER},
+            labels={"vpo-evolve.owner": OWNER, "vpo-evolve.pidns": PID_NAMESPACE},
         )
-        self.spawn, self.uses = spawn, 0
+        self.spawn, self.uses, self._stray = spawn, 0, False
         self._buf, self._scanned = bytearray(), 0
         attach = None
         try:
@@ -124,9 +120,18 @@ class WarmContainer:
             _remove_quietly(self.container)
             raise
         self._attach, self._sock = attach, attach._sock
-        if self._read_line(time.monotonic() + 30) != {"ready": True}:
-            self.destroy()
-            raise RuntimeError("the sandbox container did not start its runner")
+
+    def wait_ready(self) -> bool:
+        """Read up to the runner's ready line: False (the container destroyed) when the channel closed first, or
+        READY_WAIT_S passed. A line before it is no answer (no job was sent), but the channel carried something
+        not the runner's: like a stray line while idle, it makes the first request UNEXPECTED."""
+        deadline = time.monotonic() + READY_WAIT_S
+        while (line := self._read_line(deadline)) != {"ready": True}:
+            if line is None:
+                self.destroy()
+                return False
+            self._stray = True
+        return True
 
     def _read_line(self, deadline: float) -> Any:
         """The next JSON line on the container's stdout (stderr frames are dropped); None on EOF/deadline,
@@ -178,6 +183,8 @@ class WarmContainer:
         """This job's answer; None when the container is silent or gone; UNEXPECTED when any other line came,
         or more than the answer did (the channel then cannot be trusted for later jobs either)."""
         self.uses += 1
+        if self._stray:
+            return UNEXPECTED
         nonce = secrets.token_hex(16)
         try:
             self._sock.sendall((json.dumps({**job, "spawn": self.spawn, "nonce": nonce}) + "\n").encode())
@@ -244,13 +251,15 @@ class DockerSandbox:
         """Containers left by an engine on this host that is no longer alive (e.g. after kill -9).
 
         Several sandboxes may start at once (Ray actors, other engines): one that finds an orphan already gone
-        or being removed by another leaves it be."""
+        or being removed by another leaves it be. An engine in another pid namespace cannot be seen, so its
+        containers are never taken for orphans (a container without the label predates it: this namespace's)."""
         import docker.errors
 
         host = socket.gethostname()
         for c in self.client.containers.list(all=True, filters={"label": "vpo-evolve.owner"}, ignore_removed=True):
             owner_host, _, pid = c.labels.get("vpo-evolve.owner", "").partition(":")
-            if owner_host == host and pid.isdigit() and not Path(f"/proc/{pid}").exists():
+            here = owner_host == host and c.labels.get("vpo-evolve.pidns", PID_NAMESPACE) == PID_NAMESPACE
+            if here and pid.isdigit() and not Path(f"/proc/{pid}").exists():
                 with contextlib.suppress(docker.errors.APIError):  # NotFound, or 409: removal in progress
                     c.remove(force=True)
 
@@ -267,7 +276,7 @@ class DockerSandbox:
             "capabilities dropped, no-new-privileges, no logs kept, answers bound to a per-job nonce"
         )
 
-    def _take(self, problem: Problem) -> WarmContainer:
+    def _take(self, problem: Problem, ticket: int) -> WarmContainer:
         if self._problem_root != problem.root:
             self.close()
             self._spec = self.image or image_for(self.client, problem, self.base_image)
@@ -275,19 +284,40 @@ class DockerSandbox:
         try:
             return self._idle.get_nowait()
         except queue.Empty:
-            return self._fresh(problem)
+            return self._fresh(problem, ticket)
 
-    def _fresh(self, problem: Problem) -> WarmContainer:
-        """A new container, started a second time when the daemon refused the first: a host file it hides under
-        /usr may vanish between its listing and the mount (runc then cannot make the mount point in the read-only
-        /usr and refuses the container), which is no fault of the candidate's. The second start lists again."""
+    def _fresh(self, problem: Problem, ticket: int) -> WarmContainer:
+        """A new container whose runner said it is ready, made a second time when the first failed: the daemon
+        may refuse it (a host file it hides under /usr vanished between its listing and the mount: runc cannot
+        make the mount point in the read-only /usr; the second start lists again), or its runner may end before
+        it is ready. Neither is the candidate's fault. A runner slow to start (a loaded machine) is waited for,
+        up to READY_WAIT_S, and Ctrl-C cuts the wait."""
         import docker.errors
 
         assert self._spec is not None
+        why = ""
+        for _ in range(2):
+            try:
+                box = WarmContainer(self.client, self._spec, problem, self.spawn)
+            except docker.errors.APIError as exc:
+                why = str(exc)
+                continue
+            with self._running.running(ticket, box.interrupt):
+                if box.wait_ready():
+                    return box
+            why = f"the sandbox container did not start its runner (no ready line within {READY_WAIT_S:.0f} s)"
+            if self._running.aborted(ticket):
+                break
+        raise RuntimeError(f"{why}; tried twice")
+
+    def _start(self, problem: Problem, ticket: int, fresh: bool) -> WarmContainer | EvalOutcome:
+        """A container for the job, or the outcome of a job aborted while its container was starting."""
         try:
-            return WarmContainer(self.client, self._spec, problem, self.spawn)
-        except docker.errors.APIError:
-            return WarmContainer(self.client, self._spec, problem, self.spawn)
+            return self._fresh(problem, ticket) if fresh else self._take(problem, ticket)
+        except Exception as exc:  # the host's fault, not the candidate's: the loop stops on a streak of these
+            if self._running.aborted(ticket):
+                return EvalOutcome.failure(problem, ErrorKind.CRASH, "aborted before it ran", 0.0, self.kind)
+            raise SandboxRefused(f"docker sandbox: could not start a container: {exc}") from exc
 
     def abort_running(self) -> None:
         """Ctrl-C: cut every job's channel; its evaluate() then destroys the container and returns at once."""
@@ -305,10 +335,9 @@ class DockerSandbox:
             files = program_files(problem, code)
         except TreeError as exc:
             return EvalOutcome.failure(problem, ErrorKind.INVALID, str(exc), 0.0, self.kind)
-        try:
-            box = self._take(problem)
-        except Exception as exc:  # the host's fault, not the candidate's: the loop stops on a streak of these
-            raise SandboxRefused(f"docker sandbox: could not start a container: {exc}") from exc
+        box = self._start(problem, ticket, fresh=False)
+        if isinstance(box, EvalOutcome):
+            return box
         name = program_filename(problem)
         assert self._spec is not None
         tools = image_toolchain(self._spec, problem)
@@ -329,10 +358,9 @@ class DockerSandbox:
             # job left its scratch space full): neither is this candidate's doing, so run it once more in a
             # fresh container.
             box.destroy()
-            try:
-                box = self._fresh(problem)
-            except Exception as exc:
-                raise SandboxRefused(f"docker sandbox: could not start a container: {exc}") from exc
+            box = self._start(problem, ticket, fresh=True)
+            if isinstance(box, EvalOutcome):
+                return box
             with self._running.running(ticket, box.interrupt):
                 answer = box.request(job, limits.timeout_s + GRACE_S)
             if answer is UNEXPECTED:
