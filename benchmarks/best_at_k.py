@@ -182,15 +182,15 @@ def measure(name: str, policy, problem: Problem, prompts: list[Parent], options:
     m = int(options.get("variants", 3))
     for index, parent in enumerate(prompts):
         params = sampling_params(parent, options, 1000 + index)
-        seen = {code_hash(parent.code)}
+        seen = {code_hash(parent.code, problem.multi_file)}
         best, gains = parent.scalar, []
         for generated in policy.generate(parent.prompt, params, k):
-            for variant in parse_completion(parent.code, generated.text, m):
+            for variant in parse_completion(parent.code, generated.text, m, multi_file=problem.multi_file):
                 out.variants += 1
                 if variant.code is None:
                     out.copies += variant.status == "unchanged"
                     continue
-                digest = code_hash(variant.code)
+                digest = code_hash(variant.code, problem.multi_file)
                 if digest in seen:
                     out.copies += 1
                     continue

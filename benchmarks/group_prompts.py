@@ -36,12 +36,14 @@ def child_of(seed: str, k: int) -> str:
 @dataclass(frozen=True)
 class GroupAsk:
     """One group's prompt and what its answers are read against: the parent, the edit format the prompt asks
-    for, and its fences' language tag (what a grammar of the answer's shape needs)."""
+    for, its fences' language tag (what a grammar of the answer's shape needs), and whether the problem's programs
+    are of several files (the parser's `multi_file`)."""
 
     prompt: str
     parent: str
     edit_format: str
     fence_tag: str
+    multi_file: bool = False
 
 
 def group_asks(problem_dir: str, groups: int, edit_format: str = "full") -> list[GroupAsk]:
@@ -56,8 +58,11 @@ def group_asks(problem_dir: str, groups: int, edit_format: str = "full") -> list
         scores = {name: float(draw.random() < 0.3 + 0.1 * k) for name in names}
         met = [seed, *(child_of(seed, j) for j in range(1, k))][-2:]
         inspirations = [ShownProgram(code, {name: 0.5 for name in names}) for code in (met if k else [seed, seed])]
-        inputs = PromptInputs(problem.config.description, parent, scores, None, inspirations, VARIANTS, edit_format)
-        asks.append(GroupAsk(build_prompt(inputs), parent, resolve_edit_format(edit_format, parent), inputs.fence_tag))
+        several = problem.multi_file
+        text = problem.config.description
+        inputs = PromptInputs(text, parent, scores, None, inspirations, VARIANTS, edit_format, multi_file=several)
+        fmt = resolve_edit_format(edit_format, parent)
+        asks.append(GroupAsk(build_prompt(inputs), parent, fmt, inputs.fence_tag, problem.multi_file))
     return asks
 
 

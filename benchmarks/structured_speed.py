@@ -124,7 +124,8 @@ def compare(model: str, problems: str, groups: int, g: int, max_new_tokens: int,
             mode = modes[mode_name]
             mode.cpu_seconds += cpu
             tokens = sum(len(c.token_ids or []) for c in group)
-            statuses = Counter(v.status for c in group for v in parse_completion(ask.parent, c.text, VARIANTS))
+            parsed = [parse_completion(ask.parent, c.text, VARIANTS, multi_file=ask.multi_file) for c in group]
+            statuses = Counter(v.status for variants in parsed for v in variants)
             mode.tokens, mode.seconds = mode.tokens + tokens, mode.seconds + seconds
             mode.statuses.update(statuses)
             mode.finishes.update(c.finish_reason or "?" for c in group)

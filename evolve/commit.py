@@ -54,13 +54,13 @@ class ProgramWriter:
         """The run's scored programs, its code index (a run stored by an earlier normalisation hashed as now) and
         its groups."""
         rows = self.archive.scored_programs(self.run_id)
-        self.archive.upgrade_code_hashes(self.run_id)
+        self.archive.upgrade_code_hashes(self.run_id, self.problem.multi_file)
         return ScoredRun(rows, self.archive.code_hashes(self.run_id), self.archive.group_outcomes(self.run_id))
 
     def write(self, batch: Sequence[EvaluationResult]) -> list[StoredChild]:
         """The rows (built here, off the event loop) and what became of each once the batch is committed."""
         rows = [stored_program(self.problem.components, result) for result in batch]
-        written = self.archive.add_evaluated_programs(self.run_id, rows)
+        written = self.archive.add_evaluated_programs(self.run_id, rows, self.problem.multi_file)
         return [
             StoredChild(result.child, result.outcome, row.evaluation.scalar or 0.0, stored.program_id, stored.created)
             for result, row, stored in zip(batch, rows, written, strict=True)

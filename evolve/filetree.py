@@ -11,10 +11,15 @@ that string in a fixed form, each file under a header line:
 
 The headers lie outside every EVOLVE block, so the block rules that keep a child's frame keep its file list
 too; the archive stores the files as content-addressed blobs, and the sandboxes lay them out as a tree. Every
-path is relative and stays inside the program. A text is a program of several files only where its problem says
-so (`[program] files`): on a problem of one file, a text that starts with a header line is still one file (see
-`check_layout` and evolve/report/export.py, which write programs out for the user). Nothing here writes files.
-Stdlib only: the archive, the problem model, the prompts and the sandboxes all read it.
+path is relative and stays inside the program. Nothing here writes files.
+
+A text is a program of several files only where its problem says so (`[program] files`, `Problem.multi_file`),
+and never because of what it holds: on a problem of one file, a text that starts with a header line is still one
+file, named as the seed (a shell problem even runs and scores it, so a model can write one). So nothing here tells
+the two apart from the text: every reader that treats a program as files (the parser, the prompt, the code hash,
+the archive's storage, the per-file diff, the sandboxes' work folder, the files written for the user) is handed
+the problem's layout as a value and splits only when it says several files. Stdlib only: the archive, the problem
+model, the prompts and the sandboxes all read it.
 """
 
 from __future__ import annotations
@@ -34,11 +39,6 @@ _PART = re.compile(r"^[A-Za-z0-9_+.-]{1,100}$")
 
 class TreeError(ValueError):
     """A program's files break a rule; `str()` is one line naming what and how to fix it."""
-
-
-def is_tree(text: str) -> bool:
-    """True when `text` is a program of several files in the joined form (see the module docstring)."""
-    return text.startswith(HEADER_PREFIX)
 
 
 def check_path(path: str) -> str:
@@ -127,9 +127,9 @@ def split_files(text: str) -> list[tuple[str, str]]:
 
 
 def tree_files(text: str) -> list[tuple[str, str]] | None:
-    """The files of a joined program text, or None for any other text (a program of one file)."""
-    if not is_tree(text):
-        return None
+    """The files of a joined program text, or None when it does not split by the rules (a damaged archive, or a
+    block body that grew a header line). For a program of a problem of several files only: a one-file program is
+    one text whatever it holds, and its callers never split it (see the module docstring)."""
     try:
         return split_files(text)
     except TreeError:
@@ -145,10 +145,12 @@ def file_spans(text: str) -> list[tuple[str, int, int]]:
     ]
 
 
-def program_diff(parent: str, child: str, parent_label: str, child_label: str) -> list[str]:
-    """A unified diff of two programs; for programs of several files one diff per changed file, each headed
-    by the file's path, so a change spanning files reads as it would in a repository."""
+def program_diff(parent: str, child: str, parent_label: str, child_label: str, multi_file: bool) -> list[str]:
+    """A unified diff of two programs; on a problem of several files (`multi_file`) one diff per changed file,
+    each headed by the file's path, so a change spanning files reads as it would in a repository."""
     whole = difflib.unified_diff(parent.splitlines(), child.splitlines(), parent_label, child_label, lineterm="")
+    if not multi_file:
+        return list(whole)
     old_files, new_files = tree_files(parent), tree_files(child)
     if old_files is None or new_files is None:
         return list(whole)

@@ -27,7 +27,7 @@ from evolve.archive.records import PendingVariant
 from evolve.children import Admitted, Child, GroupCost, GroupResult, HashedVariant
 from evolve.control import StageFailure
 from evolve.ensemble import estimated_tokens
-from evolve.filetree import file_spans, is_tree
+from evolve.filetree import file_spans
 from evolve.fitness import raw_scores
 from evolve.policy_calls import PolicyMember
 from evolve.problem import Problem
@@ -109,15 +109,15 @@ class ResumedVariant:
 
 
 def parse_texts(
-    parent_code: str, texts: list[str], m: int, stop: Callable[[], bool] | None = None
+    parent_code: str, texts: list[str], m: int, stop: Callable[[], bool] | None = None, multi_file: bool = False
 ) -> list[list[HashedVariant]]:
     """Each completion's variants with the normalised hash of each parsed child: the group's CPU-heavy part,
     pure so that it runs off the event loop (on a worker thread). `stop` (the run's interrupt flag) ends it with
-    `ParseInterrupted` within one check of the parser's deadline."""
+    `ParseInterrupted` within one check of the parser's deadline. `multi_file`: the problem's, never the text's."""
     out = []
     for text in texts:
-        variants = parse_completion(parent_code, text, m, stop=stop)
-        out.append([HashedVariant(v, None if v.code is None else code_hash(v.code)) for v in variants])
+        variants = parse_completion(parent_code, text, m, multi_file=multi_file, stop=stop)
+        out.append([HashedVariant(v, None if v.code is None else code_hash(v.code, multi_file)) for v in variants])
     return out
 
 
@@ -160,7 +160,9 @@ class GroupSampler:
             stage = "parse"
             texts = [g.text for g in group]
             parent_code = prompted.codes[parent.id]
-            variants = await asyncio.to_thread(parse_texts, parent_code, texts, self.options.variants, self.interrupted)
+            variants = await asyncio.to_thread(
+                parse_texts, parent_code, texts, self.options.variants, self.interrupted, self.problem.multi_file
+            )
         except asyncio.CancelledError:
             raise
         except ParseInterrupted:
@@ -273,8 +275,9 @@ class GroupSampler:
             program_view=self.problem.config.program.prompt_view,
             others_view=self.options.others_view,
             fixed_code=self.options.fixed_code,
+            multi_file=self.problem.multi_file,
         )
-        shape = answer_shape(self.options, edit_format, inputs.fence_tag, codes[parent.id], held)
+        shape = answer_shape(self.options, edit_format, inputs.fence_tag, codes[parent.id], held, inputs.multi_file)
         inputs = replace(
             inputs,
             lead_comment=shape.lead_comment if shape is not None else "",
@@ -295,7 +298,11 @@ class GroupSampler:
                 if parent is None:
                     raise LookupError(f"parent {pending.parent_id} of variant {pending.variant_id} is missing")
                 parsed = parse_completion(
-                    parent.code, pending.completion_text, self.options.variants, stop=self.interrupted
+                    parent.code,
+                    pending.completion_text,
+                    self.options.variants,
+                    multi_file=self.problem.multi_file,
+                    stop=self.interrupted,
                 )
             except ParseInterrupted:
                 return
@@ -330,7 +337,12 @@ class GroupSampler:
 
 
 def answer_shape(
-    options: RunOptions, edit_format: str, fence: str, parent_code: str, held: tuple[str, ...]
+    options: RunOptions,
+    edit_format: str,
+    fence: str,
+    parent_code: str,
+    held: tuple[str, ...],
+    multi_file: bool = False,
 ) -> AnswerShape | None:
     """The shape a group's answer is held to while sampled, the one place that decides it: with `--structured` on
     or auto, for a policy that holds answers in this (resolved) edit format (`held`); else None (free text). A
@@ -338,10 +350,11 @@ def answer_shape(
     may change (a header naming another made the variant `parse_error` or `outside_block`). Its lead comment
     (`# Change: ...`, issue 37) where `--lead-comment` is on, the format is `full` and the fence's language has a
     known line comment (none for a bare fence or another tag); the prompt asks for exactly this lead
-    (`PromptInputs.lead_comment`)."""
+    (`PromptInputs.lead_comment`). `multi_file`: the problem's programs are of several files (`Problem.multi_file`;
+    never told from the parent's text)."""
     if options.structured == "off" or edit_format not in held:
         return None
-    tree = is_tree(parent_code)
+    tree = multi_file
     files = editable_files(parent_code) if tree else ()
     if tree and not files:  # no file with blocks: what a variant may name is not the grammar's to say
         return None

@@ -169,7 +169,7 @@ class RunLedger:
         """A pending variant parsed again on resume: its hash, claimed, or None when it is not a new child."""
         if code is None:
             return None
-        digest = code_hash(code)
+        digest = code_hash(code, self.problem.multi_file)
         if digest in self.known:
             return None
         self.known.claim([digest])

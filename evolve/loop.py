@@ -317,7 +317,8 @@ class SearchLoop:
     async def _evaluate_seed(self) -> bool:
         """Score and commit the seed; False when Ctrl-C aborted its evaluation (nothing was stored)."""
         code = self.problem.seed_code
-        seed = Child(code=code, parent_id=None, island=0, generation=0, variant_id=None, digest=code_hash(code))
+        digest = code_hash(code, self.problem.multi_file)
+        seed = Child(code=code, parent_id=None, island=0, generation=0, variant_id=None, digest=digest)
         self.ledger.seed_claimed(seed)
         result = await self.evaluator.score_seed(seed)
         if result is None:

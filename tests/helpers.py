@@ -218,14 +218,16 @@ def store_program(
     island: int = 0,
     generation: int = 0,
     variant_id: int | None = None,
+    multi_file: bool = False,
 ) -> tuple[int, bool]:
-    """One evaluated program through the archive's one insert path; (id, created) as the batch returns it."""
+    """One evaluated program through the archive's one insert path; (id, created) as the batch returns it.
+    `multi_file`: the run's problem is one of several files (then the program is stored as its files)."""
     from evolve.archive import NewProgram
     from evolve.archive.records import EvaluationRecord
 
     record = EvaluationRecord(**{"error_kind": None, "error": None, "sandbox": "test", **evaluation})
     item = NewProgram(code, parent_id, island, generation, variant_id, record)
-    [result] = archive.add_evaluated_programs(run_id, [item])  # type: ignore[attr-defined]
+    [result] = archive.add_evaluated_programs(run_id, [item], multi_file)  # type: ignore[attr-defined]
     return result
 
 

@@ -242,8 +242,8 @@ def test_a_program_of_several_files_is_held_to_headers_of_its_editable_files_and
 
     seed = load_problem(Path(__file__).resolve().parents[1] / "problems" / "knapsack_files").seed_code
     options = RunOptions(variants=1, structured="on", lead_comment=False)
-    full = answer_shape(options, "full", "python", seed, ("full", "diff"))
-    diff = answer_shape(options, "diff", "python", seed, ("full", "diff"))
+    full = answer_shape(options, "full", "python", seed, ("full", "diff"), multi_file=True)
+    diff = answer_shape(options, "diff", "python", seed, ("full", "diff"), multi_file=True)
     assert full == AnswerShape(1, "full", "python", files=("lib/params.py", "lib/ranking.py"))
     # the header the grammar holds is the line the prompt shows (two layers, each its own f-string)
     shown = program_blocks(seed, "python").splitlines()
@@ -260,7 +260,7 @@ def test_a_program_of_several_files_is_held_to_headers_of_its_editable_files_and
     )
     for shape, text in ((full, rewrite), (diff, edit)):
         assert refused_at(book, shape, text) is None
-        assert [v.status for v in parse_completion(seed, text, 1)] == ["ok"]
+        assert [v.status for v in parse_completion(seed, text, 1, multi_file=True)] == ["ok"]
     fixed = rewrite.replace("lib/params.py", "solver.py")
     assert fixed[refused_at(book, full, fixed)] == "s"  # the fixed file: no header names it
     misnamed = rewrite.replace("lib/params.py", "lib/param.py")

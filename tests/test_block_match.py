@@ -20,8 +20,8 @@ PARENT = (
 KNAPSACK = Path(__file__).resolve().parents[1] / "problems" / "knapsack_files"
 
 
-def child(parent: str, text: str) -> tuple[str, str | None]:
-    variant = parse_completion(parent, f"<variant 1>\n{text}\n</variant 1>", 1)[0]
+def child(parent: str, text: str, multi_file: bool = False) -> tuple[str, str | None]:
+    variant = parse_completion(parent, f"<variant 1>\n{text}\n</variant 1>", 1, multi_file=multi_file)[0]
     return variant.status, variant.code
 
 
@@ -70,7 +70,7 @@ def test_a_c_function_is_known_by_its_head():
 
 def test_the_multi_file_example_takes_one_file_rewritten_without_its_header():
     seed = load_problem(KNAPSACK).seed_code
-    status, code = child(seed, "```python\ndef order(items):\n    return sorted(range(len(items)))\n```")
+    status, code = child(seed, "```python\ndef order(items):\n    return sorted(range(len(items)))\n```", True)
     assert status == "ok"
     before, after = dict(tree_files(seed) or []), dict(tree_files(code or "") or [])
     assert [p for p in before if before[p] != after[p]] == ["lib/ranking.py"]
@@ -80,7 +80,9 @@ def test_the_multi_file_example_takes_one_file_rewritten_without_its_header():
 def test_the_multi_file_prompt_gives_one_rule_for_fences():
     problem = load_problem(KNAPSACK)
     text = build_prompt(
-        PromptInputs(problem.config.description, problem.seed_code, {}, None, [], 3, "full", language="python")
+        PromptInputs(
+            problem.config.description, problem.seed_code, {}, None, [], 3, "full", language="python", multi_file=True
+        )
     )
     assert "=== FILE: lib/params.py ===" in text
     assert "fenced blocks, in order holding" not in text  # the one-file rule by position contradicted the files'

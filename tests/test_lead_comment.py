@@ -77,6 +77,9 @@ def test_the_answer_s_shape_and_its_lead_comment_are_decided_in_one_place(
     edit_format, fence, parent, held, structured, lead, shape
 ):
     options = RunOptions(variants=2, structured=structured, lead_comment=lead)
-    assert answer_shape(options, edit_format, fence, parent, held) == shape
-    shown = replace(inputs(fence, shape.lead_comment if shape else "", edit_format), parent_code=parent)
+    several = parent.startswith("=== FILE: ")  # the cases of a problem of several files (its layout, in a run)
+    assert answer_shape(options, edit_format, fence, parent, held, several) == shape
+    shown = replace(
+        inputs(fence, shape.lead_comment if shape else "", edit_format), parent_code=parent, multi_file=several
+    )
     assert ("Change:" in build_prompt(shown)) == bool(shape and shape.lead_comment)

@@ -94,7 +94,7 @@ def problem() -> Problem:
 @pytest.fixture(scope="module")
 def children(problem) -> list[str]:
     """The two-file child and the one-file child that TWO_FILES makes from the seed."""
-    parsed = parse_completion(problem.seed_code, TWO_FILES, 2)
+    parsed = parse_completion(problem.seed_code, TWO_FILES, 2, multi_file=problem.multi_file)
     assert [v.status for v in parsed] == ["ok", "ok"], [v.detail for v in parsed]
     return [v.code for v in parsed]  # type: ignore[misc]
 
@@ -129,7 +129,7 @@ def test_the_example_loads_as_three_files_and_an_edit_spanning_two_of_them_appli
     assert [p for p in before if before[p] != one[p]] == ["lib/params.py"]
     # The embedded model copies every file it is shown: an unchanged copy of the fixed file is no edit of it.
     echo = f"=== FILE: solver.py ===\n```python\n{before['solver.py']}```\n" + TWO_FILES.split("<variant 2>\n")[1]
-    [echoed] = parse_completion(problem.seed_code, echo.replace("</variant 2>", ""), 1)
+    [echoed] = parse_completion(problem.seed_code, echo.replace("</variant 2>", ""), 1, multi_file=problem.multi_file)
     assert (echoed.status, echoed.code) == ("ok", children[1])
 
 
@@ -144,10 +144,10 @@ def test_a_file_named_by_its_path_alone_is_read_as_its_header(problem, children)
         f"lib/params.py\n\n```python\n{fill}```\n",
     ]
     text = "".join(f"<variant {k}>\n{body}</variant {k}>\n" for k, body in enumerate(bodies, 1))
-    parsed = parse_completion(problem.seed_code, text, len(bodies))
+    parsed = parse_completion(problem.seed_code, text, len(bodies), multi_file=problem.multi_file)
     assert [(v.status, v.code) for v in parsed] == [("ok", children[1])] * len(bodies), [v.detail for v in parsed]
     inside = "```python\ndef fill_fraction():\n    # as lib/params.py says\n    # lib/ranking.py\n    return 1.0\n```\n"
-    [kept] = parse_completion(problem.seed_code, f"<variant 1>\n{inside}</variant 1>", 1)
+    [kept] = parse_completion(problem.seed_code, f"<variant 1>\n{inside}</variant 1>", 1, multi_file=problem.multi_file)
     assert kept.status == "ok", kept.detail  # a path further inside a fence is a comment of the code
     assert "# as lib/params.py says\n    # lib/ranking.py\n" in dict(split_files(kept.code))["lib/params.py"]
 
@@ -161,7 +161,7 @@ def test_a_block_under_another_files_header_goes_to_the_file_whose_block_it_defi
     helper = "=== FILE: lib/params.py ===\n```python\ndef share():\n    return 1.0\n```\n"
     texts = [*misplaced, helper]
     text = "".join(f"<variant {k}>\n{body}</variant {k}>\n" for k, body in enumerate(texts, 1))
-    parsed = parse_completion(problem.seed_code, text, len(texts))
+    parsed = parse_completion(problem.seed_code, text, len(texts), multi_file=problem.multi_file)
     seed = dict(split_files(problem.seed_code))
     for variant in parsed[:2]:
         assert variant.status == "ok", variant.detail
@@ -177,7 +177,9 @@ def test_hostile_header_and_fence_lines_parse_in_linear_time(problem):
     spaces = " " * 50_000
     for line in (f"==FILE:x{spaces}y", f"```{spaces}y", f"```python{spaces}y"):
         started = time.monotonic()
-        parse_completion(problem.seed_code, f"<variant 1>\n{line}\n{fill}</variant 1>", 1)
+        parse_completion(
+            problem.seed_code, f"<variant 1>\n{line}\n{fill}</variant 1>", 1, multi_file=problem.multi_file
+        )
         assert time.monotonic() - started < 3, line[:12]
 
 
@@ -195,7 +197,7 @@ def test_hostile_edits_are_refused_and_write_nothing_and_known_programs_still_sc
     problem, children, process_box, tmp_path
 ):
     body = "".join(f"<variant {k}>\n{text}</variant {k}>\n" for k, (text, _) in enumerate(HOSTILE_VARIANTS.values(), 1))
-    parsed = parse_completion(problem.seed_code, body, len(HOSTILE_VARIANTS))
+    parsed = parse_completion(problem.seed_code, body, len(HOSTILE_VARIANTS), multi_file=problem.multi_file)
     assert [v.status for v in parsed] == [status for _, status in HOSTILE_VARIANTS.values()], [v.detail for v in parsed]
     assert all(v.code is None for v in parsed)
     # A program text that names a path outside itself, given to the sandbox directly (not through the parser).

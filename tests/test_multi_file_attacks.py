@@ -78,9 +78,9 @@ def test_a_header_that_ends_the_text_is_invalid_and_known_programs_still_score_e
 def test_data_files_of_different_text_hash_apart(one, other):
     """Only .py files are Python: normalising a data file as Python merged different programs into one."""
     base = "=== FILE: solver.py ===\nx = 1\n=== FILE: params.data ===\n"
-    assert normalized_hash(base + one) != normalized_hash(base + other)
+    assert normalized_hash(base + one, multi_file=True) != normalized_hash(base + other, multi_file=True)
     py = "=== FILE: solver.py ===\n"
-    assert normalized_hash(py + "x = 1  # a\n") == normalized_hash(py + "x = 1\n")  # .py still normalised
+    assert normalized_hash(py + "x = 1  # a\n", multi_file=True) == normalized_hash(py + "x = 1\n", multi_file=True)
 
 
 def test_a_docstring_spelling_a_header_does_not_hash_as_a_second_file():
@@ -89,7 +89,7 @@ def test_a_docstring_spelling_a_header_does_not_hash_as_a_second_file():
     two = '=== FILE: a.py ===\n"""x\n=== FILE: b.py ===\ny"""\n'  # neither file parses: kept as written
     one = "=== FILE: a.py ===\n'''x\\n=== FILE: b.py ===\\ny'''\n"  # one file: a docstring with escapes
     assert tree_files(one) is not None and len(tree_files(one)) == 1  # type: ignore[arg-type]
-    assert normalized_hash(one) != normalized_hash(two)
+    assert normalized_hash(one, multi_file=True) != normalized_hash(two, multi_file=True)
 
 
 def test_the_example_problem_still_loads(problem):  # noqa: F811

@@ -44,8 +44,8 @@ def test_a_child_that_changes_one_file_of_fifty_stores_one_new_blob(tmp_path):
     try:
         run = archive.create_run("fifty", str(tmp_path), "fp", {}, 0)
         scored = {"scores": {"c0": 1.0}, "scalar": 1.0, "duration_s": 0.1}
-        seed_id, _ = store_program(archive, run.id, seed, evaluation=scored)
-        child_id, _ = store_program(archive, run.id, child, evaluation=scored, parent_id=seed_id)
+        seed_id, _ = store_program(archive, run.id, seed, evaluation=scored, multi_file=True)
+        child_id, _ = store_program(archive, run.id, child, evaluation=scored, parent_id=seed_id, multi_file=True)
         assert archive.codes([seed_id, child_id]) == {seed_id: seed, child_id: child}
         assert archive.program(child_id).code == child
         assert archive.scored_programs(run.id)[1].code_length == len(child)
@@ -116,7 +116,8 @@ def test_an_archive_from_before_program_files_opens_and_its_run_resumes(tmp_path
 
 
 def test_the_prompt_shows_block_files_whole_and_trims_files_without_blocks_first(problem):
-    prompt = build_prompt(PromptInputs("desc", problem.seed_code, {"case_000": 0.5}, None, [], 2, "diff"))
+    inputs = PromptInputs("desc", problem.seed_code, {"case_000": 0.5}, None, [], 2, "diff", multi_file=True)
+    prompt = build_prompt(inputs)
     assert "=== FILE: lib/ranking.py ===\n```" in prompt and "=== FILE: solver.py ===" in prompt
     assert "write that file's header line exactly as shown" in prompt
     files = dict(split_files(problem.seed_code))
@@ -136,9 +137,9 @@ def test_prompt_view_blocks_shows_only_the_blocks_under_their_headers_and_names_
 
     def prompt_of(folder: Path) -> str:
         problem = load_problem(folder)
-        view = problem.config.program.prompt_view
+        view, code = problem.config.program.prompt_view, problem.seed_code
         return build_prompt(
-            PromptInputs("desc", problem.seed_code, {}, None, [], 2, "full", language="python", program_view=view)
+            PromptInputs("desc", code, {}, None, [], 2, "full", language="python", program_view=view, multi_file=True)
         )
 
     blocks = prompt_of(folder).split("# Current program")[1]

@@ -169,10 +169,10 @@ def test_hostile_completions_parse_in_linear_time(kind: str) -> None:
 
             def job(n: int, parent: str = parent, m: int = m) -> Callable[[], object]:
                 text = completion(make(n), m)
-                return lambda: parse_completion(parent, text, m)
+                return lambda: parse_completion(parent, text, m, multi_file=parent is TREE)
 
             assert_linear(f"{kind} ({parent_name}, m={m})", job)
-            variants = parse_completion(parent, completion(make(SIZES[-1]), m), m)
+            variants = parse_completion(parent, completion(make(SIZES[-1]), m), m, multi_file=parent is TREE)
             assert [v.slot for v in variants] == list(range(m))
 
 
@@ -258,9 +258,9 @@ def test_the_edit_scan_reads_exactly_what_the_old_pattern_read(text: str) -> Non
 def test_a_completion_past_the_deadline_is_not_read(parent: str, m: int, monkeypatch: pytest.MonkeyPatch) -> None:
     """Deterministic: a deadline of no time at all is spent at the first check."""
     text = completion(DIFF, m)
-    given = parse_completion(parent, text, m, seconds=0.0)
+    given = parse_completion(parent, text, m, multi_file=parent is TREE, seconds=0.0)
     monkeypatch.setattr(parser_module, "PARSE_SECONDS", 0.0)  # the named limit, as the loop's calls use it
-    for parsed in (given, parse_completion(parent, text, m)):
+    for parsed in (given, parse_completion(parent, text, m, multi_file=parent is TREE)):
         assert [(v.slot, v.status, v.code) for v in parsed] == [(k, "parse_error", None) for k in range(m)]
         assert {v.detail for v in parsed} == {"parsing took longer than 0 s of CPU time; the completion is not read"}
     assert parse_completion(PARENT, text, m, seconds=60.0)[0].status == "ok"
@@ -271,7 +271,7 @@ def test_a_completion_over_the_size_cap_is_not_read() -> None:
 
     text = DIFF + "\n" + " " * MAX_COMPLETION_CHARS
     for parent in PARENTS.values():
-        parsed = parse_completion(parent, text, 2)
+        parsed = parse_completion(parent, text, 2, multi_file=parent is TREE)
         assert [v.status for v in parsed] == ["parse_error", "parse_error"]
         assert parsed[0].detail == (
             f"the completion holds {len(text):,} characters, over the {MAX_COMPLETION_CHARS:,} read; it is not read"
@@ -313,7 +313,7 @@ def test_the_deadline_is_checked_per_edit_and_an_interrupt_ends_the_parse() -> N
     many = "\n".join(chain.format(k, k + 1) for k in range(1, 201))  # each edit applies to the last one's result
     for parent in (PARENT, TREE):
         asked = 0
-        assert parse_completion(parent, many, 1, stop=never)[0].status == "ok"
+        assert parse_completion(parent, many, 1, multi_file=parent is TREE, stop=never)[0].status == "ok"
         assert asked >= 200
     with pytest.raises(ParseInterrupted):
         parse_completion(PARENT, many, 1, stop=lambda: True)

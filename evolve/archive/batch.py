@@ -22,8 +22,7 @@ from evolve.archive.codehash import code_hash
 from evolve.archive.inserts import insert_returning_ids
 from evolve.archive.models import Evaluation, Program, Variant
 from evolve.archive.records import EvaluationRecord, StoredProgram
-from evolve.archive.trees import store_trees
-from evolve.filetree import tree_files
+from evolve.archive.trees import store_trees, stored_files
 
 PROGRAMS: Table = Program.__table__  # type: ignore[assignment]
 EVALUATIONS: Table = Evaluation.__table__  # type: ignore[assignment]
@@ -61,8 +60,11 @@ def _evaluation_rows(items: Sequence[NewProgram], program_ids: list[int]) -> lis
     return [{**item.evaluation.columns(), "program_id": pid} for item, pid in zip(items, program_ids, strict=True)]
 
 
-def add_evaluated_programs(engine: Engine, run_id: int, items: Sequence[NewProgram]) -> list[StoredProgram]:
+def add_evaluated_programs(
+    engine: Engine, run_id: int, items: Sequence[NewProgram], multi_file: bool = False
+) -> list[StoredProgram]:
     """Insert programs with their evaluations in one transaction; returns what became of each item, in order.
+    `multi_file`: the run's problem is one of several files, whose programs are stored as files (trees.py).
 
     A program whose normalised code is already in the run (or earlier in the batch) is not inserted; its
     variant is marked a duplicate of the existing program. When another writer commits one of these programs
@@ -71,14 +73,14 @@ def add_evaluated_programs(engine: Engine, run_id: int, items: Sequence[NewProgr
     """
     if not items:
         return []
-    digests = [item.digest or code_hash(item.code) for item in items]
+    digests = [item.digest or code_hash(item.code, multi_file) for item in items]
     while True:
         known_before = -1
         try:
             with engine.begin() as conn:
                 known = _known_programs(conn, run_id, digests)
                 known_before = len(known)
-                return _insert_batch(conn, run_id, items, digests, known)
+                return _insert_batch(conn, run_id, items, digests, known, multi_file)
         except IntegrityError:
             with engine.connect() as conn:
                 known_now = len(_known_programs(conn, run_id, digests))
@@ -97,14 +99,19 @@ def _known_programs(conn: Connection, run_id: int, digests: list[str]) -> dict[s
 
 
 def _insert_batch(
-    conn: Connection, run_id: int, items: Sequence[NewProgram], digests: list[str], known: dict[str, int]
+    conn: Connection,
+    run_id: int,
+    items: Sequence[NewProgram],
+    digests: list[str],
+    known: dict[str, int],
+    multi_file: bool,
 ) -> list[StoredProgram]:
     fresh: dict[str, int] = {}  # digest → index of the first item that brings it
     for index, digest in enumerate(digests):
         if digest not in known and digest not in fresh:
             fresh[digest] = index
     new = [items[i] for i in fresh.values()]
-    trees = [tree_files(item.code) for item in new]  # a program of several files is stored as its files
+    trees = [stored_files(item.code, multi_file) for item in new]  # a program of several files: as its files
     created = _insert_programs(
         conn,
         [

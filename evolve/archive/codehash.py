@@ -4,6 +4,14 @@ Normalising is a parse, a canonical renaming of function-local variables (`local
 the dearest thing the engine does per variant; models repeat themselves (the parent's code verbatim, the same
 answer in two completions), so the hash of text already seen comes from a bounded memo keyed by a digest of the
 raw text, and only new text is parsed.
+
+A program is hashed file by file only where its problem is one of several files (`multi_file`, a value the caller
+takes from `Problem.multi_file`: the archive reads no problem config), never because its text starts with a
+`=== FILE: ` line. On a problem of one file such a text is one file, of whatever language: normalising a `calc.py`
+part of a shell program as Python took `x=1` and `x = 1` (an assignment, and a command that fails) for one program,
+and the second was never evaluated. The hash of such a text changed with this (it was rare, and made only by that
+bug), so HASH_VERSION stays: a stored one-file program that reads as a tree keeps its old hash, and a new copy of
+it is evaluated once more rather than taken for a duplicate.
 """
 
 from __future__ import annotations
@@ -16,6 +24,9 @@ from evolve.archive.local_names import canonicalize
 from evolve.filetree import HEADER_PREFIX, tree_files
 
 MEMO_SIZE = 1 << 15  # raw-text digests remembered (about 5 MB); the oldest is forgotten first
+# The memo's key tells the two layouts apart: one text may be hashed as one file and as several (two runs of one
+# process, or a test), and the two hashes differ.
+_LAYOUTS = {False: b"one file", True: b"several files"}
 
 # Every hash names the normalisation that made it, so that a run stored under an earlier one is recognised and
 # brought up to date on resume (`upgrade_code_hashes`) instead of missing its duplicates. Version 1 (layout and
@@ -23,12 +34,12 @@ MEMO_SIZE = 1 << 15  # raw-text digests remembered (about 5 MB); the oldest is f
 HASH_VERSION = "v3"  # 2: local names too; 3: a program of several files hashed file by file, .py only parsed
 
 
-def normalize(code: str) -> str:
-    """`normalize_one` of the one text, or of each .py file of a program of several files (any other file is
-    data or another language: kept as written, since Python's rules would merge `{"a": 1}` and `{'a': 1}`).
-    Each file is headed by its path and its normalised length: a docstring's escaped newlines come out of
-    `ast.unparse` as real ones, and could otherwise spell the next file's header."""
-    files = tree_files(code)
+def normalize(code: str, multi_file: bool = False) -> str:
+    """`normalize_one` of the one text, or, on a problem of several files (`multi_file`), of each .py file of the
+    program (any other file is data or another language: kept as written, since Python's rules would merge
+    `{"a": 1}` and `{'a': 1}`). Each file is headed by its path and its normalised length: a docstring's escaped
+    newlines come out of `ast.unparse` as real ones, and could otherwise spell the next file's header."""
+    files = tree_files(code) if multi_file else None
     if files is None:
         return normalize_one(code)
     out = []
@@ -62,10 +73,11 @@ def normalize_one(code: str) -> str:
         return code
 
 
-def normalized_hash(code: str) -> str:
+def normalized_hash(code: str, multi_file: bool = False) -> str:
     """The hash of the normalised code, parsed every time: what the memo must always agree with. 64 characters,
-    the version prefix and 248 bits of sha256."""
-    digest = hashlib.sha256(normalize(code).encode(errors="surrogatepass")).hexdigest()  # model text may hold one
+    the version prefix and 248 bits of sha256. `multi_file`: see `normalize`."""
+    normal = normalize(code, multi_file)
+    digest = hashlib.sha256(normal.encode(errors="surrogatepass")).hexdigest()  # model text may hold one
     return HASH_VERSION + digest[: 64 - len(HASH_VERSION)]
 
 
@@ -88,13 +100,15 @@ class CodeHasher:
         """How many raw texts the memo holds now (at most `memo_size`)."""
         return len(self._memo)
 
-    def hash(self, code: str) -> str:
-        raw = hashlib.blake2b(code.encode(errors="surrogatepass"), digest_size=16).digest()
+    def hash(self, code: str, multi_file: bool = False) -> str:
+        """`normalized_hash(code, multi_file)`, from the memo when this text was hashed so before."""
+        key = hashlib.blake2b(code.encode(errors="surrogatepass"), digest_size=16, person=_LAYOUTS[multi_file])
+        raw = key.digest()
         with self._lock:
             known = self._memo.get(raw)
         if known is not None:
             return known
-        digest = normalized_hash(code)
+        digest = normalized_hash(code, multi_file)
         with self._lock:
             if len(self._memo) >= self.memo_size:
                 del self._memo[next(iter(self._memo))]

@@ -111,12 +111,15 @@ class Archive:
         return self.run_store.policy_versions(run_id, member, with_unnamed=with_unnamed)
 
     # ---- programs, evaluations, lineage ------------------------------------------------------------------
-    def add_evaluated_programs(self, run_id: int, items: Sequence[NewProgram]) -> list[StoredProgram]:
-        """The one way to store programs: with their evaluations, all or none; what became of each item."""
-        return self.programs.add_evaluated(run_id, items)
+    def add_evaluated_programs(
+        self, run_id: int, items: Sequence[NewProgram], multi_file: bool = False
+    ) -> list[StoredProgram]:
+        """The one way to store programs: with their evaluations, all or none; what became of each item.
+        `multi_file`: the run's problem is one of several files (`Problem.multi_file`; see ProgramStore)."""
+        return self.programs.add_evaluated(run_id, items, multi_file)
 
-    def find_program(self, run_id: int, code: str) -> int | None:
-        return self.programs.find(run_id, code)
+    def find_program(self, run_id: int, code: str, multi_file: bool = False) -> int | None:
+        return self.programs.find(run_id, code, multi_file)
 
     def program(self, program_id: int) -> ProgramRecord | None:
         """One program with its full text and its evaluation."""
@@ -134,9 +137,9 @@ class Archive:
     def code_hashes(self, run_id: int) -> dict[str, int]:
         return self.programs.code_hashes(run_id)
 
-    def upgrade_code_hashes(self, run_id: int) -> HashUpgrade:
+    def upgrade_code_hashes(self, run_id: int, multi_file: bool = False) -> HashUpgrade:
         """Rehash a run stored under an earlier code normalisation (see `ProgramStore.upgrade_code_hashes`)."""
-        return self.programs.upgrade_code_hashes(run_id)
+        return self.programs.upgrade_code_hashes(run_id, multi_file)
 
     def evaluation_rows(self, run: RunRecord) -> list[tuple[ProgramRecord, StoredEvaluation]]:
         return self.programs.evaluation_rows(run)

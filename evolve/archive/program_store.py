@@ -42,14 +42,17 @@ class ProgramStore:
     def __init__(self, db: Database) -> None:
         self.db = db
 
-    def add_evaluated(self, run_id: int, items: Sequence[NewProgram]) -> list[StoredProgram]:
-        """Store programs with their evaluations, all or none; what became of each item (see `batch.py`)."""
-        return add_evaluated_programs(self.db.engine, run_id, items)
+    def add_evaluated(self, run_id: int, items: Sequence[NewProgram], multi_file: bool = False) -> list[StoredProgram]:
+        """Store programs with their evaluations, all or none; what became of each item (see `batch.py`).
+        `multi_file`: the run's problem is one of several files (`Problem.multi_file`), which decides how each
+        program is hashed and stored; never its text (trees.py)."""
+        return add_evaluated_programs(self.db.engine, run_id, items, multi_file)
 
-    def find(self, run_id: int, code: str) -> int | None:
-        """The id of the run's program with this normalised code, if any."""
+    def find(self, run_id: int, code: str, multi_file: bool = False) -> int | None:
+        """The id of the run's program with this normalised code, if any (`multi_file`: as `add_evaluated`)."""
+        digest = code_hash(code, multi_file)
         with self.db.session() as s:
-            return s.scalar(select(Program.id).where(Program.run_id == run_id, Program.code_hash == code_hash(code)))
+            return s.scalar(select(Program.id).where(Program.run_id == run_id, Program.code_hash == digest))
 
     def get(self, program_id: int) -> ProgramRecord | None:
         """One program with its full text and its evaluation (None when it has none yet)."""
@@ -97,9 +100,9 @@ class ProgramStore:
             rows = s.execute(select(Program.code_hash, Program.id).where(Program.run_id == run_id))
             return dict(rows.all())
 
-    def upgrade_code_hashes(self, run_id: int) -> HashUpgrade:
+    def upgrade_code_hashes(self, run_id: int, multi_file: bool = False) -> HashUpgrade:
         """Rehash, with the current normalisation, the run's programs stored under an earlier one, in one
-        transaction; a no-op (one indexed query) when all are current.
+        transaction; a no-op (one indexed query) when all are current. `multi_file`: as `add_evaluated`.
 
         A resumed run must hash its archive as it hashes new variants, or a variant equal to a stored program
         would be stored again. Where two stored programs become one under the current normalisation (they differ
@@ -119,7 +122,7 @@ class ProgramStore:
             taken = set(s.scalars(select(Program.code_hash).where(Program.run_id == run_id, current)))
             upgraded = 0
             for program_id, code in stale:
-                digest = code_hash(code)
+                digest = code_hash(code, multi_file)
                 if digest in taken:
                     continue
                 taken.add(digest)

@@ -5,6 +5,11 @@ a child that changes one file of fifty would store fifty again; here each distin
 `program_blobs`, keyed by its sha256, and a program is its list of (position, path, digest) in `program_files`.
 Its `programs.code` stays empty and `tree_length` holds the joined text's length (what the code_length feature
 and the reports measure). Reading joins the files back byte for byte: what the loop stored is what it reads.
+
+Which programs are stored as files is the run's problem's to say (`multi_file`, passed in as a value: the archive
+reads no problem config), never the text's: a one-file program whose text starts with a `=== FILE: ` line is kept
+whole in `programs.code`, as the one file it is. Reading goes by what each row holds (`tree_length`), so a program
+an older engine stored as files is read back as it was.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import set_committed_value
 
 from evolve.archive.models import Program, ProgramBlob, ProgramFile
-from evolve.filetree import HEADER_PREFIX
+from evolve.filetree import HEADER_PREFIX, tree_files
 
 BLOBS: Table = ProgramBlob.__table__  # type: ignore[assignment]
 FILES: Table = ProgramFile.__table__  # type: ignore[assignment]
@@ -26,6 +31,12 @@ FILES: Table = ProgramFile.__table__  # type: ignore[assignment]
 
 def blob_digest(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def stored_files(code: str, multi_file: bool) -> list[tuple[str, str]] | None:
+    """The (path, text) files a program is stored as, or None when it is stored whole: always on a problem of one
+    file, and for a text of a problem of several files that does not split (which no parsed child is)."""
+    return tree_files(code) if multi_file else None
 
 
 def store_trees(conn: Connection, trees: Sequence[tuple[int, list[tuple[str, str]]]]) -> None:

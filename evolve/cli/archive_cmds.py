@@ -21,7 +21,7 @@ from evolve.fitness import score_text, signs
 from evolve.report.aggregate import run_components
 from evolve.report.export import ProgramLayout, evaluation_lines
 from evolve.report.outdir import OutputError, OutputFolder
-from evolve.report.queries import export_rows
+from evolve.report.queries import export_rows, several_files
 
 RunOpt = Annotated[int | None, typer.Option("--run", help="run id (default: the latest)")]
 
@@ -157,7 +157,8 @@ def show(db: DbArg, program_id: int) -> None:
     )
     print(printable(program.code))  # a human view (`evolve best` prints the exact code, for files)
     if program.parent_id and (parent := archive.program(program.parent_id)):
-        diff = program_diff(parent.code, program.code, f"program {parent.id}", f"program {program.id}")
+        several = several_files(archive, program.run_id)  # the run's layout, never the text, says so
+        diff = program_diff(parent.code, program.code, f"program {parent.id}", f"program {program.id}", several)
         print(printable("\n".join(diff)))
     if ev is not None:
         console.print(vector_table(ev.scores))

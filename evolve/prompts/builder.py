@@ -25,7 +25,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol
 
-from evolve.filetree import is_tree
 from evolve.problem.blocks import BlockError, EditableBlock, find_blocks
 from evolve.prompts.fixed_code import fixed_code_view
 from evolve.prompts.parser import is_python
@@ -108,6 +107,10 @@ class PromptInputs:
     # The fence language's line comment, for the fixed code's placeholder lines (evolve/groups.py sets it from the
     # grammar's table, which this layer may not import)
     line_comment: str = "#"
+    # The problem's programs are of several files (`Problem.multi_file`): each is shown as its files, and the ask
+    # says how to name the file a change is for. Never told from the code: a one-file program whose text starts
+    # with a `=== FILE: ` line is one editable text like any other.
+    multi_file: bool = False
 
     @property
     def fence_tag(self) -> str:
@@ -190,8 +193,8 @@ def safe_blocks(code: str) -> list[EditableBlock]:
         return [EditableBlock(0, 0, len(code), code)]
 
 
-def _blocks(code: str, tag: str, cap: int | None = None) -> str:
-    if is_tree(code):  # a program of several files: its blocks under their files' headers
+def _blocks(code: str, tag: str, cap: int | None = None, multi_file: bool = False) -> str:
+    if multi_file:  # a program of several files: its blocks under their files' headers
         return program_blocks(code, tag, cap)
     blocks = safe_blocks(code)
 
@@ -294,7 +297,7 @@ def build_prompt(p: PromptInputs) -> str:
     fmt = resolve_edit_format(p.edit_format, p.parent_code)
     n_blocks = len(safe_blocks(p.parent_code))
     tag = p.fence_tag
-    tree = is_tree(p.parent_code)
+    tree = p.multi_file
     parts = ["# Problem", p.description.strip()]  # fixed for a run: a prompt cache reuses all of it, to "# Task"
     fixed = fixed_code_view(p.parent_code, p.line_comment) if p.fixed_code and not tree else None
     if fixed is not None:
@@ -319,12 +322,12 @@ def build_prompt(p: PromptInputs) -> str:
     for i, (code, scores) in enumerate(((s.code, s.scores) for s in p.inspirations), 1):
         shown = _changes(p.parent_code, code) if as_diffs else None
         heading = f"# Other program {i}" + (" (its changes from the current program)" if shown is not None else "")
-        parts += [heading, f"Scores: {_vector(scores)}", _blocks(code, tag) if shown is None else shown]
+        parts += [heading, f"Scores: {_vector(scores)}", _blocks(code, tag, None, tree) if shown is None else shown]
     if p.recent:
         parts.append("# Recent children of the current program (already tried: do not repeat them)")
         for code in p.recent:
             shown = _changes(p.parent_code, code, RECENT_CAP) if as_diffs else None
-            parts.append(_blocks(code, tag, RECENT_CAP) if shown is None else shown)
+            parts.append(_blocks(code, tag, RECENT_CAP, tree) if shown is None else shown)
     parts += ["# Your answer", _closing(p.variants, fmt, n_blocks, bool(p.recent), tag, tree)]
     return "\n\n".join(parts)
 

@@ -14,6 +14,11 @@ attempt gives a run back once, not once per way of splitting it), a lazy body (`
 end only where a `<` or a backtick stands, reading just the whitespace and word after it, and the line patterns
 start only at line starts. tests/test_parser_hostile.py times each on 64 KB of hostile text. An engine with a
 guarantee (RE2) was not needed for that, lacks the lookaheads `_TAG` uses, and is a compiled dependency.
+
+Whether the parent is a program of several files (whose variants name the file they change) is the problem's to
+say (`multi_file`, from `[program] files`), never the parent's text: on a problem of one file, a parent that
+starts with a `=== FILE: ` line (a model can write one; a shell problem runs it) is one text like any other, so
+its children may drop those lines or change what follows them.
 """
 
 from __future__ import annotations
@@ -24,7 +29,6 @@ import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from evolve.filetree import is_tree
 from evolve.problem.blocks import START, BlockError, find_blocks, frame_changes, replace_blocks
 from evolve.prompts.block_match import functions, match_blocks
 from evolve.prompts.edit_scan import find_edits
@@ -204,18 +208,21 @@ def _full_rewrite(parent: str, body: str, deadline: Deadline = UNLIMITED) -> tup
     return replace_blocks(parent, [f.rstrip("\n") + "\n" for f in fences[: len(blocks)]]), "ok", None
 
 
-def parse_variant(parent: str, body: str, slot: int, deadline: Deadline = UNLIMITED) -> ParsedVariant:
+def parse_variant(
+    parent: str, body: str, slot: int, deadline: Deadline = UNLIMITED, *, multi_file: bool = False
+) -> ParsedVariant:
     """One variant's status and code; any surprise inside the parser costs this variant, never the caller (the
-    deadline's `ParseTimeout` and `ParseInterrupted` excepted: they end the whole completion's parse)."""
+    deadline's `ParseTimeout` and `ParseInterrupted` excepted: they end the whole completion's parse).
+    `multi_file`: the parent is a program of several files (its problem's `[program] files`)."""
     try:
+        if multi_file:  # edits name their file (evolve/prompts/tree_edits.py)
+            return _parse_tree_variant(parent, body, slot, deadline)
         return _parse_variant(parent, body, slot, deadline)
     except (BlockError, ValueError, RecursionError, MemoryError) as exc:
         return ParsedVariant(slot, "parse_error", None, f"{type(exc).__name__}: {str(exc)[:200]}")
 
 
 def _parse_variant(parent: str, body: str, slot: int, deadline: Deadline) -> ParsedVariant:
-    if is_tree(parent):  # a program of several files: edits name their file (evolve/prompts/tree_edits.py)
-        return _parse_tree_variant(parent, body, slot, deadline)
     edits = find_edits(body)
     deadline.check()
     code, status, detail = _apply_edits(parent, edits, deadline) if edits else _full_rewrite(parent, body, deadline)
@@ -283,12 +290,20 @@ def _restore_renamed_function(parent: str, code: str) -> tuple[str, str | None]:
 
 
 def parse_completion(
-    parent: str, text: str, m: int, *, stop: Callable[[], bool] | None = None, seconds: float | None = None
+    parent: str,
+    text: str,
+    m: int,
+    *,
+    multi_file: bool = False,
+    stop: Callable[[], bool] | None = None,
+    seconds: float | None = None,
 ) -> list[ParsedVariant]:
     """Always m entries: missing variants come back as parse errors. A completion larger than
     MAX_COMPLETION_CHARS, or one that takes longer than `seconds` of CPU time to parse (PARSE_SECONDS unless
     given), is not read: every entry is a parse error that says why. `stop` (the run's interrupt flag) is asked
-    at every check of the deadline; when it says yes, `ParseInterrupted` is raised (the caller drops the group)."""
+    at every check of the deadline; when it says yes, `ParseInterrupted` is raised (the caller drops the group).
+    `multi_file`: the parent's problem is one of several files (`Problem.multi_file`); else, whatever the parent's
+    text holds, it is one file."""
     too_large = oversize(text)
     if too_large is not None:
         return _unread(m, too_large)
@@ -299,7 +314,7 @@ def parse_completion(
         out = []
         for k, body in enumerate(bodies):
             deadline.check()
-            out.append(parse_variant(parent, body, k, deadline))
+            out.append(parse_variant(parent, body, k, deadline, multi_file=multi_file))
         deadline.check()  # the last variant's checks (its syntax above all) ran past the limit: the same rule
     except ParseTimeout as exc:
         return _unread(m, str(exc))

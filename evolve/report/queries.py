@@ -16,7 +16,8 @@ import numpy as np
 
 from evolve.archive import Archive
 from evolve.archive.report_reads import ExportRow, VersionRow
-from evolve.filetree import program_diff
+from evolve.filetree import TreeError, program_diff
+from evolve.report.export import ProgramLayout
 
 TEXT_LIMIT = 20_000  # per text field of a program's detail: enough to read, bounded for the report's size
 
@@ -94,6 +95,17 @@ def _clip(text: str | None) -> str | None:
     return text[:TEXT_LIMIT] + f"\n... [{len(text) - TEXT_LIMIT} more characters in the archive]"
 
 
+def several_files(archive: Archive, run_id: int) -> bool:
+    """Whether the run's problem is one of several files (its stored `[program] files`), which decides whether a
+    program's diff goes file by file; never the program's text. A stored config the layout cannot read counts
+    as one file: its programs are then shown as the one text each is."""
+    run = archive.find_run(run_id)
+    try:
+        return run is not None and bool(ProgramLayout.of_run(run.config).entries)
+    except TreeError:
+        return False
+
+
 def program_detail(archive: Archive, program_id: int) -> dict[str, Any] | None:
     """What a lineage node opens: code, diff against the parent, scores, feedback, errors, prompt, completion."""
     detail = archive.report_reads.program_detail(program_id)
@@ -102,8 +114,9 @@ def program_detail(archive: Archive, program_id: int) -> dict[str, Any] | None:
     program, ev, origin = detail.program, detail.program.evaluation, detail.origin
     diff = None
     if detail.parent_code is not None:
-        lines = program_diff(detail.parent_code, program.code, f"program {program.parent_id}", f"program {program.id}")
-        diff = "\n".join(lines)
+        several = several_files(archive, program.run_id)
+        labels = f"program {program.parent_id}", f"program {program.id}"
+        diff = "\n".join(program_diff(detail.parent_code, program.code, *labels, several))
     return {
         "id": program.id,
         "parent_id": program.parent_id,
