@@ -8,7 +8,7 @@ import stat
 import tempfile
 from pathlib import Path
 
-from sandboxes.base import SandboxRefused
+from sandboxes.private_dirs import private_folder
 
 # /usr comes in whole for its programs and libraries, but a host keeps its local configuration under it too
 # (pip.conf, npmrc: where tokens live); both sandboxes put an empty read-only folder over these.
@@ -58,17 +58,14 @@ def empty_file() -> str:
     """A read-only empty file to bind over a hidden one. Not /dev/null: the jail mounts nodev, where opening a
     device node fails, so a candidate's `open()` there raised instead of reading nothing.
 
-    One per user, at a fixed name in a private folder (0700, ours, checked): every engine of the user shares it,
-    and an engine that ends without its exit handlers (kill -9, or an interrupted run's os._exit) leaves nothing
-    behind (a file per run piled up in /tmp). Made again when gone or changed (a week-long run outlives a /tmp
-    cleaner's age limit; a missing bind source would stop every candidate); written under a temporary name and
-    renamed into place, so that engines starting together never see a half-made one."""
+    One per user, at a fixed name in the user's private folder (sandboxes/private_dirs.py: root's under /run, where
+    no user can make the name first and so refuse every root job): every engine of the user shares it, and an
+    engine that ends without its exit handlers (kill -9, or an interrupted run's os._exit) leaves nothing behind (a
+    file per run piled up in /tmp). Made again when gone or changed (a week-long run outlives a /tmp cleaner's age
+    limit; a missing bind source would stop every candidate); written under a temporary name and renamed into
+    place, so that engines starting together never see a half-made one."""
     uid = os.geteuid()
-    folder = Path(tempfile.gettempdir()) / f"vpo-evolve-empty-{uid}"
-    folder.mkdir(mode=0o700, exist_ok=True)
-    info = os.lstat(folder)
-    if not stat.S_ISDIR(info.st_mode) or info.st_uid != uid or info.st_mode & 0o077:
-        raise SandboxRefused(f"sandbox: {folder} is not a private folder of this user's; remove it")
+    folder = private_folder("vpo-evolve-empty", "sandbox")
     path = folder / "empty"
     try:
         found = os.lstat(path)

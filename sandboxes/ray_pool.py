@@ -7,7 +7,12 @@ live actor, and a replacement actor is started in the background (Ray places it 
 lost node costs time but never an evaluation, and the engine still receives exactly one outcome per child.
 
 The problem folder travels with the jobs (packed once, kept in Ray's object store), so worker nodes need
-vpo-evolve installed but not a copy of the problem.
+vpo-evolve installed but not a copy of the problem. An actor unpacks it into its user's private folder (for root,
+/run/vpo-evolve-ray-problems, root's 0700: sandboxes/private_dirs.py), never into a shared one: loading a problem
+runs its evaluator, and a folder that another local user could make first under the expected name had root's
+actor run her evaluator as root, and showed every user the hidden answers (issue #57, second round, finding 19).
+So candidates read its data/ only through their sandbox's own mount (bubblewrap, Docker); a WEAK process sandbox
+of root's, whose candidates run as slot uids on the host's files, cannot reach an unpacked problem.
 """
 
 from __future__ import annotations
@@ -16,7 +21,10 @@ import asyncio
 import contextlib
 import io
 import os
+import shutil
+import stat
 import tarfile
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Generator
@@ -24,11 +32,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from evolve.problem import Problem, load_problem
+from evolve.problem import Problem, ProblemError, load_problem
 from evolve.problem.outcome import ErrorKind, EvalOutcome
 from sandboxes.base import Sandbox
+from sandboxes.private_dirs import private_folder
 
-UNPACK_ROOT = Path("/tmp/vpo-evolve-ray-problems")
+UNPACK_FOLDER = "vpo-evolve-ray-problems"  # the name of the private folder problems are unpacked in
 NO_ACTOR_WAIT_S = 600.0  # how long a job waits for any live actor before it is scored as a crash
 MAX_ATTEMPTS = 8
 POLL_S = 0.5  # how often a job with no live actor looks again
@@ -43,6 +52,60 @@ def pack_folder(root: Path) -> bytes:
     with tarfile.open(fileobj=buf, mode="w:gz") as tar:
         tar.add(root, arcname=".")
     return buf.getvalue()
+
+
+def _only_ours(folder: Path) -> Path | None:
+    """`folder` (the engine's problem path, which this node may lack) resolved, where no other user can have made
+    or changed it: it and everything in it ours or root's and writable by no one else, and its parents too, or
+    sticky (/tmp); else None. Loading a problem runs its evaluator, so a folder another user made at that path
+    must never be loaded."""
+    me = {0, os.geteuid()}
+    try:
+        real = folder.resolve(strict=True)
+        for parent in real.parents:
+            info = os.stat(parent)
+            if info.st_uid not in me or (info.st_mode & 0o022 and not info.st_mode & stat.S_ISVTX):
+                return None
+        for where, folders, files in os.walk(real):
+            for name in [".", *folders, *files]:
+                info = os.lstat(os.path.join(where, name))
+                if info.st_uid not in me or (info.st_mode & 0o022 and not stat.S_ISLNK(info.st_mode)):
+                    return None
+    except OSError:
+        return None
+    return real
+
+
+def _unpacked(fingerprint: str, bundle: list[Any]) -> Problem:
+    """The problem of `fingerprint`, from its folder in this user's private unpack folder, unpacked there first
+    from `bundle` unless an earlier actor of this user did so; a folder found there that holds another problem (a
+    half-made or edited one) is unpacked again."""
+    import ray
+
+    root = private_folder(UNPACK_FOLDER, "--sandbox ray")
+    target = root / fingerprint
+    if target.is_dir():
+        with contextlib.suppress(ProblemError):
+            problem = load_problem(target)
+            if problem.fingerprint() == fingerprint:
+                return problem
+        shutil.rmtree(target)
+    staging = Path(tempfile.mkdtemp(dir=root, prefix=f".{fingerprint}."))  # 0700; named unpredictably
+    try:
+        with tarfile.open(fileobj=io.BytesIO(ray.get(bundle[0])), mode="r:gz") as tar:
+            tar.extractall(staging, filter="data")
+        os.chmod(staging, 0o700)  # the archive's "." entry carries the problem folder's own mode
+        try:
+            os.replace(staging, target)
+        except OSError:  # another actor of this user put it there first
+            shutil.rmtree(staging)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    problem = load_problem(target)
+    if problem.fingerprint() != fingerprint:
+        raise RuntimeError(f"--sandbox ray: the problem unpacked in {target} is not the one sent ({fingerprint})")
+    return problem
 
 
 def _local_sandbox(kind: str, slots: int) -> Sandbox:
@@ -68,20 +131,10 @@ class Evaluator:
         with self.lock:
             if fingerprint in self.problems:
                 return self.problems[fingerprint]
-            here = Path(root)
-            problem = load_problem(here) if (here / "problem.toml").is_file() else None
+            here = _only_ours(Path(root))
+            problem = load_problem(here) if here is not None and (here / "problem.toml").is_file() else None
             if problem is None or problem.fingerprint() != fingerprint:
-                import ray
-
-                target = UNPACK_ROOT / fingerprint
-                if not (target / "problem.toml").is_file():
-                    UNPACK_ROOT.mkdir(mode=0o755, exist_ok=True)
-                    staging = UNPACK_ROOT / f".{fingerprint}.{os.getpid()}"
-                    with tarfile.open(fileobj=io.BytesIO(ray.get(bundle[0])), mode="r:gz") as tar:
-                        tar.extractall(staging, filter="data")
-                    os.chmod(staging, 0o755)
-                    os.replace(staging, target)
-                problem = load_problem(target)
+                problem = _unpacked(fingerprint, bundle)
             self.problems[fingerprint] = problem
             return problem
 
