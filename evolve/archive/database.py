@@ -25,6 +25,7 @@ from sqlalchemy.exc import DatabaseError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import NullPool
 
+from evolve.archive.lock_waits import LockWaits
 from evolve.archive.urls import ArchiveUrlError, archive_url, display_url, missing_driver_hint, sqlite_file
 
 MIGRATIONS = Path(__file__).with_name("migrations")
@@ -96,6 +97,22 @@ def _check_readable_wal(path: Path) -> None:
         )
 
 
+def _make_private(path: Path) -> None:
+    """A new archive file, made empty (SQLite's own first connection fills it) and readable by its user alone:
+    SQLite gives its -wal and -shm the file's own mode, and any user who may open the -shm, even read-only, can
+    lock its WAL bytes and stall every writer (issue #57, second round, finding 21); the archive also holds every
+    prompt, program and score. 0600 whatever the umask (which only takes bits away); to share an archive, chmod
+    it: an existing file's mode is never changed here."""
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600))
+    except FileExistsError:
+        pass
+    except OSError as exc:
+        raise ArchiveError(
+            f"{path}: cannot make the archive file ({exc.strerror}); give --db a path in a folder you may write"
+        ) from None
+
+
 @contextmanager
 def _file_lock(path: Path | None) -> Iterator[None]:
     """Serialise schema creation between processes opening one new SQLite file at once.
@@ -133,6 +150,7 @@ class Database:
             raise ArchiveError(f"{path}: no archive there; run `evolve run PROBLEM --db {path}` first")
         if path is not None and create:
             path.parent.mkdir(parents=True, exist_ok=True)
+            _make_private(path)
         self.read_only = path is not None and not create and not _may_write(path)
         if self.read_only and path is not None:
             _check_readable_wal(path)
@@ -158,6 +176,7 @@ class Database:
                 check = "that it is an archive file you may read"
             raise ArchiveError(f"{self.url}: cannot open the archive ({storage_reason(exc)}); check {check}") from None
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
+        self._waits = LockWaits(self.engine, path) if path is not None and not self.read_only else None
 
     def _migrate(self, create: bool) -> None:
         cfg = Config()
@@ -194,4 +213,6 @@ class Database:
             yield s
 
     def close(self) -> None:
+        if self._waits is not None:
+            self._waits.close()
         self.engine.dispose()

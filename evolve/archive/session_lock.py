@@ -10,8 +10,11 @@ a minute), so the lock here is one that the kernel or the database server drops 
 The lock is per problem, not per run, so that it is taken before the session looks for the run to resume (a run
 made by one session cannot be picked up by another in between); two problems in one archive still run side by
 side. A SQLite file: an flock on `<file>-<problem>-<hash>.lock` beside it (as SQLite's own `-wal` and `-shm`),
-which holds the holder's pid for the refusal's message. PostgreSQL: a session advisory lock on a connection kept
-for the session, in autocommit so that no transaction stays open for days. Other servers: no lock.
+which holds the holder's pid for people to read. Its name is predictable, so beside an archive in a shared folder
+another user may make it first: it is never opened through a link nor written unless it is ours, and a refusal
+names the holder the kernel reports (evolve/archive/file_locks.py), never the pid written in the file. PostgreSQL:
+a session advisory lock on a connection kept for the session, in autocommit so that no transaction stays open for
+days. Other servers: no lock.
 
 A lock can be lost under a live holder: its file deleted by hand, its server connection ended (an idle timeout,
 `pg_terminate_backend`). The run calls `keep` with every state save (seconds apart): it takes the lock again, and
@@ -22,16 +25,19 @@ link), which SQLite itself does not support (each name gets its own write-ahead 
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import hashlib
 import os
 import re
+import stat
 from pathlib import Path
 from typing import Any
 
 from sqlalchemy import text
 
 from evolve.archive.database import ArchiveError, Database, StorageError
+from evolve.archive.file_locks import holders
 
 
 class SessionBusy(ArchiveError):
@@ -102,25 +108,24 @@ class SessionLock:
         )
 
     def _lock_file(self, path: Path) -> None:
-        try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        except OSError:  # made by another user, or a read-only folder: an flock needs no write access
-            try:
-                fd = os.open(path, os.O_RDONLY)
-            except OSError as exc:
-                raise ArchiveError(
-                    f"{path}: cannot open the run's lock file ({exc.strerror}); a run needs the archive's folder "
-                    "writable, and this file readable"
-                ) from None
+        fd = _open_lock_file(path)
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
+            os.close(fd)
+            raise ArchiveError(
+                f"{path}: the run's lock file is not a plain file of its own (a device, or one with another name: "
+                "a hard link); remove it and start again"
+            )
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            pid = os.pread(fd, 32, 0).decode(errors="replace").strip()
+            found = holders(info, "FLOCK")
             os.close(fd)
-            raise self._busy(f"process {pid}" if pid.isdigit() else "another process") from None
-        with contextlib.suppress(OSError):  # the pid only serves the message; a read-only lock file goes without
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+            raise self._busy(found[0].who() if found else "another process") from None
+        if info.st_uid == os.geteuid():  # never written where it is another user's: it only serves messages
+            with contextlib.suppress(OSError):  # a read-only lock file goes without
+                os.ftruncate(fd, 0)
+                os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         self._fd = fd
 
     def _lock_server(self) -> None:
@@ -151,6 +156,23 @@ class SessionLock:
             self._connection.invalidate()  # never back to the pool: its session may still hold the lock
             self._connection.close()
         self._connection = None
+
+
+def _open_lock_file(path: Path) -> int:
+    """A descriptor on the lock file, made if missing; never through a symbolic link, which another user could
+    have put at its name to have this process truncate a file of its choosing (finding 20)."""
+    flags = os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK  # O_NONBLOCK: a FIFO put there must not hang the open
+    with contextlib.suppress(OSError):
+        return os.open(path, flags | os.O_RDWR | os.O_CREAT, 0o644)
+    try:  # made by another user, or a read-only folder: an flock needs no write access
+        return os.open(path, flags | os.O_RDONLY)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:  # (the first open says EACCES for another user's link in a sticky folder)
+            raise ArchiveError(f"{path}: a symbolic link where the run's lock file belongs; remove it") from None
+        raise ArchiveError(
+            f"{path}: cannot open the run's lock file ({exc.strerror}); a run needs the archive's folder writable, "
+            "and this file readable"
+        ) from None
 
 
 def _same_file(fd: int, path: Path) -> bool:
