@@ -1,4 +1,5 @@
-"""Files `evolve best --out` and `evolve export` write for the user (issue #57, red-team findings 1, 2 and 11).
+"""Files `evolve best --out`, `evolve export`, `evolve report --out/--html` and `evolve init --from` write for the
+user (issue #57, red-team findings 1, 2 and 11, and their follow-ups).
 
 Every archive here is made by running the engine (`evolve run` with a replayed model) on small shell problems,
 whose candidates run whatever text they are given: a model's variant that reads as a tree of files
@@ -11,6 +12,7 @@ not write; each refusal is one line and exit code 2, and the file planted outsid
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import sqlite3
 import subprocess
@@ -286,3 +288,124 @@ def test_export_top_must_be_a_count(several_files, tmp_path):
     assert len(list((tmp_path / "one").glob("best_*"))) == 1
     assert "and 2 programs" in ok(evolve("export", str(db), str(tmp_path / "all"), "--top", "9"))
     assert len(list((tmp_path / "all").glob("best_*"))) == 2
+
+
+OTHER_UID = 65534  # nobody: another local user, who owns what they made in a shared folder
+
+
+def test_report_out_and_html_write_through_no_link_and_over_no_file_of_the_user(one_file, tmp_path):
+    """Follow-up of finding 2: `report --out FILE` and `report --html FILE` wrote with `write_text`, which
+    followed a link planted at FILE (to a file outside, or a dangling one, which it created) and overwrote any
+    file there. Each is refused with one line naming FILE, and what lies outside keeps its exact bytes and gets
+    no new file. A fresh FILE is written (the Markdown exactly as stdout prints it), and written again over
+    evolve's own file, but not over the user's."""
+    _, db, _ = one_file
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    secret = outside / "shadow"
+    secret.write_bytes(b"root:x:0:0::/root:/bin/sh\n")
+    before = secret.read_bytes()
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    markdown = ok(evolve("report", str(db)))
+    for flag in ("--out", "--html"):
+        linked = shared / f"linked{flag}"
+        linked.symlink_to(secret)
+        refused(evolve("report", str(db), flag, str(linked)), str(linked), "link")
+        dangling = shared / f"dangling{flag}"
+        dangling.symlink_to(outside / f"created{flag}")
+        refused(evolve("report", str(db), flag, str(dangling)), str(dangling), "link")
+        mine = shared / f"mine{flag}"
+        mine.write_text("my notes\n")
+        refused(evolve("report", str(db), flag, str(mine)), str(mine))
+        assert mine.read_text() == "my notes\n"
+        fresh = shared / f"fresh{flag}"
+        ok(evolve("report", str(db), flag, str(fresh)))
+        ok(evolve("report", str(db), flag, str(fresh)))  # its own file, unchanged since: replaced
+        written = fresh.read_text()
+        assert written == markdown if flag == "--out" else written.startswith("<!doctype html>")
+    assert sorted(p.name for p in outside.iterdir()) == ["shadow"] and secret.read_bytes() == before
+
+
+def test_init_from_writes_problem_toml_through_no_link(tmp_path, monkeypatch):
+    """`evolve init --from DIR` checked that DIR held no problem.toml, scored the seed (seconds), then wrote
+    problem.toml with `write_text`: a link planted there meanwhile (another local user, in a shared folder) was
+    followed, and the file it named made. Now it is refused with one line naming the link, and nothing is made
+    outside. Without the link, problem.toml is written, and the folder's problem scores the known programs
+    exactly."""
+    from typer.testing import CliRunner
+
+    import evolve.cli.problem_cmds as problem_cmds
+    from evolve.cli import app
+
+    source = tmp_path / "oe"
+    shutil.copytree(Path(__file__).parent / "openevolve_folders" / "plain_dict", source)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    loaded = problem_cmds.load_or_fail
+
+    def planted_while_scored(folder: Path, sandbox_kind: str = "auto"):
+        problem = loaded(folder, sandbox_kind)
+        (folder / "problem.toml").symlink_to(outside / "planted.toml")
+        return problem
+
+    monkeypatch.setattr(problem_cmds, "load_or_fail", planted_while_scored)
+    said = CliRunner().invoke(app, ["init", "--from", str(source), "--sandbox", "process"], catch_exceptions=False)
+    lines = [line for line in said.stderr.splitlines() if line.strip()]
+    assert said.exit_code == 2 and len(lines) == 1, (said.exit_code, said.stdout, said.stderr)
+    assert str(source / "problem.toml") in lines[0] and "link" in lines[0], lines
+    assert list(outside.iterdir()) == []
+
+    monkeypatch.setattr(problem_cmds, "load_or_fail", loaded)
+    (source / "problem.toml").unlink()
+    ok(evolve("init", "--from", str(source), "--sandbox", "process"))
+    assert (source / "problem.toml").is_file() and not (source / "problem.toml").is_symlink()
+    program = tmp_path / "square.py"
+    for code, want in (("x * x", {"exact": 1.0, "close": 1.0}), ("x * x + 2", {"exact": 0.0, "close": 1.0})):
+        program.write_text(f"def solve(x):\n    return {code}\n")
+        assert scores_of(source, program) == want
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a folder another user owns is made with chown, as root")
+def test_a_folder_another_user_owns_in_a_world_writable_folder_is_not_written_into(one_file, several_files, tmp_path):
+    """Follow-up: an OUT folder that another local user made in a folder anyone may write to (/tmp) is theirs to
+    fill with links or swap afterwards, so no command writes into it (as git and ssh refuse what another user
+    owns): one line naming it, and it stays empty. Likewise a subfolder of OUT they made there, and a record
+    of evolve's they planted. Ours (root's here) in the same folder is written, and the program written there
+    scores what the run stored; another user's folder in a folder only its owner may write to is written too."""
+    problem, db, _ = one_file
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o1777)
+    theirs = shared / "theirs"
+    theirs.mkdir()
+    os.chown(theirs, OTHER_UID, OTHER_UID)
+    refused(evolve("best", str(db), "--out", str(theirs)), str(theirs), "another user")
+    refused(evolve("export", str(db), str(theirs)), str(theirs), "another user")
+    refused(evolve("report", str(db), "--out", str(theirs / "report.md")), str(theirs), "another user")
+    assert list(theirs.iterdir()) == []
+
+    _, tree_db = several_files
+    open_out = shared / "open"  # ours, but anyone may write in it, as in /tmp itself
+    open_out.mkdir()
+    open_out.chmod(0o1777)
+    (open_out / "lib").mkdir()
+    os.chown(open_out / "lib", OTHER_UID, OTHER_UID)
+    refused(evolve("best", str(tree_db), "--out", str(open_out)), str(open_out / "lib"), "another user")
+    assert list((open_out / "lib").iterdir()) == []
+    planted = open_out / ".evolve-written.json"
+    planted.write_text(json.dumps({"written_by": "evolve", "files": {}}))
+    os.chown(planted, OTHER_UID, OTHER_UID)
+    refused(evolve("report", str(db), "--out", str(open_out / "report.md")), str(planted), "another user")
+    assert not (open_out / "report.md").exists()
+
+    mine = shared / "mine"
+    ok(evolve("best", str(db), "--component", "c0", "--out", str(mine)))
+    assert scores_of(problem, mine / "seed.sh") == {"c0": 1.0, "c1": 0.0}
+    private = tmp_path / "private"  # root's, 0755: only its owner makes folders there
+    private.mkdir()
+    other = private / "other"
+    other.mkdir()
+    os.chown(other, OTHER_UID, OTHER_UID)
+    ok(evolve("best", str(db), "--component", "c1", "--out", str(other)))
+    assert scores_of(problem, other / "seed.sh") == {"c0": 0.0, "c1": 1.0}

@@ -20,7 +20,7 @@ from evolve.filetree import TreeError, program_diff
 from evolve.fitness import score_text, signs
 from evolve.report.aggregate import run_components
 from evolve.report.export import ProgramLayout, evaluation_lines
-from evolve.report.outdir import OutputError, OutputFolder
+from evolve.report.outdir import OutputError, OutputFolder, write_file
 from evolve.report.queries import export_rows, several_files
 
 RunOpt = Annotated[int | None, typer.Option("--run", help="run id (default: the latest)")]
@@ -285,7 +285,10 @@ def report(
     if out is None:
         print(text, end="")
     else:
-        out.write_text(text)
+        try:
+            write_file(out, text)  # no link followed, no file overwritten that evolve did not write
+        except OutputError as exc:
+            fail(str(exc))
         console.print(f"wrote {out}")
 
 

@@ -17,6 +17,7 @@ from evolve.problem.openevolve import is_openevolve_folder, load_openevolve, pro
 from evolve.problem.outcome import EvalOutcome
 from evolve.problem.scaffold import scaffold
 from evolve.problem.seed_files import read_text
+from evolve.report.outdir import OutputError, write_file
 from sandboxes.base import SandboxRefused
 from sandboxes.factory import SandboxUnavailable, make_sandbox, weak_sandbox_refusal
 
@@ -98,7 +99,10 @@ def init_from_openevolve(source: Path, folder: Path | None, sandbox_kind: str) -
         shutil.copytree(source, folder, dirs_exist_ok=True)
         source = folder
     target = source / "problem.toml"
-    target.write_text(text)
+    try:  # a new file only, through no link (evolve/report/outdir.py): one planted meanwhile is refused
+        write_file(target, text, record=False)
+    except OutputError as exc:
+        fail(str(exc))
     return target
 
 

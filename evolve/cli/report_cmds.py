@@ -10,6 +10,7 @@ from typing import Annotated
 import typer
 
 from evolve.cli.common import DbArg, console, fail
+from evolve.report.outdir import OutputError, write_file
 
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 
@@ -34,9 +35,9 @@ def write_html(db: Path, run_id: int | None, out: Path) -> None:
     started = time.perf_counter()
     html = write_report(archive, run)
     try:
-        out.write_text(html)
-    except OSError as exc:
-        fail(f"{out}: cannot write the report ({exc.strerror}); pick a writable path with --html")
+        write_file(out, html)  # no link followed, no file overwritten that evolve did not write
+    except OutputError as exc:
+        fail(str(exc))
     console.print(f"wrote {out} ({len(html) / 1e6:.1f} MB, run {run.id}, {time.perf_counter() - started:.1f} s)")
 
 

@@ -1,4 +1,5 @@
-"""A folder the engine writes files into for the user: `evolve best --out` and `evolve export`.
+"""Files the engine writes for the user: a folder of them (`evolve best --out`, `evolve export`), or one named file
+(`evolve report --out` and `--html`, and `evolve init --from`'s problem.toml, through `write_file`).
 
 Why so careful: the names and the text written come from a model's answer or from an archive, and the folder
 may lie where others can write (a shared temporary folder, where another user plants links before root runs a
@@ -16,9 +17,16 @@ command). So, whatever the caller asks:
   since, is refused with one line naming it, and keeps its bytes. The replacement is written beside it under a
   fresh name and renamed over it, so no existing file, not even a hard link to someone else's, is written into.
 
+- No folder is written into that another user made where anyone may write (a folder of theirs in /tmp, or a
+  subfolder they made in an OUT anyone may write to): its owner could fill it with links or swap its files later,
+  so, as git and ssh refuse what another user owns, it is refused with one line, unless it is ours or root's.
+  Another user's folder elsewhere (a shared project folder its owner made writable to us) is written into. The
+  record, in a folder anyone may write to, is trusted only when it is ours or root's.
+
 The record maps each path written to the sha256 and size of what was written; it is rewritten (by the same
 rename) when the folder is closed, also after a failure, so that the files written before it stay the
-engine's own for the next command.
+engine's own for the next command. A folder opened without a record (`record=False`: problem.toml, written into
+a problem folder) only ever gets new files: one already there is refused, whoever wrote it.
 """
 
 from __future__ import annotations
@@ -62,10 +70,10 @@ def check_output_path(path: str) -> str:
 
 class OutputFolder:
     """The folder at `path` (made if missing), open for `write`; use it as a context manager, which keeps the
-    record and closes the folder. Every failure is an OutputError."""
+    record (unless `record` is False) and closes the folder. Every failure is an OutputError."""
 
-    def __init__(self, path: Path) -> None:
-        self.path = path
+    def __init__(self, path: Path, *, record: bool = True) -> None:
+        self.path, self._keeps_record = path, record
         try:
             path.parent.mkdir(parents=True, exist_ok=True)  # the user's own path: taken as it resolves
         except FileExistsError:
@@ -83,7 +91,8 @@ class OutputFolder:
         self._fd = _enter(path, None, path)
         self._changed = False
         try:
-            self._record = self._read_record()
+            _check_owner(self._fd, _stat_of(path.parent), path)
+            self._record = self._read_record() if record else {}
         except BaseException:
             os.close(self._fd)
             raise
@@ -93,7 +102,7 @@ class OutputFolder:
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         try:
-            if self._changed:
+            if self._changed and self._keeps_record:
                 self._save_record()
         finally:
             os.close(self._fd)
@@ -109,8 +118,10 @@ class OutputFolder:
             for depth, part in enumerate(parts[:-1], start=1):
                 with contextlib.suppress(FileExistsError):
                     os.mkdir(part, 0o755, dir_fd=folder)
-                folder = _enter(part, folder, self.path.joinpath(*parts[:depth]))
-                opened.append(folder)
+                inside = _enter(part, folder, self.path.joinpath(*parts[:depth]))
+                opened.append(inside)
+                _check_owner(inside, os.fstat(folder), self.path.joinpath(*parts[:depth]))
+                folder = inside
             self._record[path] = self._put(folder, parts[-1], path, shown, [text] if isinstance(text, str) else text)
             self._changed = True
         except OSError as exc:
@@ -168,6 +179,7 @@ class OutputFolder:
             st = os.fstat(f.fileno())
             if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_RECORD_BYTES:
                 raise OutputError(f"{shown} is not a record evolve wrote; {_MOVE_AWAY}")
+            _check_owner(f.fileno(), os.fstat(self._fd), shown)
             raw = f.read()
         try:
             files = json.loads(raw)["files"]
@@ -187,6 +199,36 @@ class OutputFolder:
         except OSError as exc:
             os.unlink(temp, dir_fd=self._fd)
             raise OutputError(f"{self.path / RECORD}: cannot write it ({exc.strerror})") from None
+
+
+def write_file(path: Path, text: str | Iterable[str], *, record: bool = True) -> Path:
+    """Write the one file `path` as `OutputFolder` writes (its folder, made if missing, is the output folder);
+    the path. `record`: keep the folder's record, so that the next command may replace this file while it holds
+    what evolve wrote; without one, only a new file is written."""
+    if not path.name or path.name in (".", ".."):
+        raise OutputError(f"{path}: name a file to write, not a folder")
+    with OutputFolder(path.parent, record=record) as folder:
+        return folder.write(path.name, text)
+
+
+def _stat_of(folder: Path) -> os.stat_result:
+    """The folder holding the output folder, as it resolves (the user's own path)."""
+    try:
+        return os.stat(folder)
+    except OSError as exc:
+        raise OutputError(f"{folder}: cannot read the folder ({exc.strerror}); pick a readable place") from None
+
+
+def _check_owner(fd: int, container: os.stat_result, shown: Path) -> None:
+    """OutputError when `fd` (a folder, or the record) belongs to another user than us and root, and lies in a
+    folder (`container`) anyone may write to: its owner made it there, and can change it under us."""
+    owner = os.fstat(fd).st_uid
+    if owner in (os.geteuid(), 0) or not container.st_mode & stat.S_IWOTH:
+        return
+    raise OutputError(
+        f"{shown} belongs to another user (uid {owner}) in a folder anyone may write to; evolve writes into no "
+        "such place: remove it, or pass a folder of your own"
+    )
 
 
 def _enter(name: str | Path, folder: int | None, shown: Path) -> int:
