@@ -3,7 +3,7 @@
 It holds no run state: the loop's workers (evolve/flow.py) take children from their queue, reserve an evaluation
 in the run's ledger, and call `evaluate`. A sandbox failure costs one child, scored as a crash, and comes back as
 the `StageFailure` it was; an evaluation killed by Ctrl-C (`AbortableSandbox`) says nothing of the child, which
-stays pending in the archive for the resume.
+stays pending in the archive for the resume, and so does one whose trusted scoring Ctrl-C stopped (`abort`).
 """
 
 from __future__ import annotations
@@ -47,6 +47,11 @@ class Evaluator:
             outcome = EvalOutcome.failure(self.problem, ErrorKind.CRASH, error, 0.0, self.sandbox.kind)
         result = None if outcome.aborted else EvaluationResult(child, outcome, started, utcnow())
         return Evaluated(result, failure)
+
+    def abort(self) -> None:
+        """Ctrl-C: stop the trusted `score()` calls in flight (the sandbox kills its own candidates). A worker thread
+        waiting on one, even one that would never return, comes back at once, and the process can exit."""
+        self.problem.abort_scoring()
 
     async def score_seed(self, seed: Child) -> EvaluationResult | None:
         """The seed, on a worker thread whatever the sandbox; its failure is the run's (there is nothing to evolve

@@ -351,6 +351,7 @@ class SearchLoop:
         self.control.interrupt()  # a second Ctrl-C raises KeyboardInterrupt
         if isinstance(self.sandbox, AbortableSandbox):
             self.sandbox.abort_running()  # kill the candidates running; their outcomes come back aborted
+        self.evaluator.abort()  # and the evaluator's score() calls in flight, which may never return by themselves
 
     # ---- the run's state --------------------------------------------------------------------------------
     async def _save_elapsed(self) -> None:

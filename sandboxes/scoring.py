@@ -15,6 +15,7 @@ from evolve.filetree import TreeError, split_files
 from evolve.fitness import scalar_view
 from evolve.problem import Problem
 from evolve.problem.outcome import ErrorKind, EvalOutcome
+from sandboxes.reply_shape import malformed
 from sandboxes.simple_form import check_simple, simple_job_extras
 from sandboxes.toolchain import Toolchain
 
@@ -99,15 +100,13 @@ def native_section(problem: Problem, toolchain: Toolchain) -> dict[str, Any]:
 
 def interpret(problem: Problem, reply: Any, duration_s: float, sandbox: str) -> EvalOutcome:
     """Turn a harness reply into an outcome; a reply of the wrong shape is `bad_output`, never an exception."""
-    if not isinstance(reply, dict):
-        return EvalOutcome.failure(
-            problem, ErrorKind.BAD_OUTPUT, "the sandbox sent no valid reply", duration_s, sandbox
-        )
+    why = malformed(reply, [c.name for c in problem.cases] if problem.form == "split" else None)
+    if why is not None:
+        return EvalOutcome.failure(problem, ErrorKind.BAD_OUTPUT, why, duration_s, sandbox)
     if "kind" in reply:
-        kind = reply["kind"] if reply["kind"] in ErrorKind.__members__.values() else ErrorKind.CRASH
-        outcome = EvalOutcome.failure(problem, ErrorKind(kind), str(reply.get("error", "")), duration_s, sandbox)
+        outcome = EvalOutcome.failure(problem, ErrorKind(reply["kind"]), reply["error"], duration_s, sandbox)
     elif problem.form == "split":
-        outcome = _score_split(problem, reply.get("outputs"), duration_s, sandbox)
+        outcome = _score_split(problem, reply["outputs"], duration_s, sandbox)
     else:
         outcome = check_simple(problem, reply, duration_s, sandbox)
     if outcome.ok and not math.isfinite(scalar_view(problem.components, outcome.scores)):
@@ -128,27 +127,40 @@ def build_seconds(value: Any, duration_s: float) -> float | None:
     return float(value) if 0.0 <= value <= duration_s else None
 
 
-def _score_split(problem: Problem, outputs: Any, duration_s: float, sandbox: str) -> EvalOutcome:
-    if not isinstance(outputs, dict):
-        return EvalOutcome.failure(problem, ErrorKind.BAD_OUTPUT, "reply has no outputs", duration_s, sandbox)
+def _score_split(problem: Problem, outputs: dict[str, Any], duration_s: float, sandbox: str) -> EvalOutcome:
+    """Score each case the candidate answered with the trusted score(), all in one call (see Problem.score_outputs);
+    a case whose score() failed itself (past its deadline, its process died) makes the outcome the evaluator's
+    failure, kind `scorer`, whatever the other cases scored."""
+    answered = [(case, outputs[case.name]["ok"]) for case in problem.cases if "ok" in outputs[case.name]]
+    scored = dict(zip((case.name for case, _ in answered), problem.score_outputs(answered), strict=True))
     scores: dict[str, float] = {}
     case_errors: dict[str, str] = {}
     notes: list[str] = []
+    scorer_errors: list[str] = []
     for case, spec in zip(problem.cases, problem.components, strict=True):
-        got = outputs.get(case.name)
-        if not isinstance(got, dict) or "ok" not in got:
-            scores[case.name] = spec.failure
-            case_errors[case.name] = str(got.get("error", "no output")) if isinstance(got, dict) else "no output"
+        result = scored.get(case.name)
+        if result is None:  # the candidate failed this case: its own error, as the sandbox reported it
+            scores[case.name], case_errors[case.name] = spec.failure, outputs[case.name]["error"]
             continue
-        scores[case.name], note, ok = problem.score_case(case, got["ok"])
-        if not ok:
-            case_errors[case.name] = note or "score() failed"
-        if note:
-            notes.append(f"{case.name}: {note}")
+        scores[case.name] = spec.failure if result.value is None else result.value
+        if result.value is None:
+            case_errors[case.name] = result.note or "score() failed"
+        if result.note:
+            notes.append(f"{case.name}: {result.note}")
+        if result.scorer_error:
+            scorer_errors.append(f"{result.scorer_error} on case {case.name}")
     feedback = "\n".join(notes[:20]) or None
+    if scorer_errors:
+        more = f" (and {len(scorer_errors) - 1} more cases)" if len(scorer_errors) > 1 else ""
+        error = scorer_errors[0] + more
+        outcome = EvalOutcome(
+            scores, ErrorKind.SCORER, error, duration_s, sandbox, feedback=feedback, case_errors=case_errors
+        )
+        outcome.aborted = any(result.aborted for result in scored.values())  # Ctrl-C: nothing said of the child
+        return outcome
     if case_errors and len(case_errors) == len(problem.cases):
         first = next(iter(case_errors.values()))
-        kinds = {o.get("kind") for o in outputs.values() if isinstance(o, dict)}
+        kinds = {o.get("kind") for o in outputs.values()}
         kind = ErrorKind.TIMEOUT if kinds == {"timeout"} else ErrorKind.MEMORY if "memory" in kinds else None
         return EvalOutcome(
             scores,
@@ -203,4 +215,30 @@ def outcome_from(
     else:
         outcome = interpret(problem, reply, duration_s, sandbox)
     outcome.stdout, outcome.stderr = stdout, stderr
+    return storable(outcome)
+
+
+def storable_text(text: str) -> str:
+    """`text` as valid UTF-8: each lone surrogate (what Python makes of bytes it could not decode, and what a JSON
+    `\\udcff` escape reads back as) becomes that visible escape; everything else is kept as it is."""
+    if text.isascii():
+        return text
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
+
+
+def storable(outcome: EvalOutcome) -> EvalOutcome:
+    """The outcome with every text a sandbox or an evaluator put in it valid UTF-8: such text is stored in the
+    archive and shown in prompts, and one lone surrogate made every commit fail (and an HTTP policy's request)."""
+    text = storable_text
+    outcome.error = None if outcome.error is None else text(outcome.error)
+    outcome.feedback = None if outcome.feedback is None else text(outcome.feedback)
+    outcome.stdout, outcome.stderr = text(outcome.stdout), text(outcome.stderr)
+    outcome.case_errors = {text(k): text(v) for k, v in outcome.case_errors.items()}
+    outcome.metrics = {text(k): v for k, v in outcome.metrics.items()}
+    for stage in outcome.stages or ():
+        stage["metrics"] = {text(k): v for k, v in stage.get("metrics", {}).items()}
     return outcome

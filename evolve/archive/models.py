@@ -10,26 +10,81 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, ClassVar
 
-from sqlalchemy import JSON, DateTime, Float, ForeignKey, Index, Integer, LargeBinary, String, Text
+from sqlalchemy import JSON, DateTime, Dialect, Float, ForeignKey, Index, Integer, LargeBinary, String, Text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+from sqlalchemy.types import TypeDecorator
 
 from evolve.archive.clock import utcnow
 from evolve.archive.packed import unpack
 
 
+def storable_text(text: str) -> str:
+    """`text` as valid UTF-8: a lone surrogate (what Python makes of bytes it could not decode) cannot be encoded,
+    so SQLite and PostgreSQL refuse the whole row, and with it the transaction; each becomes its visible escape
+    (`\\udcff`) instead, and the rest of the text is kept. The sandboxes clean what they report the same way
+    (sandboxes/scoring.py); this is the archive's own guarantee, whatever the text's source."""
+    if text.isascii():
+        return text
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
+
+
+def storable_json(value: Any) -> Any:
+    """A JSON value with every string in it (keys too) made storable: a JSON column's lone surrogate is written as a
+    `\\udcXX` escape, which PostgreSQL refuses and every reader gets back as the surrogate again."""
+    if isinstance(value, str):
+        return storable_text(value)
+    if isinstance(value, dict):
+        return {storable_json(k): storable_json(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [storable_json(v) for v in value]
+    return value
+
+
+class StorableText(TypeDecorator[str]):
+    """Text, stored as valid UTF-8 (`storable_text`): the ORM and the Core inserts (batch.py, inserts.py) both bind
+    through it, so no text from a reply, an evaluator or a model can make a commit fail."""
+
+    impl = Text
+    cache_ok = True
+
+    def process_bind_param(self, value: str | None, dialect: Dialect) -> str | None:
+        return None if value is None else storable_text(value)
+
+
+class StorableString(StorableText):
+    """A bounded string, stored as `StorableText` is."""
+
+    impl = String
+    cache_ok = True
+
+
+class StorableJSON(TypeDecorator[Any]):
+    """JSON whose strings are stored as valid UTF-8 (`storable_json`)."""
+
+    impl = JSON
+    cache_ok = True
+
+    def process_bind_param(self, value: Any, dialect: Dialect) -> Any:
+        return storable_json(value)
+
+
 class Base(DeclarativeBase):
-    type_annotation_map: ClassVar[dict[Any, Any]] = {dict[str, Any]: JSON, list[Any]: JSON}
+    type_annotation_map: ClassVar[dict[Any, Any]] = {dict[str, Any]: StorableJSON, list[Any]: StorableJSON}
 
 
 class Run(Base):
     __tablename__ = "runs"
     id: Mapped[int] = mapped_column(primary_key=True)
-    problem_name: Mapped[str] = mapped_column(String(200))
-    problem_dir: Mapped[str] = mapped_column(Text)
-    problem_fingerprint: Mapped[str] = mapped_column(String(64))
+    problem_name: Mapped[str] = mapped_column(StorableString(200))
+    problem_dir: Mapped[str] = mapped_column(StorableText)
+    problem_fingerprint: Mapped[str] = mapped_column(StorableString(64))
     config: Mapped[dict[str, Any]]
     seed: Mapped[int] = mapped_column(Integer)
-    status: Mapped[str] = mapped_column(String(20), default="running")
+    status: Mapped[str] = mapped_column(StorableString(20), default="running")
     state: Mapped[dict[str, Any]] = mapped_column(default=dict)
     created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow, onupdate=utcnow)
@@ -40,13 +95,13 @@ class PolicyVersion(Base):
     id: Mapped[int] = mapped_column(primary_key=True)
     run_id: Mapped[int | None] = mapped_column(ForeignKey("runs.id"))
     number: Mapped[int] = mapped_column(Integer, default=0)
-    base_model: Mapped[str] = mapped_column(Text)
+    base_model: Mapped[str] = mapped_column(StorableText)
     # The ensemble member whose lineage this version is (None in archives older than ensembles: the run's first).
-    member: Mapped[str | None] = mapped_column(String(200))
-    adapter_path: Mapped[str | None] = mapped_column(Text)
+    member: Mapped[str | None] = mapped_column(StorableString(200))
+    adapter_path: Mapped[str | None] = mapped_column(StorableText)
     parent_id: Mapped[int | None] = mapped_column(ForeignKey("policy_versions.id"))
-    train_config: Mapped[dict[str, Any] | None] = mapped_column(JSON)
-    stats: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    train_config: Mapped[dict[str, Any] | None] = mapped_column(StorableJSON)
+    stats: Mapped[dict[str, Any] | None] = mapped_column(StorableJSON)
     created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
 
 
@@ -55,8 +110,8 @@ class Program(Base):
     __table_args__ = (Index("ix_programs_run_hash", "run_id", "code_hash", unique=True),)
     id: Mapped[int] = mapped_column(primary_key=True)
     run_id: Mapped[int] = mapped_column(ForeignKey("runs.id"), index=True)
-    code: Mapped[str] = mapped_column(Text)  # empty for a program of several files: see ProgramFile
-    code_hash: Mapped[str] = mapped_column(String(64))
+    code: Mapped[str] = mapped_column(StorableText)  # empty for a program of several files: see ProgramFile
+    code_hash: Mapped[str] = mapped_column(StorableString(64))
     # A program of several files: the length of its joined text (evolve/filetree.py); None for one file.
     tree_length: Mapped[int | None] = mapped_column(Integer)
     parent_id: Mapped[int | None] = mapped_column(ForeignKey("programs.id"), index=True)
@@ -70,8 +125,8 @@ class ProgramBlob(Base):
     """The text of one file, stored once however many programs hold it (its sha256 is its key)."""
 
     __tablename__ = "program_blobs"
-    digest: Mapped[str] = mapped_column(String(64), primary_key=True)
-    text: Mapped[str] = mapped_column(Text)
+    digest: Mapped[str] = mapped_column(StorableString(64), primary_key=True)
+    text: Mapped[str] = mapped_column(StorableText)
 
 
 class ProgramFile(Base):
@@ -80,7 +135,7 @@ class ProgramFile(Base):
     __tablename__ = "program_files"
     program_id: Mapped[int] = mapped_column(ForeignKey("programs.id"), primary_key=True)
     position: Mapped[int] = mapped_column(Integer, primary_key=True)
-    path: Mapped[str] = mapped_column(Text)
+    path: Mapped[str] = mapped_column(StorableText)
     digest: Mapped[str] = mapped_column(ForeignKey("program_blobs.digest"))
 
 
@@ -90,17 +145,17 @@ class Evaluation(Base):
     program_id: Mapped[int] = mapped_column(ForeignKey("programs.id"), unique=True)
     scores: Mapped[dict[str, Any]]
     scalar: Mapped[float | None] = mapped_column(Float)
-    error_kind: Mapped[str | None] = mapped_column(String(20), index=True)
-    error: Mapped[str | None] = mapped_column(Text)
+    error_kind: Mapped[str | None] = mapped_column(StorableString(20), index=True)
+    error: Mapped[str | None] = mapped_column(StorableText)
     duration_s: Mapped[float] = mapped_column(Float)
     # A program of another language: the seconds its [build] took, within duration_s (None: Python, or older).
     build_s: Mapped[float | None] = mapped_column(Float)
-    feedback: Mapped[str | None] = mapped_column(Text)
-    stages: Mapped[list[Any] | None] = mapped_column(JSON)  # cascade evaluators: each stage's metrics
-    stdout: Mapped[str | None] = mapped_column(Text)
-    stderr: Mapped[str | None] = mapped_column(Text)
-    sandbox: Mapped[str] = mapped_column(String(20))
-    case_errors: Mapped[dict[str, Any] | None] = mapped_column(JSON)  # case name → error, split form
+    feedback: Mapped[str | None] = mapped_column(StorableText)
+    stages: Mapped[list[Any] | None] = mapped_column(StorableJSON)  # cascade evaluators: each stage's metrics
+    stdout: Mapped[str | None] = mapped_column(StorableText)
+    stderr: Mapped[str | None] = mapped_column(StorableText)
+    sandbox: Mapped[str] = mapped_column(StorableString(20))
+    case_errors: Mapped[dict[str, Any] | None] = mapped_column(StorableJSON)  # case name → error, split form
     started_at: Mapped[datetime | None] = mapped_column(DateTime)  # when the sandbox got the program
     finished_at: Mapped[datetime | None] = mapped_column(DateTime)  # when its reply came back
     created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
@@ -114,14 +169,14 @@ class Prompt(Base):
     parent_id: Mapped[int] = mapped_column(ForeignKey("programs.id"))
     inspiration_ids: Mapped[list[Any]]
     island: Mapped[int] = mapped_column(Integer, default=0)
-    text: Mapped[str] = mapped_column(Text)
+    text: Mapped[str] = mapped_column(StorableText)
     # Telemetry of the group sampled from this prompt (None in archives older than it).
     tokens: Mapped[int | None] = mapped_column(Integer)  # tokens generated over its G completions
     generation_s: Mapped[float | None] = mapped_column(Float)  # seconds spent sampling them
-    parse_counts: Mapped[dict[str, Any] | None] = mapped_column(JSON)  # variant status → count
+    parse_counts: Mapped[dict[str, Any] | None] = mapped_column(StorableJSON)  # variant status → count
     started_at: Mapped[datetime | None] = mapped_column(DateTime)  # sampling began; created_at: stored
-    member: Mapped[str | None] = mapped_column(String(200))  # the ensemble member that sampled it (evolve.members)
-    ask: Mapped[str | None] = mapped_column(String(40))  # the ask arm it was sampled with (evolve.adapt)
+    member: Mapped[str | None] = mapped_column(StorableString(200))  # the ensemble member that sampled it (members.py)
+    ask: Mapped[str | None] = mapped_column(StorableString(40))  # the ask arm it was sampled with (evolve.adapt)
     created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
 
 
@@ -131,9 +186,9 @@ class Incident(Base):
     __tablename__ = "incidents"
     id: Mapped[int] = mapped_column(primary_key=True)
     run_id: Mapped[int] = mapped_column(ForeignKey("runs.id"), index=True)
-    stage: Mapped[str] = mapped_column(String(20))  # prompt | sample | parse | store | evaluate | commit
-    kind: Mapped[str] = mapped_column(String(100))  # the exception's class name
-    message: Mapped[str] = mapped_column(Text)
+    stage: Mapped[str] = mapped_column(StorableString(20))  # prompt | sample | parse | store | evaluate | commit
+    kind: Mapped[str] = mapped_column(StorableString(100))  # the exception's class name
+    message: Mapped[str] = mapped_column(StorableText)
     created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
 
 
@@ -145,10 +200,10 @@ class Completion(Base):
     prompt_id: Mapped[int] = mapped_column(ForeignKey("prompts.id"), index=True)
     policy_version_id: Mapped[int | None] = mapped_column(ForeignKey("policy_versions.id"), index=True)
     sampling: Mapped[dict[str, Any]]
-    text: Mapped[str] = mapped_column(Text)
+    text: Mapped[str] = mapped_column(StorableText)
     token_ids: Mapped[bytes | None] = mapped_column(LargeBinary)
     logprobs: Mapped[bytes | None] = mapped_column(LargeBinary)
-    finish_reason: Mapped[str | None] = mapped_column(String(20))
+    finish_reason: Mapped[str | None] = mapped_column(StorableString(20))
     created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
 
     @property
@@ -167,8 +222,8 @@ class Variant(Base):
     id: Mapped[int] = mapped_column(primary_key=True)
     completion_id: Mapped[int] = mapped_column(ForeignKey("completions.id"), index=True)
     slot: Mapped[int] = mapped_column(Integer)
-    status: Mapped[str] = mapped_column(String(20))
-    detail: Mapped[str | None] = mapped_column(Text)
+    status: Mapped[str] = mapped_column(StorableString(20))
+    detail: Mapped[str | None] = mapped_column(StorableText)
     program_id: Mapped[int | None] = mapped_column(ForeignKey("programs.id"), index=True)
 
 
@@ -178,5 +233,5 @@ class SamplingProgressRow(Base):
 
     __tablename__ = "sampling_progress"
     run_id: Mapped[int] = mapped_column(ForeignKey("runs.id"), primary_key=True)
-    data: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    data: Mapped[dict[str, Any] | None] = mapped_column(StorableJSON, nullable=True)
     updated_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)

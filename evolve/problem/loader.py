@@ -4,15 +4,11 @@ from __future__ import annotations
 
 import ast
 import hashlib
-import importlib.util
-import math
 import os
 import shutil
-import sys
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import ModuleType
 from typing import Any, Literal
 
 from pydantic import ValidationError
@@ -21,6 +17,7 @@ from evolve.problem.blocks import BlockError, find_blocks
 from evolve.problem.config import ComponentSpec, ProblemConfig
 from evolve.problem.errors import ProblemError, doc
 from evolve.problem.seed_files import check_fixed_names, folder_file, read_seed_files, read_text
+from evolve.problem.trusted import Scored, ScorerError, TrustedScorer
 
 
 @dataclass(frozen=True)
@@ -41,7 +38,7 @@ class Problem:
     components: tuple[ComponentSpec, ...]
     evaluator_path: Path
     cases: tuple[Case, ...] = ()
-    _scorer: ModuleType | None = None
+    _scorer: TrustedScorer | None = None  # cases() and score(), in processes of their own (trusted.py)
     # A program of several files ([program] files): their paths, in the order of its joined text
     # (evolve/filetree.py); empty for a program of one file, whose text is the file's.
     files: tuple[str, ...] = ()
@@ -75,47 +72,25 @@ class Problem:
     def score_case(self, case: Case, output: Any) -> tuple[float, str | None, bool]:
         """Run the trusted `score(case, output)` -> (score, note, ok).
 
-        Anything odd (a raise, a non-number, NaN or infinity) makes the case a failure at its fail value with
-        `ok` False, never an exception and never a score that counts as an honest answer.
+        Anything odd (a raise, a non-number, NaN or infinity, a call past its deadline) makes the case a failure
+        at its fail value with `ok` False, never an exception and never a score that counts as an honest answer.
         """
+        [scored] = self.score_outputs([(case, output)])
+        if scored.value is None:
+            return self.components[self.component_names.index(case.name)].failure, scored.note, False
+        return scored.value, scored.note, True
+
+    def score_outputs(self, pairs: list[tuple[Case, Any]]) -> list[Scored]:
+        """Score several cases' outputs in one call (one round trip to a scorer process), each within the
+        problem's `[limits] timeout_s`; see evolve/problem/trusted.py."""
         assert self._scorer is not None
-        spec = self.components[self.component_names.index(case.name)]
-        try:
-            result = self._scorer.score({"name": case.name, "input": case.input, **case.trusted}, output)
-        except Exception as exc:  # the scorer judged the output unusable
-            where = _evaluator_line(exc, self.evaluator_path)
-            return spec.failure, f"score() raised {type(exc).__name__}{where}: {exc}"[:500], False
-        feedback = None
-        if isinstance(result, tuple):
-            result, feedback = result[0], str(result[1])
-        value = _as_score(result)
-        if value is None:
-            return spec.failure, f"score() returned {type(result).__name__}, not a number", False
-        if not math.isfinite(value):
-            return spec.failure, f"score() returned {value}", False
-        return value, feedback, True
+        position = {c.name: i for i, c in enumerate(self.cases)}
+        return self._scorer.score([(position[case.name], output) for case, output in pairs])
 
-
-def _evaluator_line(exc: BaseException, evaluator: Path) -> str:
-    """Where in the evaluator the exception was raised (its last frame there), as " at evaluate.py line N": whether
-    the output was unusable or `score()` itself is wrong, that line is the one to read."""
-    line, tb, wanted = None, exc.__traceback__, evaluator.resolve()
-    while tb is not None:
-        if Path(tb.tb_frame.f_code.co_filename).resolve() == wanted:
-            line = tb.tb_lineno
-        tb = tb.tb_next
-    return f" at {evaluator.name} line {line}" if line is not None else ""
-
-
-def _as_score(result: Any) -> float | None:
-    """What `score()` returned as a float, or None where it is not a number. A bool is 1 or 0 (`output == expected`
-    is a fair score); text never is, even "0.5": that is most likely an output passed on unjudged."""
-    if isinstance(result, str | bytes):
-        return None
-    try:
-        return float(result)
-    except (TypeError, ValueError, OverflowError):
-        return None
+    def abort_scoring(self) -> None:
+        """Ctrl-C: the `score()` calls running are stopped, and their callers return at once."""
+        if self._scorer is not None:
+            self._scorer.abort()
 
 
 def _fail(path: Path, what: str, fix: str) -> ProblemError:
@@ -130,26 +105,13 @@ def _top_level_functions(path: Path) -> set[str]:
     return {n.name for n in tree.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)}
 
 
-def _import_evaluator(path: Path) -> ModuleType:
-    name = f"_evolve_evaluator_{hashlib.sha1(str(path).encode()).hexdigest()[:10]}"
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.path.insert(0, str(path.parent))
+def _load_cases(path: Path, scorer: TrustedScorer) -> tuple[Case, ...]:
+    """cases(), run by the scorer's first process within its deadline; the validated cases are what every
+    scorer process passes to score()."""
     try:
-        spec.loader.exec_module(module)
-    except Exception as exc:
-        raise _fail(path, f"importing it raised {type(exc).__name__}: {exc}", "fix the evaluator") from None
-    finally:
-        sys.path.remove(str(path.parent))
-    return module
-
-
-def _load_cases(path: Path, module: ModuleType) -> tuple[Case, ...]:
-    try:
-        raw = module.cases()
-    except Exception as exc:
-        raise _fail(path, f"cases() raised {type(exc).__name__}: {exc}", "fix the evaluator") from None
+        raw = scorer.load_cases()
+    except ScorerError as exc:
+        raise _fail(path, str(exc), "fix the evaluator") from None
     if not isinstance(raw, list | tuple) or not raw:
         raise _fail(path, "cases() must return a non-empty list", 'return [{"name": ..., "input": ...}, ...]')
     out = []
@@ -158,6 +120,7 @@ def _load_cases(path: Path, module: ModuleType) -> tuple[Case, ...]:
             raise _fail(path, f"case {item!r:.60} lacks 'name' or 'input'", "give each case both keys")
         rest = {k: v for k, v in item.items() if k not in ("name", "input")}
         out.append(Case(str(item["name"]), item["input"], rest))
+    scorer.use_cases([{"name": c.name, "input": c.input, **c.trusted} for c in out])
     return tuple(out)
 
 
@@ -245,7 +208,7 @@ def load_problem(folder: str | Path) -> Problem:
     missing = {"cases", "score"} - functions
     if missing:
         raise _fail(ev_path, f"split form needs {', '.join(sorted(missing))}()", "define cases() and score()")
-    problem._scorer = _import_evaluator(ev_path)
+    problem._scorer = TrustedScorer(ev_path, config.limits.timeout_s)
     problem.cases = _load_cases(ev_path, problem._scorer)
     case_names = [c.name for c in problem.cases]
     if case_names != problem.component_names:

@@ -23,6 +23,7 @@ class ErrorKind(StrEnum):
     BAD_OUTPUT = "bad_output"
     INVALID = "invalid"
     BUILD = "build"  # the program's [build] command failed or ran past its limits; the error holds its log
+    SCORER = "scorer"  # the evaluator's trusted score() failed: past its deadline, or its process died
 
 
 # What a candidate controls is stored and shown back: every text and collection in an outcome is bounded, so

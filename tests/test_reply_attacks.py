@@ -1,0 +1,469 @@
+"""Replies and evaluators that used to stop a run (red-team findings 4, 5 and 7 of issue #57).
+
+- A lone surrogate (what Python makes of undecodable bytes) in a candidate's error or an evaluator's feedback made
+  every commit fail: it is now stored as a visible escape, and no prompt carries it.
+- A split-form `score()` that hangs hung the run, and Ctrl-C with it: each call now has a deadline (the problem's
+  `[limits] timeout_s`), past which that case is the evaluator's failure (kind `scorer`), and the first Ctrl-C
+  stops the run at once; `cases()` has a deadline too.
+- A candidate that forges its harness's reply (a `kind` that is a list, a number where text is due, NaN, missing
+  keys) made the trusted scorer raise, an engine failure that stopped the run: every malformed reply is now the
+  child's `bad_output`, in the process and the Docker sandbox alike.
+
+After every attack, honest programs are scored in the same sandbox or run and their exact vectors asserted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from evolve.problem import ProblemError, load_problem
+from evolve.problem.outcome import ErrorKind
+from policies.replay import ReplayPolicy
+from tests.helpers import KNOWN, assert_known_vectors, db_rows, evolve_run_cmd, hiding_sandbox, write_problem
+
+TWO_CASES = (
+    'def cases():\n    return [{"name": "c0", "input": 2, "expected": 4}, {"name": "c1", "input": 3, "expected": 9}]\n'
+)
+# score() puts the output itself into its feedback: a surrogate the candidate returns reaches the notes as it is.
+ECHO_EVAL = TWO_CASES + (
+    '\ndef score(case, output):\n    return (1.0 if output == case["expected"] else 0.0), "got " + str(output)\n'
+)
+
+
+def raising(k: int) -> str:
+    """A candidate whose every case raises an error holding a lone surrogate (undecodable bytes, decoded)."""
+    return f"def solve(x):\n    raise ValueError(b'bad \\xff byte {k}'.decode('utf-8', 'surrogateescape'))\n"
+
+
+SURROGATE_OUTPUT = "def solve(x):\n    return b'\\xfeok'.decode('utf-8', 'surrogateescape')\n"
+
+
+def assert_storable(outcome) -> None:
+    """Every text of an outcome is valid UTF-8 (no lone surrogate left)."""
+    texts = [outcome.error or "", outcome.feedback or "", outcome.stdout, outcome.stderr]
+    texts += [text for pair in outcome.case_errors.items() for text in pair]
+    for text in texts:
+        text.encode("utf-8")
+
+
+@pytest.fixture(scope="module", params=["process", "docker"])
+def sandbox(request):
+    box = hiding_sandbox(request.param, 2)
+    yield box
+    box.close()
+
+
+@pytest.fixture(scope="module")
+def echo_problem(tmp_path_factory):
+    return load_problem(write_problem(tmp_path_factory.mktemp("echo"), evaluate=ECHO_EVAL))
+
+
+# ---- finding 4: lone surrogates ------------------------------------------------------------------------------
+
+
+def test_a_lone_surrogate_in_a_reply_comes_back_as_a_visible_escape(sandbox, echo_problem):
+    outcome = sandbox.evaluate(echo_problem, raising(1))
+    assert outcome.error_kind == ErrorKind.CRASH and outcome.scores == {"c0": 0.0, "c1": 0.0}
+    assert "bad \\udcff byte 1" in (outcome.error or ""), outcome.error
+    assert outcome.case_errors == {"c0": "ValueError: bad \\udcff byte 1", "c1": "ValueError: bad \\udcff byte 1"}
+    assert_storable(outcome)
+    answered = sandbox.evaluate(echo_problem, SURROGATE_OUTPUT)  # score()'s own feedback holds the surrogate
+    assert answered.error_kind is None and answered.scores == {"c0": 0.0, "c1": 0.0}
+    assert answered.feedback == "c0: got \\udcfeok\nc1: got \\udcfeok", answered.feedback
+    assert_storable(answered)
+    assert_known_vectors(sandbox, echo_problem)
+
+
+def test_the_archive_stores_any_text_a_reply_or_a_model_holds(tmp_path):
+    """The archive's own guarantee, whoever made the text: every text and JSON column binds through a type that
+    escapes lone surrogates, the ORM's writes and the Core inserts of a program and of a group alike."""
+    from evolve.archive import Archive, CompletionRecord
+    from tests.helpers import store_program
+
+    bad = b"\xff".decode("utf-8", "surrogateescape")
+    archive = Archive(tmp_path / "a.db")
+    try:
+        run = archive.create_run("p", f"/p{bad}", "fp", {"note": bad}, 0)
+        evaluation = {
+            "scores": {"c0": 0.0},
+            "scalar": 0.0,
+            "duration_s": 0.1,
+            "error_kind": "crash",
+            "error": f"ValueError: {bad}",
+            "feedback": f"got {bad}",
+            "stdout": bad,
+            "stderr": bad,
+            "case_errors": {f"c{bad}": f"raised {bad}"},
+        }
+        pid, created = store_program(archive, run.id, f"x = 1  # {bad}\n", evaluation=evaluation)
+        assert created
+        archive.add_group(
+            run.id,
+            parent_id=pid,
+            inspiration_ids=[],
+            island=0,
+            prompt=f"improve {bad}",
+            sampling={"stop": [bad]},
+            completions=[CompletionRecord(f"answer {bad}", None, None, "stop", None)],
+            variants=[[("parse_error", f"no tag near {bad}", None)]],
+        )
+        archive.add_incident(run.id, "parse", "ValueError", f"message {bad}")
+    finally:
+        archive.close()
+    db = tmp_path / "a.db"
+    assert db_rows(db, "SELECT code FROM programs") == [("x = 1  # \\udcff\n",)]
+    assert db_rows(db, "SELECT error, feedback, stdout, stderr, case_errors FROM evaluations") == [
+        ("ValueError: \\udcff", "got \\udcff", "\\udcff", "\\udcff", '{"c\\\\udcff": "raised \\\\udcff"}')
+    ]
+    assert db_rows(db, "SELECT text FROM prompts") == [("improve \\udcff",)]
+    assert db_rows(db, "SELECT text, sampling FROM completions") == [("answer \\udcff", '{"stop": ["\\\\udcff"]}')]
+    assert db_rows(db, "SELECT detail FROM variants") == [("no tag near \\udcff",)]
+    assert db_rows(db, "SELECT message FROM incidents") == [("message \\udcff",)]
+    assert db_rows(db, "SELECT problem_dir, config FROM runs") == [("/p\\udcff", '{"note": "\\\\udcff"}')]
+
+
+class RecordingReplay(ReplayPolicy):
+    """The replay policy, one group at a time, keeping every prompt it was sent (what an HTTP policy would send)."""
+
+    max_concurrency = 1
+
+    def __init__(self, texts: list[str]) -> None:
+        super().__init__(texts)
+        self.prompts: list[str] = []
+
+    def generate(self, prompt, params, n):
+        self.prompts.append(prompt)
+        return super().generate(prompt, params, n)
+
+
+def run_children(tmp_path: Path, folder: Path, children: list[str]) -> tuple[str, Path, RecordingReplay]:
+    """A run of the process sandbox (jailed) whose policy writes `children`, one per group, in order, once each
+    (its budget is that many groups). Returns why it stopped, its archive and the policy."""
+    from evolve.archive import Archive
+    from evolve.loop import SearchLoop, run_search
+    from evolve.runs import RunOptions, open_run
+
+    problem = load_problem(folder)
+    archive = Archive(tmp_path / "a.db")
+    options = RunOptions(
+        workers=1,
+        group_size=1,
+        variants=1,
+        max_evaluations=100,
+        max_groups=len(children),
+        edit_format="full",
+        seed=0,
+        stop_when_solved=False,
+        asks="base",
+        structured="off",
+        stall_groups=0,
+    )
+    run = open_run(archive, problem, options).run
+    policy = RecordingReplay([f"<variant 1>\n```python\n{code}```\n</variant 1>\n" for code in children])
+    sandbox = hiding_sandbox("process", 1)
+    try:
+        reason = run_search(SearchLoop(problem, archive, policy, sandbox, run, options))
+    finally:
+        sandbox.close()
+        archive.close()
+    return reason, tmp_path / "a.db", policy
+
+
+def stored(db: Path) -> dict[str, tuple[dict, str | None, str | None]]:
+    """Every evaluated program of the run, by its editable code (what a child answered, stripped): (scores, error
+    kind, error)."""
+    rows = db_rows(
+        db, "SELECT code, scores, error_kind, error FROM programs JOIN evaluations ON program_id = programs.id"
+    )
+    return {editable(code): (json.loads(scores), kind, error) for code, scores, kind, error in rows}
+
+
+def editable(code: str) -> str:
+    return code.replace("# EVOLVE-BLOCK-START\n", "").replace("# EVOLVE-BLOCK-END\n", "").strip()
+
+
+def test_candidates_raising_lone_surrogates_are_stored_and_the_run_goes_on(tmp_path):
+    folder = write_problem(tmp_path / "p", evaluate=ECHO_EVAL)
+    hostile = [raising(k) for k in range(8)] + [SURROGATE_OUTPUT]  # more than max_failures (5) in a row
+    reason, db, policy = run_children(tmp_path, folder, [*hostile, *(code for code, _ in KNOWN[1:])])
+    assert reason == "group budget reached", reason
+    assert db_rows(db, "SELECT stage, message FROM incidents") == []
+    rows = stored(db)
+    assert len(rows) == 1 + len(hostile) + 3  # nothing lost: the seed, every hostile child, the honest ones
+    for k in range(8):
+        scores, kind, error = rows[editable(raising(k))]
+        assert (scores, kind) == ({"c0": 0.0, "c1": 0.0}, "crash") and f"bad \\udcff byte {k}" in error, error
+    feedback = db_rows(db, "SELECT feedback FROM evaluations WHERE feedback LIKE 'c0: got %ok%'")
+    assert feedback == [("c0: got \\udcfeok\nc1: got \\udcfeok",)]
+    assert {code: rows[editable(code)][:2] for code, _ in KNOWN[1:]} == {code: (want, None) for code, want in KNOWN[1:]}
+    for prompt in policy.prompts:  # what went to the policy is valid UTF-8 (an HTTP body can carry it)
+        prompt.encode("utf-8")
+
+
+SIMPLE_TOML = """
+name = "simple"
+description = "Square the input."
+[program]
+file = "seed.py"
+[fitness]
+components = [{ name = "exact", bounds = [0.0, 1.0] }, { name = "close", bounds = [0.0, 1.0] }]
+[limits]
+timeout_s = 5
+memory_mb = 512
+"""
+# An honest evaluator whose feedback holds undecodable bytes of the program's own output, decoded as Python does.
+SIMPLE_EVAL = """
+import importlib.util
+
+def evaluate(program_path):
+    spec = importlib.util.spec_from_file_location("candidate", program_path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    exact = sum(module.solve(x) == x * x for x in range(4))
+    close = sum(abs(module.solve(x) - x * x) <= 2 for x in range(4))
+    note = b"read \\xff from the program".decode("utf-8", "surrogateescape")
+    return {"exact": exact / 4, "close": close / 4}, note
+"""
+SIMPLE_SEED = "# EVOLVE-BLOCK-START\ndef solve(x):\n    return x\n# EVOLVE-BLOCK-END\n"
+SIMPLE_KNOWN = [
+    ("def solve(x):\n    return x * x\n", {"exact": 1.0, "close": 1.0}),
+    ("def solve(x):\n    return x * x + 1\n", {"exact": 0.0, "close": 1.0}),
+    ("def solve(x):\n    return 100\n", {"exact": 0.0, "close": 0.0}),
+]
+
+
+@pytest.mark.slow
+def test_an_evaluators_feedback_with_a_lone_surrogate_neither_fails_check_nor_ends_the_run(tmp_path):
+    folder = write_problem(tmp_path / "p", seed=SIMPLE_SEED, evaluate=SIMPLE_EVAL, toml=SIMPLE_TOML)
+    check = subprocess.run(
+        [sys.executable, "-m", "evolve.cli", "check", str(folder), "--allow-weak-sandbox", "--sandbox", "process"],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert check.returncode == 0 and "Traceback" not in check.stdout + check.stderr, check.stdout + check.stderr
+    replay = tmp_path / "replay.json"
+    replay.write_text(json.dumps([f"<variant 1>\n```python\n{code}```\n</variant 1>\n" for code, _ in SIMPLE_KNOWN]))
+    db = tmp_path / "a.db"
+    command = evolve_run_cmd(folder, db, f"replay:{replay}", 1 + len(SIMPLE_KNOWN), "--workers", "1")
+    command += ["--group-size", "1", "--variants", "1", "--edit-format", "full", "--stall-groups", "0"]
+    out = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    said = out.stdout + out.stderr
+    assert out.returncode == 0 and "Traceback" not in said and "evaluation budget reached" in said, said[-3000:]
+    assert db_rows(db, "SELECT COUNT(*) FROM incidents") == [(0,)]
+    rows = stored(db)
+    assert {code: rows[editable(code)][:2] for code, _ in SIMPLE_KNOWN} == {
+        code: (want, None) for code, want in SIMPLE_KNOWN
+    }
+    notes = db_rows(db, "SELECT DISTINCT feedback FROM evaluations")
+    assert notes == [("read \\udcff from the program",)], notes
+
+
+# ---- finding 7: forged replies ---------------------------------------------------------------------------------
+
+
+def forging(reply: object, k: int = 0) -> str:
+    """A candidate that patches json.dumps at import, so the harness sends `reply` (Python source) as its answer."""
+    return (
+        f"import json\n_real = json.dumps\n_K = {k}\n\n"
+        "def _forged(obj, *args, **kwargs):\n"
+        "    if 'default' in kwargs:  # the harness's own reply, the last thing it writes\n"
+        f"        obj = {reply}\n"
+        "    return _real(obj, *args, **kwargs)\n\n"
+        "json.dumps = _forged\n\n"
+        "def solve(x):\n    return x * x\n"
+    )
+
+
+LIST_KIND = '{"outputs": {n: {"kind": ["crash"], "error": "forged"} for n in ("c0", "c1")}}'
+FORGED = {
+    "a kind that is a list, every case": LIST_KIND,
+    "a kind that is a list, one case": '{"outputs": {"c0": {"ok": 4}, "c1": {"kind": ["crash"], "error": "x"}}}',
+    "a kind that is a dict": '{"outputs": {"c0": {"kind": {"a": 1}, "error": "x"}, "c1": {"ok": 9}}}',
+    "a top-level kind that is a list": '{"kind": ["crash"], "error": "forged"}',
+    "a top-level kind that is NaN": '{"kind": float("nan"), "error": "forged"}',
+    "an unknown kind": '{"kind": "sandbox_says_fine", "error": "forged"}',
+    "the scorer's own kind": '{"outputs": {n: {"kind": "scorer", "error": "forged"} for n in ("c0", "c1")}}',
+    "an error that is a list": '{"kind": "crash", "error": ["forged"]}',
+    "a case error that is a huge number": '{"outputs": {"c0": {"kind": "crash", "error": 10 ** 300}, "c1": {"ok": 9}}}',
+    "a case error that is infinite": '{"outputs": {"c0": {"kind": "crash", "error": float("inf")}, "c1": {"ok": 9}}}',
+    "a case that is not an object": '{"outputs": {"c0": {"ok": 4}, "c1": [9]}}',
+    "a case with neither ok nor kind": '{"outputs": {"c0": {"ok": 4}, "c1": {"value": 9}}}',
+    "a case with both ok and kind": '{"outputs": {"c0": {"ok": 4, "kind": "crash", "error": "x"}, "c1": {"ok": 9}}}',
+    "outputs that are a list": '{"outputs": [4, 9]}',
+    "no outputs": '{"result": {"c0": {"ok": 4}}}',
+    "a build time that is text": '{"outputs": {"c0": {"ok": 4}, "c1": {"ok": 9}}, "build_s": "0.1"}',
+    "a reply that is a list": "[{'ok': 4}, {'ok': 9}]",
+}
+
+
+def test_every_malformed_reply_is_bad_output_and_honest_answers_stay_exact(sandbox, echo_problem):
+    for name, reply in FORGED.items():
+        outcome = sandbox.evaluate(echo_problem, forging(reply))
+        got = (outcome.error_kind, outcome.scores, outcome.error)
+        assert outcome.error_kind == ErrorKind.BAD_OUTPUT and outcome.scores == {"c0": 0.0, "c1": 0.0}, (name, got)
+        assert_known_vectors(sandbox, echo_problem)
+
+
+SIMPLE_FORGED = {
+    "scores that are a list": '{"scores": [1.0, 1.0]}',
+    "a score that is text": '{"scores": {"exact": "1.0", "close": 1.0}}',
+    "a score that is a list": '{"scores": {"exact": [1.0], "close": 1.0}}',
+    "a score that is NaN": '{"scores": {"exact": float("nan"), "close": 1.0}}',
+    "feedback that is a list": '{"scores": {"exact": 1.0, "close": 1.0}, "feedback": ["well done"]}',
+    "incomplete that is a number": '{"scores": {"exact": 1.0, "close": 1.0}, "incomplete": 7}',
+    "stages that are text": '{"scores": {"exact": 1.0, "close": 1.0}, "stages": "all"}',
+    "a stage that is a number": '{"scores": {"exact": 1.0, "close": 1.0}, "stages": [1]}',
+    "a stage metric too large for a float": (
+        '{"scores": {"exact": 1.0, "close": 1.0}, "stages": [{"stage": 1, "metrics": {"exact": 10 ** 400}}]}'
+    ),
+    "no scores": '{"feedback": "all good"}',
+}
+
+
+def test_every_malformed_simple_form_reply_is_bad_output(sandbox, tmp_path):
+    problem = load_problem(write_problem(tmp_path / "simple", seed=SIMPLE_SEED, evaluate=SIMPLE_EVAL, toml=SIMPLE_TOML))
+    for name, reply in SIMPLE_FORGED.items():
+        outcome = sandbox.evaluate(problem, forging(reply))
+        got = (outcome.error_kind, outcome.scores, outcome.error)
+        assert outcome.error_kind == ErrorKind.BAD_OUTPUT and outcome.scores == {"exact": 0.0, "close": 0.0}, (
+            name,
+            got,
+        )
+        assert_storable(outcome)
+        assert [sandbox.evaluate(problem, code).scores for code, _ in SIMPLE_KNOWN] == [w for _, w in SIMPLE_KNOWN]
+
+
+def test_children_forging_their_reply_are_stored_as_bad_output_and_the_run_goes_on(tmp_path):
+    folder = write_problem(tmp_path / "p", evaluate=ECHO_EVAL)
+    hostile = [forging(LIST_KIND, k) for k in range(7)]  # more than max_failures (5) in a row
+    reason, db, _ = run_children(tmp_path, folder, [*hostile, *(code for code, _ in KNOWN[1:])])
+    assert reason == "group budget reached", reason
+    assert db_rows(db, "SELECT stage, message FROM incidents") == []
+    rows = stored(db)
+    assert len(rows) == 1 + len(hostile) + 3
+    assert [rows[editable(code)][:2] for code in hostile] == [({"c0": 0.0, "c1": 0.0}, "bad_output")] * len(hostile)
+    assert {code: rows[editable(code)][:2] for code, _ in KNOWN[1:]} == {code: (want, None) for code, want in KNOWN[1:]}
+
+
+# ---- finding 5: a score() or cases() that hangs ----------------------------------------------------------------
+
+HANGING_EVAL = (
+    TWO_CASES
+    + """
+import os, time
+
+FLAG = "FLAG_PATH"
+
+def score(case, output):
+    if output == 999 and os.path.exists(FLAG):
+        with open(FLAG + ".seen", "a") as seen:
+            seen.write(case["name"] + "\\n")
+        while True:
+            time.sleep(0.05)
+    return (1.0 if output == case["expected"] else 0.0), repr(output)
+"""
+)
+HANGS = "def solve(x):\n    return 999 if x == 2 else x * x\n"  # c0's output makes score() hang; c1's is right
+
+
+def hanging_problem(root: Path, timeout: float) -> tuple[Path, Path]:
+    """A problem whose score() hangs on the output 999 while `flag` exists; (its folder, the flag)."""
+    flag = root / "hang"
+    folder = write_problem(root / "p", evaluate=HANGING_EVAL.replace("FLAG_PATH", str(flag)), timeout=timeout)
+    flag.write_text("")
+    return folder, flag
+
+
+def test_a_score_past_its_deadline_is_the_evaluators_failure_for_that_case(tmp_path):
+    folder, _ = hanging_problem(tmp_path, timeout=2.0)
+    problem = load_problem(folder)
+    box = hiding_sandbox("process", 1)
+    try:
+        started, done = time.monotonic(), []
+        worker = threading.Thread(target=lambda: done.append(box.evaluate(problem, HANGS)), daemon=True)
+        worker.start()
+        worker.join(timeout=2.0 + 5.0)
+        took = time.monotonic() - started
+        assert done, f"evaluate() still waits on score() after {took:.0f} s"
+        outcome = done[0]
+        assert outcome.scores == {"c0": 0.0, "c1": 1.0}, (outcome.scores, outcome.error)
+        assert outcome.error_kind == "scorer", (outcome.error_kind, outcome.error)
+        assert outcome.error == "score() ran past its deadline of 2 s ([limits] timeout_s) on case c0", outcome.error
+        assert_known_vectors(box, problem)  # the scorer was started again, and scores as before
+    finally:
+        box.close()
+
+
+def test_cases_that_never_return_are_one_line_at_load(tmp_path, monkeypatch):
+    import evolve.problem.trusted as trusted
+
+    monkeypatch.setattr(trusted, "CASES_TIMEOUT_S", 1.0)
+    hang = "import time\n\ndef cases():\n    while True:\n        time.sleep(0.05)\n\n"
+    hang += "def score(case, output):\n    return 1.0\n"
+    started = time.monotonic()
+    with pytest.raises(ProblemError) as err:
+        load_problem(write_problem(tmp_path / "p", evaluate=hang))
+    assert time.monotonic() - started < 5.0
+    message = str(err.value)
+    assert "\n" not in message and "cases() did not return within 1 s" in message, message
+
+
+EXIT_WITHIN_S = 2.0  # from SIGINT to the process's exit, as for a candidate that hangs (test_interrupt_during_...)
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_a_run_whose_score_hangs_and_the_resume_scores_the_child(tmp_path):
+    folder, flag = hanging_problem(tmp_path, timeout=3.0)
+    children = [HANGS, KNOWN[1][0]]
+    replay = tmp_path / "replay.json"
+    replay.write_text(json.dumps([f"<variant 1>\n```python\n{code}```\n</variant 1>\n" for code in children]))
+    db = tmp_path / "a.db"
+    command = evolve_run_cmd(folder, db, f"replay:{replay}", 3, "--workers", "1", "--group-size", "1")
+    command += ["--variants", "1", "--edit-format", "full", "--stall-groups", "0"]
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    seen = Path(str(flag) + ".seen")
+    try:
+        deadline = time.monotonic() + 180
+        while not seen.exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert seen.exists(), f"score() never hung: {proc.poll()}"
+        time.sleep(0.3)
+        sent = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=20)
+        took = time.monotonic() - sent
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    out = proc.stdout.read() if proc.stdout else ""
+    assert took < EXIT_WITHIN_S, f"took {took:.1f}s to stop: {out[-1500:]}"
+    assert proc.returncode == 0 and "interrupted" in out and "Traceback" not in out, out[-3000:]
+    assert db_rows(db, "SELECT status FROM runs") == [("stopped",)]
+    # Nothing stored of the child being scored: no evaluation, no failure, no incident; it stays pending. (The other
+    # child may have been scored first: the replay's groups are sampled four at a time.)
+    assert editable(HANGS) not in stored(db)
+    assert db_rows(db, "SELECT COUNT(*) FROM evaluations WHERE error_kind IS NOT NULL") == [(0,)]
+    assert db_rows(db, "SELECT COUNT(*) FROM incidents") == [(0,)]
+    assert db_rows(db, "SELECT COUNT(*) FROM variants WHERE status = 'ok' AND program_id IS NULL") >= [(1,)]
+
+    # The resume meets the same hang: past its deadline the case is the evaluator's failure, and the run ends.
+    again = subprocess.run(
+        [sys.executable, "-m", "evolve.cli", "resume", str(db)], capture_output=True, text=True, timeout=300
+    )
+    assert again.returncode == 0 and "evaluation budget reached" in again.stdout, again.stdout[-2000:] + again.stderr
+    rows = stored(db)
+    assert rows[editable(HANGS)][:2] == ({"c0": 0.0, "c1": 1.0}, "scorer"), rows
+    assert rows[editable(KNOWN[1][0])][:2] == (KNOWN[1][1], None)
+    assert db_rows(db, "SELECT status FROM runs") == [("finished",)]
