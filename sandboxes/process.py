@@ -40,6 +40,7 @@ from typing import Any
 from evolve.filetree import TreeError
 from evolve.problem import Problem
 from evolve.problem.outcome import ErrorKind, EvalOutcome
+from evolve.problem.trusted import scorer_pids
 from sandboxes.abort import RunningJobs
 from sandboxes.base import OUTPUT_CAP, SandboxRefused
 from sandboxes.cgroups import make_slot_cgroups, remove_all
@@ -372,7 +373,8 @@ class ProcessSandbox:
             cgroup.kill()
         if self._adopts_leftovers:
             with self._spawn_lock:
-                kill_all(proc.pid, None, token.encode(), adopted_except=frozenset(self._leaders))
+                spared = frozenset(self._leaders) | scorer_pids()  # jobs running; the evaluator's score() processes
+                kill_all(proc.pid, None, token.encode(), adopted_except=spared)
         else:
             kill_all(proc.pid, uid, None if uid is not None else token.encode())
         proc.wait()
