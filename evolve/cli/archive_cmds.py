@@ -288,7 +288,7 @@ def report(
         try:
             write_file(out, text)  # no link followed, no file overwritten that evolve did not write
         except OutputError as exc:
-            fail(str(exc))
+            fail(f"cannot write the report: {exc}")
         console.print(f"wrote {out}")
 
 

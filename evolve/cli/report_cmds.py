@@ -37,7 +37,7 @@ def write_html(db: Path, run_id: int | None, out: Path) -> None:
     try:
         write_file(out, html)  # no link followed, no file overwritten that evolve did not write
     except OutputError as exc:
-        fail(str(exc))
+        fail(f"cannot write the report: {exc}")
     console.print(f"wrote {out} ({len(html) / 1e6:.1f} MB, run {run.id}, {time.perf_counter() - started:.1f} s)")
 
 

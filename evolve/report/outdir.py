@@ -202,11 +202,13 @@ class OutputFolder:
 
 
 def write_file(path: Path, text: str | Iterable[str], *, record: bool = True) -> Path:
-    """Write the one file `path` as `OutputFolder` writes (its folder, made if missing, is the output folder);
-    the path. `record`: keep the folder's record, so that the next command may replace this file while it holds
-    what evolve wrote; without one, only a new file is written."""
+    """Write the one file `path` as `OutputFolder` writes (its folder, which must exist: the user names a file,
+    not a place to make, is the output folder); the path. `record`: keep the folder's record, so that the next
+    command may replace this file while it holds what evolve wrote; without one, only a new file is written."""
     if not path.name or path.name in (".", ".."):
         raise OutputError(f"{path}: name a file to write, not a folder")
+    if not path.parent.is_dir():
+        raise OutputError(f"{path.parent}: no such folder; make it first, or name a file in another one")
     with OutputFolder(path.parent, record=record) as folder:
         return folder.write(path.name, text)
 
