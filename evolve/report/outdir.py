@@ -91,7 +91,7 @@ class OutputFolder:
         self._fd = _enter(path, None, path)
         self._changed = False
         try:
-            _check_owner(self._fd, _stat_of(path.parent), path)
+            _check_owner(self._fd, _stat_of(Path(os.path.abspath(path)).parent), path)  # "." has a parent too
             self._record = self._read_record() if record else {}
         except BaseException:
             os.close(self._fd)
