@@ -3,6 +3,12 @@
 Every option is stored with the run when it starts. A resume takes the stored options; an option given
 explicitly on resume overrides its stored value, and each override is recorded with the run (shown by
 `evolve inspect`), so that leaving out `--max-evaluations 1000` on resume never silently shrinks the run.
+
+A run also stores its problem folder's fingerprint, one hash per file (evolve/problem/fingerprint.py), taken when
+it starts: a resume compares the folder with it and refuses a folder whose scoring may have changed, naming the
+files. Archives from before per-file hashes stored one hash of problem.toml and the evaluator; they are compared
+that way and upgraded on the resume that passes, which says so. A folder that moved (same files, another path) is
+resumed, and its new path is recorded with the run, so that `evolve resume DB` finds it afterwards.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from typing import Any
 from evolve.archive import Archive, ArchiveError, RunRecord
 from evolve.options import DEFAULT_POLICY, TRAIN_METHODS, RunOptions, RunOverrides, option_default
 from evolve.problem import Problem
+from evolve.problem.fingerprint import changes, is_file_hashes, legacy_fingerprint
 
 __all__ = [  # the options model lives in evolve.options; a run's identity uses it
     "DEFAULT_POLICY",
@@ -30,6 +37,10 @@ __all__ = [  # the options model lives in evolve.options; a run's identity uses 
 ]
 
 
+FILES = "problem_files"  # the run config's key of its problem folder's per-file hashes (path -> sha256)
+OLD_CHECK = "problem.toml and the evaluator"  # what an archive from before per-file hashes had hashed
+
+
 class RunMismatch(Exception):
     pass
 
@@ -41,12 +52,34 @@ def check_resumable(archive: Archive, problem: Problem, run_id: int | None = Non
         run = archive.find_run(run_id, problem.name)
     except ArchiveError as exc:
         raise RunMismatch(str(exc)) from None
-    if run is not None and run.problem_fingerprint != problem.fingerprint():
-        raise RunMismatch(
-            f"{archive.url}: run {run.id} of {problem.name} was made with a different "
-            "problem.toml or evaluator; use a new --db to start afresh"
-        )
+    said = None if run is None else _changed(run, problem)
+    if said is not None:
+        raise RunMismatch(f"{archive.url}: {said}")
     return run
+
+
+def _changed(run: RunRecord, problem: Problem) -> str | None:
+    """Why the folder is not the one `run` started with (one line ending in the fix), or None when it is."""
+    stored = run.config.get(FILES)
+    if stored is None:  # an archive from before per-file hashes: the old comparison, no more and no less
+        old = legacy_fingerprint(problem.root, problem.evaluator_path, problem.config.model_dump_json())
+        if run.problem_fingerprint == old:
+            return None
+        return (
+            f"run {run.id} of {problem.name} was made with a different problem.toml or evaluator (it was started "
+            f"before evolve hashed every file of the folder, so only {OLD_CHECK} are compared); use a new --db to "
+            "start afresh"
+        )
+    if not is_file_hashes(stored):
+        return f"run {run.id}'s stored file hashes cannot be read; restore the archive from a copy, or use a new --db"
+    diff = changes(stored, problem.file_hashes)
+    if not diff:
+        return None
+    them, were = ("it", "it was") if diff.count == 1 else ("them", "they were")
+    return (
+        f"{diff.describe()} since run {run.id} of {problem.name} started; use a new --db to start afresh, or put "
+        f"{them} back as {were} to resume the run"
+    )
 
 
 def stored_options(run: RunRecord) -> RunOptions:
@@ -69,10 +102,12 @@ class ResolvedOptions:
 
 @dataclass(frozen=True)
 class OpenedRun:
-    """The run a session goes on with, and whether it was resumed (False: made now)."""
+    """The run a session goes on with, whether it was resumed (False: made now), and what its resume found to say
+    (the folder moved; an older archive's problem compared the old way), one line each."""
 
     run: RunRecord
     resumed: bool
+    notes: tuple[str, ...] = ()
 
 
 def resolve_options(problem: Problem, run: RunRecord | None, overrides: RunOverrides) -> ResolvedOptions:
@@ -100,21 +135,50 @@ def open_run(
     A resumed run found `running` was killed (SIGKILL, power loss): it is counted as an interruption."""
     run = run if run is not None else check_resumable(archive, problem)
     if run is not None:
-        config = {**run.config, "options": asdict(options)}
-        if overrides:
-            stamp = datetime.now(UTC).isoformat(timespec="seconds")
-            config["overrides"] = [*run.config.get("overrides", []), {"at": stamp, "changes": dict(overrides)}]
-        state = run.state
-        if run.status == "running":
-            state = state.updated(interruptions=state.interruptions + 1)
-        archive.update_run(run.id, status="running", config=config, state=state)
-        return OpenedRun(replace(run, status="running", config=config, state=state), True)
+        return _resume(archive, problem, options, run, overrides or {})
     config = {
         "problem": problem.config.model_dump(mode="json"),
         "problem_path": str(problem.root),
         "problem_hash": problem.fingerprint(),
+        FILES: dict(problem.file_hashes),
         "options": asdict(options),
     }
     return OpenedRun(
         archive.create_run(problem.name, str(problem.root), problem.fingerprint(), config, options.seed), False
     )
+
+
+def _resume(
+    archive: Archive, problem: Problem, options: RunOptions, run: RunRecord, overrides: Mapping[str, list[Any]]
+) -> OpenedRun:
+    """Mark `run` running again with `options`, recording the options given on this resume and what else changed:
+    the folder's path when it moved, the per-file hashes when the run was started before them (checked the old way
+    by `check_resumable`; from now on every file is compared). Each is an entry of this resume's record, which
+    `evolve inspect` shows."""
+    config = {**run.config, "options": asdict(options)}
+    changed, notes = dict(overrides), []
+    where, was = str(problem.root), str(run.config.get("problem_path") or run.problem_dir)
+    if where != was:
+        config["problem_path"], changed["problem_path"] = where, [was, where]
+        notes.append(f"the problem folder moved from {was} to {where}; the run records its new place")
+    if FILES not in run.config:
+        config[FILES], config["problem_hash"] = dict(problem.file_hashes), problem.fingerprint()
+        changed["problem_check"] = [OLD_CHECK, "every file of the folder"]
+        notes.append(
+            f"run {run.id} was started before evolve hashed every file of the problem folder: only {OLD_CHECK} were "
+            "compared on this resume; its files are hashed now, and every later resume compares them all"
+        )
+    if changed:
+        stamp = datetime.now(UTC).isoformat(timespec="seconds")
+        config["overrides"] = [*run.config.get("overrides", []), {"at": stamp, "changes": changed}]
+    state = run.state
+    if run.status == "running":
+        state = state.updated(interruptions=state.interruptions + 1)
+    fingerprint = problem.fingerprint()
+    archive.run_store.update(
+        run.id, status="running", config=config, state=state, problem_dir=where, fingerprint=fingerprint
+    )
+    opened = replace(
+        run, status="running", config=config, state=state, problem_dir=where, problem_fingerprint=fingerprint
+    )
+    return OpenedRun(opened, True, tuple(notes))

@@ -85,6 +85,7 @@ class Search:
     previous_status: str | None = None  # the run's status before this session (running = it was killed)
     overrides: Mapping[str, list[Any]] | None = None  # options changed on this resume: name → [stored, given]
     opened: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)
+    notes: tuple[str, ...] = ()  # what the resume found to say (the folder moved, ...): evolve.runs.OpenedRun
 
     @property
     def archive(self) -> Archive:
@@ -291,4 +292,4 @@ def build_search(
             ) from exc
         previous = existing.status if existing is not None else None
         restored = members.restored
-        return Search(loop, target_db, resumed, restored, where, previous, changes, opened.pop_all())
+        return Search(loop, target_db, resumed, restored, where, previous, changes, opened.pop_all(), session.notes)

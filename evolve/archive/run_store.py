@@ -70,13 +70,19 @@ class RunStore:
         status: str | None = None,
         config: dict[str, Any] | None = None,
         state: RunState | None = None,
+        problem_dir: str | None = None,
+        fingerprint: str | None = None,
     ) -> None:
         """Write the values given (None: left as stored) in one statement; the run's `updated_at` moves, which
-        is the heartbeat `shown_status` reads."""
+        is the heartbeat `shown_status` reads. A resume from a folder that moved gives its new `problem_dir`, and one
+        of a run older than per-file hashes its new kind of `fingerprint` (evolve/runs.py), with the config that
+        records them: one statement, so the columns never disagree with the config."""
         values: dict[str, Any] = {
             "status": status,
             "config": config,
             "state": None if state is None else state.as_json(),
+            "problem_dir": problem_dir,
+            "problem_fingerprint": fingerprint,
         }
         given = {k: v for k, v in values.items() if v is not None}
         if not given:

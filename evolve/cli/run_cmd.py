@@ -16,7 +16,7 @@ from rich.live import Live
 
 from evolve.archive import StorageError
 from evolve.cli.archive_cmds import open_archive, pick_run
-from evolve.cli.common import console, default_note, fail, shell_arg, vector_table
+from evolve.cli.common import console, default_note, fail, printable, shell_arg, vector_table
 from evolve.cli.option_flags import option_parameters, with_flags
 from evolve.cli.problem_cmds import load_or_fail
 from evolve.fitness import raw_scores, score_text
@@ -150,6 +150,8 @@ def _announce(search: Search, problem: Problem) -> None:
             f"run {search.loop.run.id} was interrupted (its process was killed); resuming where it stopped",
             highlight=False,
         )
+    for note in search.notes:
+        console.print(printable(note), highlight=False, markup=False)
     for name, (old, new) in (search.overrides or {}).items():
         console.print(f"option {name}: {old!r} -> {new!r} (given on this resume; recorded with the run)")
     console.print(f"isolation: {search.sandbox.isolation()}", highlight=False)

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import ast
-import hashlib
 import os
 import shutil
 import tomllib
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal
 
@@ -16,6 +16,7 @@ from pydantic import ValidationError
 from evolve.problem.blocks import BlockError, find_blocks
 from evolve.problem.config import ComponentSpec, ProblemConfig
 from evolve.problem.errors import ProblemError, doc
+from evolve.problem.fingerprint import combined, folder_hashes
 from evolve.problem.seed_files import check_fixed_names, folder_file, read_seed_files, read_text
 from evolve.problem.trusted import Scored, ScorerError, TrustedScorer
 
@@ -60,14 +61,15 @@ class Problem:
         d = self.root / "data"
         return d if d.is_dir() else None
 
+    @cached_property
+    def file_hashes(self) -> dict[str, str]:
+        """Each file of the folder that can decide a score -> its hash, read once (evolve/problem/fingerprint.py);
+        a run stores them, and a resume names the files that changed since."""
+        return folder_hashes(self.root, self.config.model_dump(mode="json"))
+
     def fingerprint(self) -> str:
-        """Hash of what defines the problem; a resumed run refuses a changed problem."""
-        h = hashlib.sha256()
-        toml = self.root / "problem.toml"
-        # A folder without problem.toml (OpenEvolve style) is defined by the config inferred for it.
-        h.update(toml.read_bytes() if toml.is_file() else self.config.model_dump_json().encode())
-        h.update(self.evaluator_path.read_bytes())
-        return h.hexdigest()[:16]
+        """One hash of `file_hashes`: a resumed run refuses a changed problem."""
+        return combined(self.file_hashes)
 
     def score_case(self, case: Case, output: Any) -> tuple[float, str | None, bool]:
         """Run the trusted `score(case, output)` -> (score, note, ok).
