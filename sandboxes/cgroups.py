@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import itertools
 import os
 import signal
 import time
@@ -23,6 +24,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 PREFIX = "vpo-evolve-"
+# Sandboxes made by one process (a test, a benchmark, an engine reopened) each get their own groups: lanes are
+# numbered from 0 in every pool, so the pid and the lane alone would let one sandbox's close remove another's.
+_instances = itertools.count()
 
 
 def _read(path: Path) -> str:
@@ -228,13 +232,14 @@ def make_slot_cgroups(slots: list[int]) -> tuple[dict[int, SlotCgroup], str]:
     if parent is None:
         return {}, why
     made: dict[int, SlotCgroup] = {}
+    instance = next(_instances)
     try:
         for entry in parent.glob(f"{PREFIX}*-*"):
             pid = entry.name[len(PREFIX) :].split("-", 1)[0]
             if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
                 SlotCgroup(entry, v2).remove()
         for slot in slots:
-            path = parent / f"{PREFIX}{os.getpid()}-{slot}"
+            path = parent / f"{PREFIX}{os.getpid()}-{instance}-{slot}"
             path.mkdir(exist_ok=True)
             made[slot] = SlotCgroup(path, v2)
     except OSError as exc:

@@ -260,3 +260,18 @@ def test_cgroups_of_dead_engines_are_removed_at_start_and_ours_at_close():
         for path in (stale, live):
             with contextlib.suppress(FileNotFoundError):
                 path.rmdir()
+
+
+def test_two_sandboxes_in_one_process_keep_their_own_cgroups(problem):
+    """Lanes are numbered from 0 in every sandbox: named by pid and lane alone, a second sandbox of the same
+    process shared the first one's groups, and closing it removed them under the first one, whose next job was
+    refused (`cannot set up the memory cgroup .../cgroup.procs`)."""
+    first = _box("cgroup")
+    try:
+        second = _box("cgroup")
+        assert not set(first.cgroup_paths) & set(second.cgroup_paths)
+        second.close()
+        assert all(path.is_dir() for path in first.cgroup_paths)
+        assert_known(first, problem)
+    finally:
+        first.close()
