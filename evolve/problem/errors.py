@@ -1,8 +1,21 @@
 """The one error a malformed problem folder raises, and where its messages send the user to read more."""
 
+import reprlib
 from pathlib import Path
+from typing import Any
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
+
+
+_SHOWN = reprlib.Repr()  # keyword arguments only from Python 3.12
+_SHOWN.maxlevel, _SHOWN.maxlist, _SHOWN.maxdict, _SHOWN.maxstring, _SHOWN.maxother = 3, 4, 4, 40, 40
+
+
+def shown(value: Any) -> str:
+    """`value` as an error message shows it: a bounded repr (reprlib), at most about 60 characters, whatever the
+    value's size; `f"{value!r:.40}"` builds the whole repr before cutting it (an alias-expanded YAML value, or
+    a case of cases() holding megabytes)."""
+    return _SHOWN.repr(value)[:60]
 
 
 class ProblemError(Exception):

@@ -15,7 +15,7 @@ from pydantic import ValidationError
 
 from evolve.problem.blocks import BlockError, find_blocks
 from evolve.problem.config import ComponentSpec, ProblemConfig
-from evolve.problem.errors import ProblemError, doc
+from evolve.problem.errors import ProblemError, doc, shown
 from evolve.problem.fingerprint import combined, folder_hashes
 from evolve.problem.seed_files import check_fixed_names, folder_file, read_seed_files, read_text
 from evolve.problem.trusted import Scored, ScorerError, TrustedScorer
@@ -119,7 +119,7 @@ def _load_cases(path: Path, scorer: TrustedScorer) -> tuple[Case, ...]:
     out = []
     for item in raw:
         if not isinstance(item, dict) or "name" not in item or "input" not in item:
-            raise _fail(path, f"case {item!r:.60} lacks 'name' or 'input'", "give each case both keys")
+            raise _fail(path, f"case {shown(item)} lacks 'name' or 'input'", "give each case both keys")
         rest = {k: v for k, v in item.items() if k not in ("name", "input")}
         out.append(Case(str(item["name"]), item["input"], rest))
     scorer.use_cases([{"name": c.name, "input": c.input, **c.trusted} for c in out])

@@ -13,19 +13,16 @@ few hundred characters of it.
 
 from __future__ import annotations
 
-import reprlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from evolve.problem.errors import ProblemError, doc
+from evolve.problem.errors import ProblemError, doc, shown
 from evolve.problem.seed_files import read_text
 
 MAX_BYTES = 1 << 20  # an OpenEvolve config is a few kB; a larger one is not a config
-_SHOWN = reprlib.Repr()  # keyword arguments only from Python 3.12
-_SHOWN.maxlevel, _SHOWN.maxlist, _SHOWN.maxdict, _SHOWN.maxstring, _SHOWN.maxother = 3, 4, 4, 40, 40
 
 POLICY = "no meaning here: the policy is chosen with evolve run --policy"
 ARCHIVE = "the archive (--db) keeps every program, prompt and evaluation as it lands"
@@ -78,12 +75,6 @@ class MappedConfig:
     stage_timeout_s: float | None = None
     feature_dimensions: list[str] | None = None
     notes: list[str] = field(default_factory=list)
-
-
-def shown(value: Any) -> str:
-    """`value` as an error message shows it: a bounded repr (reprlib), at most about 60 characters, whatever the
-    value's size; `f"{value!r:.40}"` builds the whole repr before cutting it."""
-    return _SHOWN.repr(value)[:60]
 
 
 class _AliasRefused(Exception):
