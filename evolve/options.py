@@ -28,8 +28,10 @@ from policies.advantages import METHODS as TRAIN_METHODS
 from policies.base import PolicyError
 from policies.shaping import NORMALISATIONS
 from policies.spec import PolicySpec
+from sandboxes.process_slots import UID_RANGE
 
 _SEARCH, _TRAINING = SearchSection(), TrainingSection()
+SQL_INT_MAX = 2**63 - 1  # the largest integer an archive's column holds
 DEFAULT_POLICY = "embedded"  # the embedded model on llama.cpp where it is installed, else transformers
 
 
@@ -72,7 +74,8 @@ def table_option(name: str, section: str = "search", **meta: Any) -> Any:
 class RunOptions:
     """What one `evolve run` was asked for; stored with the run."""
 
-    workers: int = option(2, "evaluations in flight at once", low=1, on_resume=True)
+    # at most the process sandbox's uid slots (sandboxes/process_slots.py), and a thread each
+    workers: int = option(2, "evaluations in flight at once", low=1, high=UID_RANGE, on_resume=True)
     group_size: int = table_option("group_size")
     variants: int = table_option("variants")
     max_evaluations: int = table_option("max_evaluations", on_resume=True, resume_help="extend the evaluation budget")
@@ -80,7 +83,7 @@ class RunOptions:
         None, "wall-clock budget in seconds, summed over resumes", flag="max-time", on_resume=True
     )
     target: float | None = option(None, "stop once the best scalar view reaches this", on_resume=True)
-    seed: int = option(0, "seeds selection and sampling, group by group")
+    seed: int = option(0, "seeds selection and sampling, group by group", low=0, high=SQL_INT_MAX)  # runs.seed
     edit_format: str = table_option("edit_format", choices=EDIT_FORMATS)
     temperature: float = table_option("temperature", low=0.0)
     max_new_tokens: int = table_option("max_new_tokens")
@@ -252,10 +255,16 @@ def _one_of(choices: tuple[str, ...]) -> str:
     return f"{', '.join(choices[:-1])} or {choices[-1]}" if len(choices) > 1 else "".join(choices)
 
 
+def bound_text(value: float) -> str:
+    """A bound as a flag's help and error show it: an integer whole (2**63 - 1 is not 9.22337e+18)."""
+    return str(value) if isinstance(value, int) else f"{value:g}"
+
+
 def _bounds(info: OptionMeta) -> str:
-    if info.low is not None and info.high is not None:
-        return f"give a value from {info.low:g} to {info.high:g}"
-    return f"give a value >= {info.low:g}" if info.low is not None else f"give a value <= {info.high:g}"
+    low, high = (None if v is None else bound_text(v) for v in (info.low, info.high))
+    if low is not None and high is not None:
+        return f"give a value from {low} to {high}"
+    return f"give a value >= {low}" if low is not None else f"give a value <= {high}"
 
 
 def invalid_value(values: Mapping[str, Any]) -> str | None:
@@ -273,5 +282,5 @@ def invalid_value(values: Mapping[str, Any]) -> str | None:
         if isinstance(value, int | float) and (
             (low is not None and value < low) or (high is not None and value > high)
         ):
-            return f"{flag} {value:g}: {_bounds(info)}"
+            return f"{flag} {bound_text(value)}: {_bounds(info)}"
     return None

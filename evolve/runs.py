@@ -21,6 +21,7 @@ from typing import Any
 from evolve.archive import Archive, ArchiveError, RunRecord
 from evolve.options import DEFAULT_POLICY, TRAIN_METHODS, RunOptions, RunOverrides, option_default
 from evolve.problem import Problem
+from evolve.problem.config import FitnessSection
 from evolve.problem.fingerprint import changes, is_file_hashes, legacy_fingerprint
 
 __all__ = [  # the options model lives in evolve.options; a run's identity uses it
@@ -52,6 +53,9 @@ def check_resumable(archive: Archive, problem: Problem, run_id: int | None = Non
         run = archive.find_run(run_id, problem.name)
     except ArchiveError as exc:
         raise RunMismatch(str(exc)) from None
+    unreadable = None if run is None else unreadable_config(archive.url, run)
+    if unreadable is not None:
+        raise RunMismatch(unreadable)
     said = None if run is None else _changed(run, problem)
     if said is not None:
         raise RunMismatch(f"{archive.url}: {said}")
@@ -80,6 +84,57 @@ def _changed(run: RunRecord, problem: Problem) -> str | None:
         f"{diff.describe()} since run {run.id} of {problem.name} started; use a new --db to start afresh, or put "
         f"{them} back as {were} to resume the run"
     )
+
+
+def unreadable_config(url: str, run: RunRecord) -> str | None:
+    """The one line that says a run's stored config cannot be read (written over by hand or by another tool): not
+    a table of tables, its problem's fitness not valid, or an option not of its declared type; None when it can.
+    Every command that reads a stored run checks it first, rather than failing in the first read with a traceback."""
+    config = run.config if isinstance(run.config, dict) else {}
+    problem, options = config.get("problem"), config.get("options", {})
+    if not (isinstance(problem, dict) and isinstance(options, dict) and isinstance(problem.get("program", {}), dict)):
+        said: str | None = "it is not a table holding the tables problem and options"
+    else:
+        try:
+            FitnessSection.model_validate(problem.get("fitness"))
+            said = _option_type_error(options)
+        except ValueError as exc:  # pydantic's ValidationError
+            said = f"its problem's fitness table: {_first_error(exc)}"
+    if said is None:
+        return None
+    return f"{url}: run {run.id}'s stored config cannot be read ({said}); restore the archive from a copy"
+
+
+def _first_error(exc: ValueError) -> str:
+    """A validation error's first complaint (pydantic lists each with its place), else the error itself."""
+    errors = getattr(exc, "errors", None)
+    if not callable(errors) or not errors():
+        return str(exc)
+    first = errors()[0]
+    place = ".".join(map(str, first.get("loc", ())))
+    return f"{place}: {first.get('msg', '')}" if place else str(first.get("msg", ""))
+
+
+_TYPES = {"int": int, "float": float, "bool": bool, "str": str}
+
+
+def _option_type_error(values: Mapping[str, Any]) -> str | None:
+    """The first stored option whose value is not of the type `RunOptions` declares; names it does not know (an
+    older or newer engine's, which `stored_options` leaves out) are not looked at."""
+    for f in fields(RunOptions):
+        if f.name not in values:
+            continue
+        value, declared = values[f.name], str(f.type)
+        if value is None and declared.endswith(" | None"):
+            continue
+        kind = _TYPES.get(declared.removesuffix(" | None"), list)
+        fits = isinstance(value, kind) and (kind is bool or not isinstance(value, bool))
+        fits = fits or (kind is float and isinstance(value, int) and not isinstance(value, bool))  # JSON's 1.0 is 1
+        if kind is list:
+            fits = fits and all(isinstance(item, dict) for item in value)
+        if not fits:
+            return f"its option {f.name} is {value!r}, not {declared}"
+    return None
 
 
 def stored_options(run: RunRecord) -> RunOptions:

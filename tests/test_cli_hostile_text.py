@@ -21,7 +21,7 @@ def test_evolve_eval_prints_a_hostile_error_as_inert_text(tmp_path: Path) -> Non
     shown = CliRunner().invoke(app, ["eval", str(folder), str(candidate), "--sandbox", "process"])
     assert shown.exit_code == 0, shown.output
     assert "\x1b" not in shown.output and "\x07" not in shown.output
-    assert "?[31mscalar view 1 ok[/red] [/]" in shown.output  # the text itself, markup and all, made inert
+    assert "\\x1b[31mscalar view 1 ok[/red] [/]" in shown.output  # the text itself, markup and all, made inert
 
 
 def test_evolve_show_prints_a_stored_hostile_evaluation_as_inert_text(tmp_path: Path) -> None:
@@ -40,8 +40,8 @@ def test_evolve_show_prints_a_stored_hostile_evaluation_as_inert_text(tmp_path: 
     shown = CliRunner().invoke(app, ["show", str(tmp_path / "a.db"), str(pid)])
     assert shown.exit_code == 0, shown.output
     assert "\x1b" not in shown.output and "\x07" not in shown.output
-    # the error, feedback, case error, stderr and the stage's metric name
-    assert shown.output.count("?[31mscalar view 1 ok[/red] [/]") == 5, shown.output
+    # the code (whose source spells it with escapes), the error, feedback, case error, stderr, the stage's metric
+    assert shown.output.count("\\x1b[31mscalar view 1 ok[/red] [/]") == 6, shown.output
     assert "scalar view 1 ok[/red] [/] 1.5, note a-string" in shown.output
 
 
@@ -58,4 +58,6 @@ def test_evolve_inspect_prints_a_hostile_incident_as_inert_text(tmp_path: Path) 
     shown = CliRunner().invoke(app, ["inspect", str(tmp_path / "a.db")])
     assert shown.exit_code == 0, shown.output
     assert "\x1b" not in shown.output and "\x07" not in shown.output
-    assert "last incident: generate: parse: ?[2J?]0;owned??[31mscalar view 1 ok[/red] [/]" in shown.output
+    assert (
+        "last incident: generate: parse: \\x1b[2J\\x1b]0;owned\\x07\\x1b[31mscalar view 1 ok[/red] [/]" in shown.output
+    )

@@ -11,7 +11,7 @@ import typer
 from typer.testing import CliRunner
 
 from evolve.cli import app
-from evolve.options import RunOptions, RunOverrides, meta
+from evolve.options import RunOptions, RunOverrides, bound_text, meta
 from evolve.problem.config import SearchSection, TrainingSection
 
 
@@ -34,7 +34,7 @@ def test_every_option_with_a_flag_is_a_flag_of_run_with_its_declared_help_and_bo
             table = SearchSection if info.section == "search" else TrainingSection
             assert table.model_fields[f.name].description in (option.help or ""), f.name
         if info.low is not None or info.high is not None:
-            low, high = ("" if v is None else f"{v:g}" for v in (info.low, info.high))
+            low, high = ("" if v is None else bound_text(v) for v in (info.low, info.high))
             assert f"({low}..{high})" in (option.help or ""), f.name
 
 
@@ -52,4 +52,6 @@ def test_a_bound_of_the_search_table_is_the_flag_s_bound_said_in_one_line(tmp_pa
     ran = runner.invoke(app, ["run", str(tmp_path), "--variants", "9"])
     assert ran.exit_code == 2 and ran.output.strip().splitlines() == ["error: --variants 9: give a value from 1 to 8"]
     resumed = runner.invoke(app, ["resume", str(tmp_path / "a.db"), "--workers", "0"])
-    assert resumed.exit_code == 2 and resumed.output.strip().splitlines() == ["error: --workers 0: give a value >= 1"]
+    assert resumed.exit_code == 2 and resumed.output.strip().splitlines() == [
+        "error: --workers 0: give a value from 1 to 1024"
+    ]

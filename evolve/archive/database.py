@@ -9,7 +9,9 @@ shares one `Database`.
 from __future__ import annotations
 
 import fcntl
+import json
 import os
+import shlex
 import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -21,15 +23,21 @@ from alembic import command
 from alembic.config import Config
 from alembic.script import ScriptDirectory
 from sqlalchemy import Engine, create_engine, event, inspect, text
+from sqlalchemy.engine import ExceptionContext
 from sqlalchemy.exc import DatabaseError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import NullPool
 
 from evolve.archive.lock_waits import LockWaits
-from evolve.archive.urls import ArchiveUrlError, archive_url, display_url, missing_driver_hint, sqlite_file
+from evolve.archive.models import Base
+from evolve.archive.urls import ArchiveUrlError, archive_url, display_url, in_memory, missing_driver_hint, sqlite_file
 
 MIGRATIONS = Path(__file__).with_name("migrations")
 MIGRATION_LOCK = 0x6576_6F6C  # "evol": the PostgreSQL advisory lock key held while migrating
+# Every table an archive of any schema version holds (no migration drops or renames one): a database holding
+# others is someone else's, and must not get the archive's tables beside its own.
+ARCHIVE_TABLES = frozenset({*Base.metadata.tables, "alembic_version"})
+SQLITE_CORRUPT = 11  # the primary result code of "database disk image is malformed"
 
 
 class ArchiveError(Exception):
@@ -40,6 +48,24 @@ class ArchiveError(Exception):
 # named here so that a caller that outlives such a failure (the progress feed) or reports it (the CLI) catches
 # it without importing the database library, which only the archive's modules know.
 StorageError = SQLAlchemyError
+
+
+class ArchiveDamaged(ArchiveError, StorageError):
+    """The archive's file is damaged (corrupt pages, a stored value that no longer parses): an `ArchiveError` for
+    the commands, which say so in one line, and a `StorageError` for the callers that outlive a failed read or
+    write (the run stops with that line, the progress feed skips a beat)."""
+
+
+def damaged(where: str, file: Path | None, reason: str, *, pages: bool = True) -> ArchiveDamaged:
+    """The one line a damaged archive is reported with: what is wrong, and how to get the rows back (`pages`:
+    SQLite's own pages are damaged, which its `.recover` reads around; a value the engine wrote wrong is not)."""
+    if file is None or not pages:
+        return ArchiveDamaged(f"the archive {file or where} is damaged ({reason}); restore it from a copy")
+    name = shlex.quote(str(file))
+    return ArchiveDamaged(
+        f"the archive {file} is damaged ({reason}); restore it from a copy, or recover what is left with "
+        f"`sqlite3 {name} .recover | sqlite3 recovered.db` and use recovered.db"
+    )
 
 
 def storage_reason(exc: SQLAlchemyError) -> str:
@@ -55,6 +81,45 @@ def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
     for pragma in ("journal_mode=WAL", "foreign_keys=ON", "busy_timeout=30000", "synchronous=NORMAL"):
         cur.execute(f"PRAGMA {pragma}")
     cur.close()
+
+
+def _raise_damaged(url: str, file: Path | None, context: ExceptionContext) -> None:
+    """An engine's error hook: a read or write that found corrupt pages (SQLite's SQLITE_CORRUPT, wherever it
+    surfaces: a session, a bulk insert, a report's query) raises `ArchiveDamaged` instead of the driver's error."""
+    cause = context.original_exception
+    if getattr(cause, "sqlite_errorcode", 0) & 0xFF == SQLITE_CORRUPT:
+        raise damaged(url, file, str(cause).strip().splitlines()[0]) from None
+
+
+def _refuse_foreign(url: str, tables: list[str]) -> None:
+    """A database holding tables that no archive has is someone else's: refused in one line, before the archive
+    adds its tables beside them (an empty database, and an archive of any schema version, pass)."""
+    foreign = sorted(set(tables) - ARCHIVE_TABLES)
+    if foreign:
+        shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
+        raise ArchiveError(
+            f"{url}: not an archive: it holds tables of something else ({shown}); give --db a new file or an "
+            "archive of evolve's"
+        )
+
+
+def _sqlite_tables(path: Path) -> list[str]:
+    """The tables of a SQLite file with no WAL beside it, read without writing anything (an engine's first
+    connection would switch it to WAL mode; `immutable` makes no -shm either); [] where it cannot be read so,
+    which the engine's own opening then reports. A file in WAL mode is checked by `_migrate`, before any table."""
+    try:
+        con = sqlite3.connect(f"file:{path.as_uri()[len('file://') :]}?mode=ro&immutable=1", uri=True)
+    except sqlite3.Error:
+        return []
+    try:
+        rows = con.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite^_%' ESCAPE '^'"
+        )
+        return [name for (name,) in rows]
+    except sqlite3.Error:
+        return []
+    finally:
+        con.close()
 
 
 def _may_write(path: Path) -> bool:
@@ -95,6 +160,19 @@ def _check_readable_wal(path: Path) -> None:
             f"{path}: its {wal.name} is here but not its {shm.name}, and this folder is read-only, so the rows in "
             f"the WAL cannot be read; copy {path.name} and {wal.name} to a folder you may write and open the copy"
         )
+
+
+def _make_folder(path: Path) -> None:
+    """The folder of a new archive file, made if missing; one that cannot be made is a one-line `ArchiveError`."""
+    folder = path.parent
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        blocker = next((p for p in (folder, *folder.parents) if p.exists() and not p.is_dir()), None)
+        why = f"{blocker} is a file, not a folder" if blocker is not None else exc.strerror or type(exc).__name__
+        raise ArchiveError(
+            f"{path}: cannot make the archive's folder {folder} ({why}); give --db a path in a folder you may write"
+        ) from None
 
 
 def _make_private(path: Path) -> None:
@@ -142,6 +220,11 @@ class Database:
         except ArchiveUrlError as exc:
             raise ArchiveError(str(exc)) from None
         self.url = display_url(url)  # for messages: never shows a password
+        if in_memory(url):
+            raise ArchiveError(
+                f"--db {target}: an in-memory database is empty to every connection but the one that wrote it, "
+                "and gone when the command ends; give a file path (runs/NAME.db) or a server's URL"
+            )
         path = sqlite_file(url)
         self.file = path  # the SQLite file, None on a server
         if path is not None and path.is_dir():
@@ -149,8 +232,10 @@ class Database:
         if path is not None and not create and not path.exists():
             raise ArchiveError(f"{path}: no archive there; run `evolve run PROBLEM --db {path}` first")
         if path is not None and create:
-            path.parent.mkdir(parents=True, exist_ok=True)
+            _make_folder(path)
             _make_private(path)
+        if path is not None and path.exists() and not _beside(path, "-wal").exists():
+            _refuse_foreign(self.url, _sqlite_tables(path))  # before the engine's first connection sets WAL mode
         self.read_only = path is not None and not create and not _may_write(path)
         if self.read_only and path is not None:
             _check_readable_wal(path)
@@ -163,9 +248,13 @@ class Database:
             raise ArchiveError(missing_driver_hint(url)) from None
         if self.engine.dialect.name == "sqlite" and not self.read_only:
             event.listen(self.engine, "connect", _sqlite_pragmas)
+        event.listen(self.engine, "handle_error", partial(_raise_damaged, self.url, path))
         try:
             with _file_lock(path if create else None):
                 self._migrate(create)
+        except ArchiveError:
+            self.engine.dispose()
+            raise
         except DatabaseError as exc:  # OperationalError among them; "file is not a database" is not one
             self.engine.dispose()
             if path is None:
@@ -186,6 +275,7 @@ class Database:
             if conn.dialect.name == "postgresql":  # two engines opening one fresh database migrate one at a time
                 conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK})
             current = None
+            _refuse_foreign(self.url, inspect(conn).get_table_names())
             if inspect(conn).has_table("alembic_version"):
                 current = conn.execute(text("SELECT version_num FROM alembic_version")).scalar()
                 if current and current not in known:
@@ -208,9 +298,13 @@ class Database:
 
     @contextmanager
     def session(self) -> Iterator[Session]:
-        """One short transaction: committed when the block ends, rolled back if it raises."""
-        with self._sessions.begin() as s:
-            yield s
+        """One short transaction: committed when the block ends, rolled back if it raises. A stored JSON value
+        that does not parse (a run's config written over by hand) is the archive's damage, said in one line."""
+        try:
+            with self._sessions.begin() as s:
+                yield s
+        except json.JSONDecodeError as exc:
+            raise damaged(self.url, self.file, f"a stored JSON value does not parse: {exc}", pages=False) from None
 
     def close(self) -> None:
         if self._waits is not None:

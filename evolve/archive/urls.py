@@ -55,6 +55,15 @@ def sqlite_file(url: str) -> Path | None:
     return Path(parsed.database)
 
 
+def in_memory(url: str) -> bool:
+    """A SQLite URL naming no file (`sqlite://`, `sqlite:///:memory:`, `mode=memory`): a database that lives in
+    one connection, which no other connection of the run, and no later command, can see."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() != "sqlite":
+        return False
+    return not parsed.database or parsed.database == ":memory:" or parsed.query.get("mode") == "memory"
+
+
 def display_url(url: str) -> str:
     """The URL with any password masked, for messages and logs."""
     return make_url(url).render_as_string(hide_password=True)

@@ -8,22 +8,23 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict
 from functools import partial
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 from rich.table import Table
 
 from evolve.archive import Archive, ArchiveError, RunRecord
-from evolve.cli.common import DbArg, console, duration_text, fail, plain, printable, vector_table
-from evolve.cli.report_cmds import serve, write_html
+from evolve.cli.common import DbArg, console, duration_text, fail, plain, printable, row_id, vector_table
+from evolve.cli.report_cmds import markdown_report, serve, write_html
 from evolve.filetree import TreeError, program_diff
 from evolve.fitness import score_text, signs
 from evolve.report.aggregate import run_components
 from evolve.report.export import ProgramLayout, evaluation_lines
 from evolve.report.outdir import OutputError, OutputFolder, write_file
 from evolve.report.queries import export_rows, several_files
+from evolve.runs import unreadable_config
 
-RunOpt = Annotated[int | None, typer.Option("--run", help="run id (default: the latest)")]
+RunOpt = Annotated[int | None, typer.Option("--run", callback=row_id, help="run id (default: the latest)")]
 
 
 def open_archive(db: str) -> Archive:
@@ -41,6 +42,15 @@ def pick_run(archive: Archive, run_id: int | None) -> RunRecord:
         fail(str(exc))
     if run is None:
         fail(f"{archive.url}: the archive holds no run yet")
+    return readable_run(archive, run)
+
+
+def readable_run(archive: Archive, run: RunRecord) -> RunRecord:
+    """`run`, when the commands can read its stored config (evolve.runs.unreadable_config); one line otherwise,
+    rather than a traceback from the first command to read it."""
+    said = unreadable_config(archive.url, run)
+    if said is not None:
+        fail(said)
     return run
 
 
@@ -67,26 +77,28 @@ def inspect(db: DbArg, as_json: Annotated[bool, typer.Option("--json")] = False)
     """Per run: counts, errors by kind, yield, per ensemble member and ask arm its groups and what they brought,
     best per component and scalar, islands, policy versions."""
     archive = open_archive(db)
-    summaries = [archive.summarize(run, run_signs(run)) for run in archive.runs()]
+    summaries = [archive.summarize(run, run_signs(readable_run(archive, run))) for run in archive.runs()]
     if as_json:
         print(json.dumps([asdict(s) for s in summaries], default=str))
         return
     for s in summaries:
         console.print(
-            f"[bold]run {s.run_id}[/] {s.problem} ({s.status}, {s.elapsed_s:.0f}s): {s.programs} programs, "
+            f"[bold]run {s.run_id}[/] {plain(s.problem, lines=False)} ({plain(s.status, lines=False)}, "
+            f"{s.elapsed_s:.0f}s): {s.programs} programs, "
             f"{s.evaluations} evaluations, {s.groups} groups, {s.completions} completions"
         )
-        console.print(f"  variants {s.variants}; evaluation errors {s.errors}; islands {s.islands}")
+        console.print(plain(f"  variants {s.variants}; evaluation errors {s.errors}; islands {s.islands}", lines=False))
         if s.stop_reason:
-            console.print(f"  last stop: {printable(s.stop_reason)}", highlight=False, markup=False)
+            console.print(f"  last stop: {printable(s.stop_reason, lines=False)}", highlight=False, markup=False)
         if s.interruptions:
             console.print(f"  interrupted (killed) {s.interruptions} time(s), resumed each time")
         if s.incidents:
-            console.print(f"  incidents (cost one group or child each): {s.incidents}", markup=False)
-            console.print(f"  last incident: {printable(str(s.last_incident))}", highlight=False, markup=False)
+            counts = printable(f"  incidents (cost one group or child each): {s.incidents}", lines=False)
+            console.print(counts, highlight=False, markup=False)
+            console.print(f"  last incident: {printable(s.last_incident, lines=False)}", highlight=False, markup=False)
         for o in s.overrides:
             changes = ", ".join(f"{k} {old!r} -> {new!r}" for k, (old, new) in o["changes"].items())
-            console.print(f"  resumed {o['at']} with {printable(changes)}", highlight=False, markup=False)
+            console.print(printable(f"  resumed {o['at']} with {changes}", lines=False), highlight=False, markup=False)
         t, y = s.telemetry, s.yields
         if t.get("tokens"):
             console.print(f"  {t['tokens']} tokens ({t['tokens_per_s'] or 0:.1f}/s while sampling)", highlight=False)
@@ -100,10 +112,10 @@ def inspect(db: DbArg, as_json: Annotated[bool, typer.Option("--json")] = False)
             highlight=False,
         )
         for row in [*s.members, *s.asks]:
-            console.print(f"  {printable(arm_line(row))}", highlight=False, markup=False)
+            console.print(f"  {printable(arm_line(row), lines=False)}", highlight=False, markup=False)
         for change in s.adaptations:
             console.print(
-                printable(f"  adapted at group {change['group']}: {change['change']} ({change['why']})"),
+                printable(f"  adapted at group {change['group']}: {change['change']} ({change['why']})", lines=False),
                 highlight=False,
                 markup=False,
             )
@@ -111,11 +123,12 @@ def inspect(db: DbArg, as_json: Annotated[bool, typer.Option("--json")] = False)
             console.print(f"  best scalar {score_text(s.best_scalar[1])} (program {s.best_scalar[0]})")
         table = Table("component", "best", "program", show_edge=False)
         for name, (pid, value) in s.best_components.items():
-            table.add_row(name, score_text(value), str(pid))
+            table.add_row(plain(name, lines=False), score_text(value), str(pid))
         console.print(table)
         for v in s.policy_versions:
             who = f" member {v['member']}" if v.get("member") else ""
-            console.print(f"  policy v{v['number']} (#{v['id']}){who}: {v['base_model']} adapter={v['adapter']}")
+            line = f"  policy v{v['number']} (#{v['id']}){who}: {v['base_model']} adapter={v['adapter']}"
+            console.print(printable(line, lines=False), highlight=False, markup=False)
 
 
 def best(
@@ -136,7 +149,8 @@ def best(
         return
     files = _laid_out(out, program.id, partial(_run_layout(chosen).files, program.code))
     _write_files(out, files)
-    console.print(f"wrote program {program.id} to {out} ({len(files)} file{'s' if len(files) > 1 else ''})")
+    said = f"wrote program {program.id} to {out} ({len(files)} file{'s' if len(files) > 1 else ''})"
+    console.print(printable(said, lines=False), highlight=False, markup=False)  # a folder named [/]x is text
 
 
 def _number_text(value: object) -> str:
@@ -144,7 +158,7 @@ def _number_text(value: object) -> str:
     return score_text(value) if isinstance(value, int | float) else str(value)
 
 
-def show(db: DbArg, program_id: int) -> None:
+def show(db: DbArg, program_id: Annotated[int, typer.Argument(callback=row_id)]) -> None:
     """A program's code, diff against its parent, score vector and lineage."""
     archive = open_archive(db)
     program = archive.program(program_id)
@@ -163,14 +177,14 @@ def show(db: DbArg, program_id: int) -> None:
     if ev is not None:
         console.print(vector_table(ev.scores))
         console.print(
-            f"scalar {score_text(ev.scalar)}; error {ev.error_kind or 'none'} {plain(ev.error or '')}; "
-            f"{duration_text(ev.duration_s, ev.build_s)} in {ev.sandbox}",
+            f"scalar {score_text(ev.scalar)}; error {plain(ev.error_kind or 'none')} {plain(ev.error or '')}; "
+            f"{duration_text(ev.duration_s, ev.build_s)} in {plain(ev.sandbox, lines=False)}",
             highlight=False,
         )
         if ev.feedback:
             console.print(f"feedback: {printable(ev.feedback[:2000])}", highlight=False, markup=False)
         for case, error in list((ev.case_errors or {}).items())[:20]:
-            console.print(f"case {case} failed: {printable(error[:300])}", highlight=False, markup=False)
+            console.print(printable(f"case {case} failed: {error[:300]}"), highlight=False, markup=False)
         if ev.stderr and ev.stderr.strip():
             console.print(f"stderr (tail): {printable(ev.stderr.strip()[-1500:])}", highlight=False, markup=False)
         for stage in ev.stages or []:  # names and values as the candidate's own reply gave them (simple form)
@@ -211,10 +225,6 @@ def _write_files(out: Path, files: Iterable[tuple[str, str | Iterable[str]]]) ->
         fail(str(exc))
 
 
-def _program_language(config: dict[str, Any]) -> str:
-    return str(((config.get("problem") or {}).get("program") or {}).get("language", "python"))
-
-
 def export(
     db: DbArg, out: Path, top: Annotated[int, typer.Option(help="how many best programs")] = 5, run: RunOpt = None
 ) -> None:
@@ -233,7 +243,8 @@ def export(
         stem = f"best_{rank:02d}_program_{program.id}"
         files += _laid_out(out, program.id, partial(layout.exported, stem, program.code))
     _write_files(out, [("evaluations.csv", evaluation_lines(export_rows(archive, chosen.id))), *files])
-    console.print(f"wrote {len(rows)} evaluations and {len(ok)} programs to {out}")
+    said = f"wrote {len(rows)} evaluations and {len(ok)} programs to {out}"
+    console.print(printable(said, lines=False), highlight=False, markup=False)
 
 
 def report(
@@ -247,41 +258,7 @@ def report(
         write_html(db, run, html)
         return
     archive = open_archive(db)
-    chosen = pick_run(archive, run)
-    s = archive.summarize(chosen, run_signs(chosen))
-    lines = [
-        f"# {s.problem}: run {s.run_id} ({s.status})",
-        "",
-        f"{s.evaluations} evaluations of {s.programs} programs from {s.groups} groups ({s.completions} "
-        f"completions) in {s.elapsed_s:.0f} s.",
-        "",
-        f"- variants by parse status: {s.variants}",
-        f"- evaluation errors by kind: {s.errors or 'none'}",
-        f"- programs per island: {s.islands}",
-        "",
-        "| component | best | program |",
-        "|---|---|---|",
-    ]
-    lines += [f"| {name} | {score_text(value)} | {pid} |" for name, (pid, value) in s.best_components.items()]
-    if s.members or s.asks:
-        lines += ["", "## Ensemble members and ask arms", ""] + [f"- {arm_line(r)}" for r in [*s.members, *s.asks]]
-    if s.policy_versions:
-        lines += ["", "| policy version | adapter | parent |", "|---|---|---|"]
-        lines += [f"| v{v['number']} | {v['adapter'] or 'base'} | {v['parent'] or ''} |" for v in s.policy_versions]
-    best_prog = archive.best_program(chosen)
-    if best_prog is not None and s.best_scalar:
-        chain = " ← ".join(str(p.id) for p in archive.lineage(best_prog.id))
-        lines += [
-            "",
-            f"## Best program: {best_prog.id} (scalar {score_text(s.best_scalar[1])})",
-            "",
-            f"Lineage: {chain}",
-            "",
-            f"```{_program_language(chosen.config)}",
-            best_prog.code.rstrip(),
-            "```",
-        ]
-    text = "\n".join(lines) + "\n"
+    text = markdown_report(archive, pick_run(archive, run))
     if out is None:
         print(text, end="")
     else:
@@ -289,7 +266,7 @@ def report(
             write_file(out, text)  # no link followed, no file overwritten that evolve did not write
         except OutputError as exc:
             fail(f"cannot write the report: {exc}")
-        console.print(f"wrote {out}")
+        console.print(f"wrote {printable(out, lines=False)}", highlight=False, markup=False)
 
 
 def register(app: typer.Typer) -> None:

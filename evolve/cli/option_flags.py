@@ -12,7 +12,7 @@ from typing import Annotated, Any
 import typer
 
 from evolve.cli.common import default_note
-from evolve.options import RunOptions, meta, option_default
+from evolve.options import RunOptions, bound_text, meta, option_default
 
 _TYPES = {"int": int, "float": float, "bool": bool, "str": str}
 
@@ -27,7 +27,7 @@ def _help(f: Field[Any], resume: bool) -> str:
     if info.choices:
         text = f"{' | '.join(info.choices)}: {text}"
     if info.low is not None or info.high is not None:
-        low, high = ("" if v is None else f"{v:g}" for v in (info.low, info.high))
+        low, high = ("" if v is None else bound_text(v) for v in (info.low, info.high))
         text = f"{text} ({low}..{high})"
     if info.section:
         table = rf"the problem's \[{info.section}] value, else {option_default(f.name)}"

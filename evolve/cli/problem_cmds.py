@@ -39,7 +39,7 @@ def load_or_fail(folder: Path, sandbox_kind: str = "auto") -> Problem:
     except ProblemError as exc:
         fail(str(exc))
     for note in notes:
-        err_console.print(f"note: {note}", markup=False, highlight=False, soft_wrap=True)
+        err_console.print(f"note: {printable(note, lines=False)}", markup=False, highlight=False, soft_wrap=True)
     return problem
 
 
@@ -74,9 +74,8 @@ def init(
     """Scaffold a working split-form problem folder, or write problem.toml for an OpenEvolve folder."""
     if from_dir is not None:
         target = init_from_openevolve(from_dir, folder, sandbox)
-        console.print(
-            f"wrote {target}; edit it, then: evolve check {shell_arg(target.parent)}", highlight=False, markup=False
-        )
+        said = f"wrote {target}; edit it, then: evolve check {shell_arg(target.parent)}"
+        console.print(printable(said, lines=False), highlight=False, markup=False)
         return
     if folder is None:
         fail("evolve init: give a new folder (evolve init DIR) or an OpenEvolve folder (evolve init --from DIR)")
@@ -84,7 +83,8 @@ def init(
         written = scaffold(folder, language, files)
     except (FileExistsError, ValueError) as exc:
         fail(str(exc))
-    console.print(f"created {', '.join(str(f) for f in written)}; next: evolve check {shell_arg(folder)}", markup=False)
+    said = f"created {', '.join(str(f) for f in written)}; next: evolve check {shell_arg(folder)}"
+    console.print(printable(said, lines=False), highlight=False, markup=False)
 
 
 def init_from_openevolve(source: Path, folder: Path | None, sandbox_kind: str) -> Path:
@@ -116,7 +116,8 @@ def check(folder: Path, sandbox: SandboxOpt = "auto", allow_weak_sandbox: AllowW
             f"{outcome.error}; fix the seed or {problem.evaluator_path.name}"
         )
     console.print(
-        f"[green]ok[/] {problem.name}: {problem.form}-form evaluator, {len(problem.components)} components; {isolation}"
+        f"[green]ok[/] {plain(problem.name, lines=False)}: {problem.form}-form evaluator, "
+        f"{len(problem.components)} components; {plain(isolation, lines=False)}"
     )
     console.print(vector_table(outcome.scores, title="seed score vector"))
     console.print(
@@ -125,20 +126,17 @@ def check(folder: Path, sandbox: SandboxOpt = "auto", allow_weak_sandbox: AllowW
     if outcome.case_errors:  # some cases failed, not all: their fail values sit in the vector above like scores
         name, error = next(iter(outcome.case_errors.items()))
         seed = shell_arg(problem.root / problem.config.program.entry)
-        console.print(
+        said = (
             f"warning: {len(outcome.case_errors)} of {len(problem.components)} cases of the seed failed and scored "
-            f"their fail value; first: {name}: {plain(error)}; `evolve eval {shell_arg(folder)} {seed} --json`"
-            " lists each",
-            highlight=False,
-            markup=False,
+            f"their fail value; first: {name}: {error}; `evolve eval {shell_arg(folder)} {seed} --json` lists each"
         )
+        console.print(printable(said, lines=False), highlight=False, markup=False)
     if not (problem.root / "problem.toml").is_file():
-        console.print(
-            f"OpenEvolve folder: components inferred from the seed's metrics; `evolve init --from {folder}` "
-            "writes them to problem.toml for editing",
-            highlight=False,
-            markup=False,
+        said = (
+            f"OpenEvolve folder: components inferred from the seed's metrics; `evolve init --from {shell_arg(folder)}`"
+            " writes them to problem.toml for editing"
         )
+        console.print(printable(said, lines=False), highlight=False, markup=False)
 
 
 def eval_program(
@@ -181,11 +179,11 @@ def eval_program(
         )
         return
     console.print(vector_table(outcome.scores))
-    status = "[green]ok[/]" if outcome.ok else f"[red]{outcome.error_kind}[/]: {plain(outcome.error or '')}"
+    status = "[green]ok[/]" if outcome.ok else f"[red]{plain(outcome.error_kind)}[/]: {plain(outcome.error or '')}"
     console.print(f"scalar view {score_text(scalar)}; {status}; {duration_text(outcome.duration_s, outcome.build_s)}")
     if outcome.feedback:
         console.print(f"feedback: {printable(outcome.feedback)}", highlight=False, markup=False)
-    console.print(f"isolation: {isolation}", highlight=False)
+    console.print(f"isolation: {printable(isolation, lines=False)}", highlight=False, markup=False)
 
 
 def _program_tree(problem: Problem, folder: Path) -> str:

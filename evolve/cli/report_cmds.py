@@ -1,15 +1,17 @@
-"""`evolve report --html` and `evolve serve`: the command-line ends of the report package (its pages and server
-know nothing of the command line)."""
+"""`evolve report` (Markdown, or `--html`) and `evolve serve`: the command-line ends of the report package (its
+pages and server know nothing of the command line)."""
 
 from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
-from evolve.cli.common import DbArg, console, fail
+from evolve.archive import Archive, RunRecord
+from evolve.cli.common import DbArg, console, fail, markdown_code, markdown_text, plain
+from evolve.fitness import score_text
 from evolve.report.outdir import OutputError, write_file
 
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}
@@ -22,6 +24,46 @@ def require_report_deps() -> None:
             __import__(module)
         except ImportError:
             fail(f"{module} is not installed; install the report extra: pip install 'vpo-evolve[report]'")
+
+
+def _language(config: dict[str, Any]) -> str:
+    """The run's program language from its stored problem config (python for older runs): the code block's tag."""
+    return str(((config.get("problem") or {}).get("program") or {}).get("language", "python"))
+
+
+def markdown_report(archive: Archive, run: RunRecord) -> str:
+    """A run's Markdown summary. Every stored text in it (names, statuses, paths, the best program's code) is
+    written inert (evolve/cli/common.py): a name cannot open a link or a table cell, the code cannot close its
+    block, and no escape sequence reaches a terminal that shows the report."""
+    from evolve.cli.archive_cmds import arm_line, run_signs
+
+    s = archive.summarize(run, run_signs(run))
+    md = markdown_text
+    lines = [
+        f"# {md(s.problem)}: run {s.run_id} ({md(s.status)})",
+        "",
+        f"{s.evaluations} evaluations of {s.programs} programs from {s.groups} groups ({s.completions} "
+        f"completions) in {s.elapsed_s:.0f} s.",
+        "",
+        f"- variants by parse status: {md(s.variants)}",
+        f"- evaluation errors by kind: {md(s.errors or 'none')}",
+        f"- programs per island: {md(s.islands)}",
+        "",
+        "| component | best | program |",
+        "|---|---|---|",
+    ]
+    lines += [f"| {md(name)} | {score_text(value)} | {pid} |" for name, (pid, value) in s.best_components.items()]
+    if s.members or s.asks:
+        lines += ["", "## Ensemble members and ask arms", ""] + [f"- {md(arm_line(r))}" for r in [*s.members, *s.asks]]
+    if s.policy_versions:
+        lines += ["", "| policy version | adapter | parent |", "|---|---|---|"]
+        lines += [f"| v{v['number']} | {md(v['adapter'] or 'base')} | {v['parent'] or ''} |" for v in s.policy_versions]
+    best = archive.best_program(run)
+    if best is not None and s.best_scalar:
+        chain = " ← ".join(str(p.id) for p in archive.lineage(best.id))
+        lines += ["", f"## Best program: {best.id} (scalar {score_text(s.best_scalar[1])})", "", f"Lineage: {chain}"]
+        lines += ["", *markdown_code(best.code, _language(run.config))]
+    return "\n".join(lines) + "\n"
 
 
 def write_html(db: Path, run_id: int | None, out: Path) -> None:
@@ -38,7 +80,8 @@ def write_html(db: Path, run_id: int | None, out: Path) -> None:
         write_file(out, html)  # no link followed, no file overwritten that evolve did not write
     except OutputError as exc:
         fail(f"cannot write the report: {exc}")
-    console.print(f"wrote {out} ({len(html) / 1e6:.1f} MB, run {run.id}, {time.perf_counter() - started:.1f} s)")
+    took = time.perf_counter() - started
+    console.print(f"wrote {plain(out, lines=False)} ({len(html) / 1e6:.1f} MB, run {run.id}, {took:.1f} s)")
 
 
 def serve(
@@ -60,9 +103,11 @@ def serve(
     except OSError as exc:
         fail(f"{host}:{port}: cannot listen ({exc.strerror}); pick another --port or --host")
     if host not in LOOPBACK:
-        console.print(f"[yellow]serving on {host}: anyone who can reach it can read every program and prompt[/]")
+        shown = plain(host, lines=False)
+        console.print(f"[yellow]serving on {shown}: anyone who can reach it can read every program and prompt[/]")
     console.print(
-        f"serving run {chosen.id} of {db} at http://{host}:{server.server_port}/ (Ctrl-C stops)", soft_wrap=True
+        plain(f"serving run {chosen.id} of {db} at http://{host}:{server.server_port}/ (Ctrl-C stops)", lines=False),
+        soft_wrap=True,
     )
     try:
         server.serve_forever()

@@ -14,9 +14,9 @@ from typing import Annotated, Any
 import typer
 from rich.live import Live
 
-from evolve.archive import StorageError
+from evolve.archive import StorageError, storage_reason
 from evolve.cli.archive_cmds import open_archive, pick_run
-from evolve.cli.common import console, default_note, fail, printable, shell_arg, vector_table
+from evolve.cli.common import Inert, console, default_note, fail, plain, printable, row_id, shell_arg, vector_table
 from evolve.cli.option_flags import option_parameters, with_flags
 from evolve.cli.problem_cmds import load_or_fail
 from evolve.fitness import raw_scores, score_text
@@ -78,10 +78,11 @@ def _live(loop: SearchLoop, done: threading.Event, period_s: float) -> None:
     the run's summary every third line, the group being sampled (its tokens so far) in between, so that a long
     group visibly advances."""
     if console.is_terminal:
-        with Live(loop.stats.render(), console=console, refresh_per_second=2) as live:
+        # Inert: the view's tables hold member names, ask lines and a server's status as given
+        with Live(Inert(loop.stats.render()), console=console, refresh_per_second=2) as live:
             while not done.wait(0.5):  # this thread reads the ledger's counters and writes none of them
                 sampling, bar = _sampling(loop)
-                live.update(loop.stats.render(LiveLines(_policy_status(loop), sampling, bar)))
+                live.update(Inert(loop.stats.render(LiveLines(_policy_status(loop), sampling, bar))))
     else:
         ticks = 0
         while not done.wait(period_s):
@@ -90,7 +91,8 @@ def _live(loop: SearchLoop, done: threading.Event, period_s: float) -> None:
             line, _bar = _sampling(loop)
             if ticks % 3 == 0 or not line:
                 line = loop.stats.summary() + (f" [{line}]" if line else "")
-            console.print(line + (f" [{status}]" if status else ""), highlight=False, markup=False)
+            line += f" [{status}]" if status else ""
+            console.print(printable(line, lines=False), highlight=False, markup=False)
 
 
 def _structured_line(search: Search) -> str:
@@ -144,7 +146,8 @@ def _key_lines(search: Search) -> list[str]:
 
 def _announce(search: Search, problem: Problem) -> None:
     verb = "resuming" if search.resumed else "starting"
-    console.print(f"{verb} run {search.loop.run.id} of {problem.name} in {search.archive.url}", highlight=False)
+    said = f"{verb} run {search.loop.run.id} of {problem.name} in {search.archive.url}"
+    console.print(printable(said, lines=False), highlight=False, markup=False)
     if search.previous_status == "running":
         console.print(
             f"run {search.loop.run.id} was interrupted (its process was killed); resuming where it stopped",
@@ -153,40 +156,41 @@ def _announce(search: Search, problem: Problem) -> None:
     for note in search.notes:
         console.print(printable(note), highlight=False, markup=False)
     for name, (old, new) in (search.overrides or {}).items():
-        console.print(f"option {name}: {old!r} -> {new!r} (given on this resume; recorded with the run)")
-    console.print(f"isolation: {search.sandbox.isolation()}", highlight=False)
+        said = f"option {name}: {old!r} -> {new!r} (given on this resume; recorded with the run)"
+        console.print(printable(said, lines=False), highlight=False, markup=False)
+    console.print(f"isolation: {printable(search.sandbox.isolation(), lines=False)}", highlight=False, markup=False)
     members = search.loop.members
     for member in members:
         policy = member.policy
         how = f" ({policy.description})" if isinstance(policy, Describing) else ""
         who = f"member {member.name}: " if len(members) > 1 else ""
-        console.print(f"policy: {who}{policy.name}{how}", highlight=False, markup=False)
+        console.print(printable(f"policy: {who}{policy.name}{how}", lines=False), highlight=False, markup=False)
         if member.untrainable:
-            console.print(f"member {member.name} is not trained: {member.untrainable}", highlight=False, markup=False)
+            said = f"member {member.name} is not trained: {member.untrainable}"
+            console.print(printable(said, lines=False), highlight=False, markup=False)
     for line in _key_lines(search):
-        console.print(line, highlight=False, markup=False)
-    console.print(_structured_line(search), highlight=False, markup=False)
+        console.print(printable(line, lines=False), highlight=False, markup=False)
+    console.print(printable(_structured_line(search), lines=False), highlight=False, markup=False)
     guard_line = _copy_guard_line(search)
     if guard_line:
-        console.print(guard_line, highlight=False, markup=False)
+        console.print(printable(guard_line, lines=False), highlight=False, markup=False)
     if len(members) > 1:
         options = search.loop.options
-        console.print(
-            f"ensemble: {len(members)} members, {options.allocation} allocation by value per {options.bandit_cost}"
-        )
+        said = f"ensemble: {len(members)} members, {options.allocation} allocation by value per {options.bandit_cost}"
+        console.print(printable(said, lines=False), highlight=False, markup=False)
     if search.loop.ensemble.changes:
-        console.print(search.loop.ensemble.changes, highlight=False, markup=False)
+        console.print(printable(search.loop.ensemble.changes, lines=False), highlight=False, markup=False)
     if search.restored_version is not None:
         console.print(f"serving policy version {search.restored_version} (the run's newest adapter)")
     if search.adapters_dir is not None:
         options = search.loop.options
         zero = "skipped" if options.skip_zero_advantage else "kept"
-        console.print(
+        said = (
             f"training: {options.train_method} every {options.train_every} groups (zero-advantage groups {zero}, "
             f"lazy penalty {options.lazy_penalty:g}, rewards by {options.reward_normalisation}); adapters in "
-            f"{search.adapters_dir}",
-            highlight=False,
+            f"{search.adapters_dir}"
         )
+        console.print(printable(said, lines=False), highlight=False, markup=False)
 
 
 def _run_with_live_view(search: Search, period_s: float) -> str:
@@ -201,7 +205,8 @@ def _run_with_live_view(search: Search, period_s: float) -> str:
         return search.run()
     except (PolicyError, StorageError, SandboxRefused) as exc:  # all committed so far stays; the same command resumes
         done.set()
-        fail(f"the run stopped: {exc}; fix that, then run the same command to resume")
+        said = storage_reason(exc) if isinstance(exc, StorageError) else exc  # the driver's line, not its SQL
+        fail(f"the run stopped: {said}; fix that, then run the same command to resume")
     except KeyboardInterrupt:
         done.set()
         console.print("interrupted; everything committed so far is kept. Run the same command to resume.")
@@ -230,13 +235,14 @@ def _leave_on_another_signal() -> None:
 
 def _report(search: Search, reason: str, problem: Problem) -> None:
     loop = search.loop
-    console.print(f"[bold]{reason}[/]: {loop.stats.summary()}", highlight=False)
+    console.print(f"[bold]{plain(reason, lines=False)}[/]: {plain(loop.stats.summary(), lines=False)}", highlight=False)
     best = loop.population.best
     if best is not None:
         scores = raw_scores(problem.components, best.oriented)
         console.print(vector_table(scores, title=f"best program {best.id} (scalar {score_text(best.scalar)})"))
+        db = shell_arg(search.db)
         console.print(
-            f"see it with: evolve best {shell_arg(search.db)}    or    evolve show {shell_arg(search.db)} {best.id}",
+            printable(f"see it with: evolve best {db}    or    evolve show {db} {best.id}", lines=False),
             highlight=False,
             markup=False,  # a folder named [x] is text, not a style
         )
@@ -259,7 +265,7 @@ def _run_own(
 
 def _resume_own(
     db: Annotated[str, typer.Argument(help="archive path or SQLAlchemy URL")],
-    run_id: Annotated[int | None, typer.Option("--run", help="run id (default: the latest)")] = None,
+    run_id: Annotated[int | None, typer.Option("--run", callback=row_id, help="run id (default: the latest)")] = None,
     policy: Annotated[list[str] | None, typer.Option(help=POLICY_HELP)] = None,
 ) -> None: ...
 
