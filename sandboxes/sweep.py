@@ -89,7 +89,8 @@ def procs_matching(uid: int | None, token: bytes | None, adopted_except: frozens
     `adopted_except`, where the engine is the subreaper and candidates keep its uid (the WEAK sandbox without
     root), adds every child of the engine but those pids (the leaders of jobs still running): a leftover that
     left its session and dropped the token from its environment is still re-parented to us once its parent
-    dies, and the engine makes no other long-lived children."""
+    dies. The engine's other long-lived children (the evaluator's score() processes, evolve/problem/trusted.py)
+    are among the pids spared, as the running jobs' leaders are."""
     found = []
     me = os.getpid()
     parents: dict[int, int] = {}
