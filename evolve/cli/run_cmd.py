@@ -154,7 +154,7 @@ def _announce(search: Search, problem: Problem) -> None:
             highlight=False,
         )
     for note in search.notes:
-        console.print(printable(note), highlight=False, markup=False)
+        console.print(printable(note, lines=False), highlight=False, markup=False)
     for name, (old, new) in (search.overrides or {}).items():
         said = f"option {name}: {old!r} -> {new!r} (given on this resume; recorded with the run)"
         console.print(printable(said, lines=False), highlight=False, markup=False)
