@@ -1,14 +1,17 @@
 """Ctrl-C (or SIGTERM) while a candidate is being evaluated: the real `evolve run` exits within about a second,
 the candidate is killed, its child is stored neither as evaluated nor as failed, and `evolve resume` evaluates it.
 
-The candidate sleeps while the problem's data/ folder holds a file named `sleep`, and names itself (prctl
-PR_SET_NAME, seen in the host's /proc/PID/comm) before it sleeps: the test signals the engine only once the
-candidate surely runs, in the jail and in a container alike. The resume runs without the file.
+The candidate sleeps while the problem's data/ folder holds a file named `sleep` modified since 2000, and names
+itself (prctl PR_SET_NAME, seen in the host's /proc/PID/comm) before it sleeps: the test signals the engine only
+once the candidate surely runs, in the jail and in a container alike. The resume runs with the file dated 1970:
+its content, all a resume compares of the folder (evolve/problem/fingerprint.py), is unchanged, so the run is
+the same problem's, and the candidate returns at once.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -31,7 +34,7 @@ SLEEPER = """
 import ctypes, os, time
 
 def solve(x):
-    if os.path.exists(os.path.join(os.environ["EVOLVE_DATA_DIR"], "sleep")):
+    if os.stat(os.path.join(os.environ["EVOLVE_DATA_DIR"], "sleep")).st_mtime > 946684800:  # since 2000
         ctypes.CDLL(None).prctl(15, {name!r}, 0, 0, 0)  # PR_SET_NAME: "I run now", for the test to see
         time.sleep(600)
     return x ** 2
@@ -51,7 +54,7 @@ def _named(name: str) -> list[int]:
 
 
 def _problem(tmp_path: Path, name: str, *, sleepy_seed: bool) -> tuple[Path, Path]:
-    """A problem whose seed (or only child) sleeps while data/sleep exists; the replay file of its child."""
+    """A problem whose seed (or only child) sleeps while data/sleep is new; the replay file of its child."""
     seed = "# EVOLVE-BLOCK-START\n" + SLEEPER.format(name=name.encode()) + "# EVOLVE-BLOCK-END\n"
     if not sleepy_seed:
         seed = "# EVOLVE-BLOCK-START\ndef solve(x):\n    return x * x\n# EVOLVE-BLOCK-END\n"
@@ -120,7 +123,7 @@ def test_a_signal_during_evaluation_stops_at_once_and_resume_evaluates_the_child
     if not sleepy_seed:
         assert db_rows(db, "SELECT COUNT(*) FROM variants WHERE status = 'ok' AND program_id IS NULL") == [(1,)]
 
-    (folder / "data" / "sleep").unlink()
+    os.utime(folder / "data" / "sleep", (0, 0))
     again = subprocess.run(
         [sys.executable, "-m", "evolve.cli", "resume", str(db)], capture_output=True, text=True, timeout=300
     )
