@@ -19,6 +19,7 @@ import importlib.util
 import math
 import os
 import pickle
+import re
 import select
 import signal
 import subprocess
@@ -34,6 +35,21 @@ from typing import Any
 from evolve.problem.scorer_process import FRAME
 
 SCRIPT = Path(__file__).with_name("scorer_process.py")
+# Names of the engine's environment that carry credentials (OPENAI_API_KEY, HF_TOKEN, AWS_SECRET_ACCESS_KEY,
+# PGPASSWORD, ...): kept from the evaluator, whose folder may come from elsewhere (see `scorer_environment`).
+CREDENTIAL_NAME = re.compile(r"KEY|TOKEN|SECRET|PASS(WORD|WD)?|CREDENTIAL|AUTH|COOKIE|SESSION", re.IGNORECASE)
+
+
+def scorer_environment() -> dict[str, str]:
+    """The engine's environment less every variable whose name says it holds a credential.
+
+    Why: `cases()` and `score()` are the problem folder's code, run on the host as the engine's user (they read
+    the hidden answers, so no jail hides the user's files from them: a problem folder is code you run). A folder
+    from elsewhere still gets no API key it could send on, as a server it names gets none without
+    `--trust-problem-urls` (policies/http_policy.py); PATH, HOME, locale and the like stay."""
+    return {name: value for name, value in os.environ.items() if not CREDENTIAL_NAME.search(name)}
+
+
 CASES_TIMEOUT_S = 60.0  # importing the evaluator and cases() at load, and a fresh process's import
 _LIVE: set[int] = set()  # pids of every scorer process alive, whatever pool it belongs to
 
@@ -115,6 +131,7 @@ class ScorerProcess:
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             start_new_session=True,  # the terminal's Ctrl-C is the engine's; the group is killed as one
+            env=scorer_environment(),
         )
         _LIVE.add(self.proc.pid)
         self.aborted = False
