@@ -1,6 +1,7 @@
 """`evolve serve` under hostile or unlucky requests (issue #57, second round): a database URL is served, ids no row
 can have answer 404, a page of another host name (DNS rebinding) is refused, slow clients are bounded, a failed
-rebuild does not freeze the page, and concurrent first requests for a run share one build.
+rebuild does not freeze the page, concurrent first requests for a run share one build, a client that trickles its
+request a byte at a time is dropped at the head deadline, and a damaged archive is a one-line 503 until restored.
 
 Each test ends by reading the known programs back through the server and asserting their exact code and score
 vectors: whatever came before, the server still answers honest requests with what the archive holds.
@@ -8,12 +9,16 @@ vectors: whatever came before, the server still answers honest requests with wha
 
 from __future__ import annotations
 
+import select
+import shutil
 import socket
+import sqlite3
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,6 +33,7 @@ from tests.helpers import KNOWN, store_program, write_square_problem
 HUGE = "99999999999999999999999999"  # past SQL's 64-bit integers: the driver cannot even bind it
 ZERO = {"scores": {"c0": 0.0, "c1": 0.0}, "scalar": 0.0, "duration_s": 0.1}  # what a wrong program scores
 CAP, IDLE_S = 64, 10.0  # the server's documented bounds: connections served at once, seconds a read may wait
+HEAD_S = 15.0  # the server's documented bound on the seconds a request's head may take to arrive, whatever trickles
 
 
 def known_archive(location: str, root: Path) -> list[tuple[int, str, dict[str, float]]]:
@@ -224,6 +230,80 @@ def test_slow_clients_are_bounded_and_timed_out(archive_db, serve) -> None:
     finally:
         for sock in slow:
             sock.close()
+    assert_honest(served.url, known)
+    assert "Traceback" not in served.output()
+
+
+def _gone(sock: socket.socket) -> bool:
+    """Whether the server has closed this connection, without waiting (the server answers a trickler nothing)."""
+    if not select.select([sock], [], [], 0)[0]:
+        return False
+    try:
+        return sock.recv(4096) == b""
+    except ConnectionError:
+        return True
+
+
+def test_clients_trickling_their_request_head_are_dropped_at_its_deadline(archive_db, serve) -> None:
+    """A slow-loris client: half a header line, then one byte every 2 s, each read well inside IDLE_S. Every
+    slot held so is given back HEAD_S after the connection came, and honest requests are served again."""
+    db, known = archive_db
+    served = serve(str(db))
+    port = int(served.url.rsplit(":", 1)[1])
+    trickling = []
+    try:
+        for _ in range(CAP + 4):  # every slot taken, and a few answered 503 at once
+            sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+            sock.sendall(b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nX-a: ")
+            trickling.append(sock)
+        started = time.monotonic()
+        held = list(trickling)
+        while held and time.monotonic() < started + HEAD_S + 10:
+            time.sleep(2.0)
+            held = [sock for sock in held if not _gone(sock)]
+            for sock in held:
+                with suppress(OSError):  # closed between the look and the byte
+                    sock.sendall(b"a")
+        dropped_after = time.monotonic() - started
+        assert held == [], f"{len(held)} trickling connections still held after {dropped_after:.0f} s"
+        assert dropped_after < HEAD_S + 5
+        answers = [httpx.get(f"{served.url}/api/data", timeout=60).status_code for _ in range(20)]
+        assert answers == [200] * 20
+    finally:
+        for sock in trickling:
+            sock.close()
+    assert_honest(served.url, known)
+    assert "Traceback" not in served.output()
+
+
+def _damage(db: Path) -> None:
+    """Noise over the first page of the programs and evaluations tables: the file opens, its runs still read."""
+    with sqlite3.connect(db) as con:
+        size = con.execute("PRAGMA page_size").fetchone()[0]
+        roots = dict(con.execute("SELECT name, rootpage FROM sqlite_master WHERE type = 'table'").fetchall())
+    with db.open("r+b") as f:
+        for table in ("programs", "evaluations"):
+            f.seek((roots[table] - 1) * size)
+            f.write(b"\xa5" * size)
+
+
+def test_a_damaged_archive_answers_503_in_one_line_and_recovers_once_restored(archive_db, serve, tmp_path) -> None:
+    source, known = archive_db
+    db = tmp_path / "runs.db"
+    shutil.copy(source, db)
+    with sqlite3.connect(db) as con:  # every row in the file itself, none in a WAL beside it
+        con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    good = db.read_bytes()
+    _damage(db)  # before serving: a live server's connections hold the pages they read, damaged or not
+    served = serve(str(db))
+    for path in ("/", "/api/data", f"/api/program/{known[0][0]}"):
+        answer = httpx.get(f"{served.url}{path}", timeout=60)
+        said = answer.text.strip()
+        assert (answer.status_code, "\n" in said) == (503, False), (path, answer.status_code, said)
+        assert f"the archive {db} is damaged" in said and "restore it from a copy" in said, said
+    db.write_bytes(good)
+    assert httpx.get(f"{served.url}/", timeout=60).status_code == 200
+    assert httpx.get(f"{served.url}/api/data", timeout=60).json()["meta"]["evaluations"] == len(KNOWN)
     assert_honest(served.url, known)
     assert "Traceback" not in served.output()
 

@@ -85,9 +85,12 @@ def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
 
 def _raise_damaged(url: str, file: Path | None, context: ExceptionContext) -> None:
     """An engine's error hook: a read or write that found corrupt pages (SQLite's SQLITE_CORRUPT, wherever it
-    surfaces: a session, a bulk insert, a report's query) raises `ArchiveDamaged` instead of the driver's error."""
+    surfaces: a session, a bulk insert, a report's query) raises `ArchiveDamaged` instead of the driver's error.
+    Every pooled connection is dropped with it: each holds the pages it read in its cache, damaged ones too, so a
+    long-lived reader (`evolve serve`) would go on failing after the file is restored rather than read it anew."""
     cause = context.original_exception
     if getattr(cause, "sqlite_errorcode", 0) & 0xFF == SQLITE_CORRUPT:
+        context.is_disconnect = True  # with invalidate_pool_on_disconnect (the default): the whole pool
         raise damaged(url, file, str(cause).strip().splitlines()[0]) from None
 
 

@@ -5,15 +5,18 @@ polling every few seconds costs a handful of indexed MAX() queries while nothing
 
 The page is meant for the person who started it: it answers only requests that name the address it serves
 (a page of another site that has its name resolve to this address, DNS rebinding, is refused), and it bounds
-what slow or idle clients can hold (connections served at once, seconds a read may wait).
+what slow or idle clients can hold (connections served at once, seconds a read may wait, seconds a request may
+take to arrive however it trickles).
 """
 
 from __future__ import annotations
 
+import io
 import ipaddress
 import logging
 import socket
 import threading
+import time
 from contextlib import suppress
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,6 +26,7 @@ from plotly.offline import get_plotlyjs
 from werkzeug.serving import ThreadedWSGIServer, WSGIRequestHandler
 
 from evolve.archive import Archive, ArchiveError, RunRecord
+from evolve.archive.database import ArchiveDamaged
 from evolve.archive.progress import published_sampling
 from evolve.report import queries
 from evolve.report.page import LINEAGE_STEPS, REFRESH_S, payload, render, safe_json
@@ -30,6 +34,7 @@ from evolve.report.page import LINEAGE_STEPS, REFRESH_S, payload, render, safe_j
 SAMPLING_STALE_S = 30.0  # a run writes its sampling progress every 2 s; older than this, it is gone
 ROW_ID_MAX = 2**63 - 1  # SQL's largest integer: no row has a larger id, and the driver cannot bind one
 READ_TIMEOUT_S = 10.0  # a connection that sends nothing for this long is closed (werkzeug closes after each answer)
+REQUEST_DEADLINE_S = 15.0  # a request (head, and any body) must have arrived this long after it began, bytes or not
 MAX_CONNECTIONS = 64  # served at once; past it a connection is answered 503 at once, with no thread of its own
 LOOPBACK_NAMES = frozenset({"127.0.0.1", "localhost", "::1"})
 WILDCARDS = frozenset({"", "0.0.0.0", "::"})
@@ -170,6 +175,8 @@ def create_app(archive: Archive, default_run: int, refresh_s: float = REFRESH_S,
             abort(404, f"no run {given!r}: run ids are whole numbers from 1 to {ROW_ID_MAX}")
         try:
             run = archive.find_run(wanted)
+        except ArchiveDamaged:
+            raise  # answered 503 below: the run may well be there, once the file is restored
         except ArchiveError:
             run = None
         if run is None:
@@ -187,6 +194,18 @@ def create_app(archive: Archive, default_run: int, refresh_s: float = REFRESH_S,
     @app.errorhandler(PayloadUnavailable)
     def unavailable(exc: PayloadUnavailable) -> Response:
         return Response(f"{exc}\n", status=503, mimetype="text/plain")
+
+    logged: set[str] = set()  # the damage lines said in the terminal once each, not once per polling request
+
+    @app.errorhandler(ArchiveDamaged)
+    def damaged(exc: ArchiveDamaged) -> Response:
+        """Any route, while the file is damaged: the archive's one line (what is wrong, how to restore it); the
+        next request reads the file anew, so a restored one is served at once."""
+        said = " ".join(str(exc).split())
+        if said not in logged:
+            logged.add(said)
+            log.warning("evolve serve: %s", said)
+        return Response(f"{said}\n", status=503, mimetype="text/plain")
 
     @app.get("/")
     def page() -> Response:
@@ -306,12 +325,50 @@ class DashboardServer(ThreadedWSGIServer):
             self._slots.release()
 
 
+class _DeadlineReads(io.RawIOBase):
+    """The connection's incoming bytes, each read waiting `idle_s` at most and ending no later than `deadline`
+    (a `time.monotonic()` value, or None for no deadline). The per-read wait alone cannot bound a client that
+    sends one byte just inside it, again and again: the deadline does, whatever trickles."""
+
+    def __init__(self, sock: socket.socket, idle_s: float) -> None:
+        super().__init__()
+        self._sock = sock
+        self._idle_s = idle_s
+        self.deadline: float | None = None
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        wait = self._idle_s
+        if self.deadline is not None:
+            wait = min(wait, self.deadline - time.monotonic())
+            if wait <= 0:
+                raise TimeoutError(f"the request took longer than {REQUEST_DEADLINE_S:g} s to arrive")
+        self._sock.settimeout(wait)
+        try:
+            return self._sock.recv_into(buffer)
+        finally:
+            self._sock.settimeout(self._idle_s)  # the answer's writes wait as long as ever
+
+
 class QuietHandler(WSGIRequestHandler):
     """No line per request: a page polling every few seconds would bury the terminal. A read that waits
     longer than `timeout` ends the connection (a client that opened it and sent nothing, or half a request),
-    silently too: a browser leaves such connections behind."""
+    silently too: a browser leaves such connections behind. So does a request that has not arrived
+    `REQUEST_DEADLINE_S` after it began (a slow-loris client trickling a byte at a time holds no slot longer)."""
 
     timeout = READ_TIMEOUT_S
+
+    def setup(self) -> None:
+        super().setup()
+        self.rfile.close()  # the plain reader holds a reference on the socket, which would keep it open
+        self._reads = _DeadlineReads(self.connection, READ_TIMEOUT_S)
+        self.rfile = io.BufferedReader(self._reads)
+
+    def handle_one_request(self) -> None:
+        self._reads.deadline = time.monotonic() + REQUEST_DEADLINE_S  # each request of a kept-alive connection
+        super().handle_one_request()
 
     def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
         pass
