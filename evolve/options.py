@@ -123,6 +123,7 @@ class RunOptions:
         "how many of the parent's newest children its prompt shows as already tried (a small model asked again "
         "from one parent mostly rewrites a child it wrote before: docs/yield.md)",
         low=0,
+        high=64,
     )
     spent_parent_weight: float = option(
         1.0,
@@ -143,7 +144,9 @@ class RunOptions:
     learning_rate: float = option(2e-5, "LoRA learning rate")
     adapters_dir: str | None = option(None, "where adapters go (default: next to the archive)")
     trainer_model: str | None = option(None, "local dir or hub id of the served base model (vllm:/openai: policies)")
-    patience: int | None = option(None, "stop after N evaluations without a new best scalar", low=1, on_resume=True)
+    patience: int | None = option(
+        None, "stop after N evaluations without a new best scalar", low=1, high=SQL_INT_MAX, on_resume=True
+    )
     stop_when_solved: bool = option(True, "stop once one program scores every component at its best declared bound")
     max_failures: int = option(5, "stop when the same unexpected failure repeats N times in a row", low=1)
     stall_groups: int = option(6, "stop after N groups in a row without a new child (0: never)", low=0, on_resume=True)

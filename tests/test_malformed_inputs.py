@@ -191,6 +191,14 @@ def test_an_in_memory_database_is_refused_in_one_line(tmp_path: Path, url: str) 
         ("--seed", "-1", "--seed -1: give a value from 0 to 9223372036854775807"),
         ("--seed", "9223372036854775808", "--seed 9223372036854775808: give a value from 0 to 9223372036854775807"),
         ("--workers", "100000", "--workers 100000: give a value from 1 to 1024"),
+        ("--group-size", "99999999999999999999", "--group-size 99999999999999999999: give a value from 1 to 1024"),
+        ("--max-new-tokens", "10000000", "--max-new-tokens 10000000: give a value from 16 to 131072"),
+        (
+            "--patience",
+            "99999999999999999999",
+            "--patience 99999999999999999999: give a value from 1 to 9223372036854775807",
+        ),
+        ("--recent-children", "100000", "--recent-children 100000: give a value from 0 to 64"),
     ],
 )
 def test_a_flag_out_of_bounds_is_one_line_and_starts_nothing(tmp_path: Path, flag: str, value: str, said: str) -> None:

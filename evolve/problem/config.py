@@ -201,7 +201,7 @@ class SearchSection(_Strict):
     islands: int = Field(default=4, ge=1, description="independent sub-populations, each its own MAP-Elites grid")
     migration_interval: int = Field(default=40, ge=1, description="evaluations between ring migrations")
     migration_size: int = Field(default=2, ge=1, description="best programs each island sends to the next")
-    group_size: int = Field(default=4, ge=1, description="completions sampled per prompt (G)")
+    group_size: int = Field(default=4, ge=1, le=1024, description="completions sampled per prompt (G)")
     variants: int = Field(default=3, ge=1, le=8, description="variants written per completion (m)")
     inspirations: int = Field(default=2, ge=0, description="other programs shown in the prompt beside the parent")
     edit_format: Literal["auto", "diff", "full"] = Field(
@@ -219,7 +219,7 @@ class SearchSection(_Strict):
     max_evaluations: int = Field(default=200, ge=1, description="evaluation budget, summed over resumes")
     temperature: float = Field(default=0.8, gt=0, description="sampling temperature of the policy")
     top_p: float = Field(default=0.95, gt=0, le=1, description="nucleus sampling mass")
-    max_new_tokens: int = Field(default=768, ge=16, description="longest completion sampled")
+    max_new_tokens: int = Field(default=768, ge=16, le=131072, description="longest completion sampled")
     fit_tokens_to_code: bool = Field(
         default=True,
         description="cap each group's max_new_tokens at what m answers for its parent's editable code need "
