@@ -285,3 +285,98 @@ def test_an_empty_file_a_new_file_and_archives_of_every_schema_still_open(tmp_pa
     shutil.copy(db, tmp_path / "copy.db")
     code, lines = invoke("inspect", tmp_path / "copy.db")
     assert code == 0 and lines[0].startswith("run 1 square (finished, ")
+
+
+NOT_OURS = (
+    "error: sqlite:///{db}: not an archive: it holds {what} but no schema version of evolve's (an alembic_version "
+    "table holding one of its revisions); give --db a new file or an archive of evolve's"
+)
+LOOKALIKES = {  # another program's SQLite file with nothing but the archive's own names, or no table at all
+    "a table named runs": ("CREATE TABLE runs (id INT)", "table runs"),
+    "only a view": ("CREATE VIEW v AS SELECT 1 AS one", "view v"),
+    "an index and a trigger": (
+        "CREATE TABLE runs (id INT); CREATE INDEX ix_mine ON runs (id); "
+        "CREATE TRIGGER t AFTER INSERT ON runs BEGIN SELECT 1; END",
+        "table runs, index ix_mine, trigger t",
+    ),
+    "an empty alembic_version": (
+        "CREATE TABLE alembic_version (version_num VARCHAR(32) NOT NULL); CREATE TABLE programs (id INT)",
+        "table alembic_version, table programs",
+    ),
+}
+
+
+@pytest.mark.parametrize("lookalike", list(LOOKALIKES))
+def test_a_sqlite_file_with_only_archive_names_is_refused_and_left_as_it_was(tmp_path: Path, lookalike: str) -> None:
+    """Tables named as the archive's, a view, an index or a trigger make a database someone else's unless it holds
+    the archive's schema version: no alembic_version (nor any table) is added to it, and the real archive reads."""
+    archive = make_archive(tmp_path)
+    db = tmp_path / "other.db"
+    sql, what = LOOKALIKES[lookalike]
+    with sqlite3.connect(db) as con:
+        con.executescript(sql)
+    con.close()
+    before = db.read_bytes()
+    said = NOT_OURS.format(db=db, what=what)
+    folder = tmp_path / "sq"
+    assert invoke("run", folder, "--db", db, "--sandbox", "process", "--allow-weak-sandbox") == (2, [said])
+    assert invoke("inspect", db) == (2, [said])
+    assert db.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.glob("other.db*")) == ["other.db"]
+    assert known_rows(archive) == [(c, s) for c, s in KNOWN]
+    code, lines = invoke("best", archive)
+    assert code == 0 and "\n".join(lines) + "\n" == KNOWN[0][0]
+
+
+BAD_TIME = "error: the archive {db} is damaged (a stored time does not parse: 'notadate'); restore it from a copy"
+
+
+TIME_READS = [  # a command, and a table whose stored time it reads as a time
+    (["show", "{db}", "1"], "programs"),
+    (["best", "{db}"], "programs"),
+    (["export", "{db}", "{out}"], "evaluations"),
+    (["report", "{db}"], "programs"),
+    (["inspect", "{db}"], "runs"),
+    (["resume", "{db}"], "runs"),
+]
+
+
+@pytest.mark.parametrize("command, table", TIME_READS, ids=lambda c: c if isinstance(c, str) else c[0])
+def test_a_malformed_stored_time_is_one_line_and_left_as_it_was(tmp_path: Path, command: list[str], table: str) -> None:
+    """A stored time written over by hand is the archive's damage, said in one line like any other, never a
+    `ValueError` traceback; once the time is put right, the known programs read back exactly."""
+    db = make_archive(tmp_path)
+    with sqlite3.connect(db) as con:
+        con.execute(f"UPDATE {table} SET created_at = 'notadate'")
+        con.commit()
+        con.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # the damage in the file itself, none of it in its WAL
+    con.close()
+    before = db.read_bytes()
+    code, lines = invoke(*(a.format(db=db, out=tmp_path / "out") for a in command))
+    assert (code, lines) == (2, [BAD_TIME.format(db=db)])
+    assert db.read_bytes() == before and not (tmp_path / "out").exists()
+    with sqlite3.connect(db) as con:
+        con.execute(f"UPDATE {table} SET created_at = '2024-01-01 00:00:00'")
+    con.close()
+    assert known_rows(db) == [(c, s) for c, s in KNOWN]
+    code, lines = invoke("best", db)
+    assert code == 0 and "\n".join(lines) + "\n" == KNOWN[0][0]
+
+
+@pytest.mark.parametrize(
+    "url, part",
+    [
+        ("sqlite:///{root}/%00x.db", "file path"),
+        ("sqlite:///{root}/x.db?mode=r%00w", "query"),
+        ("postgresql+psycopg://u%00ser@localhost/db", "user name"),
+    ],
+)
+def test_a_nul_byte_in_the_db_url_is_one_line(tmp_path: Path, url: str, part: str) -> None:
+    archive = make_archive(tmp_path / "own")
+    given = url.format(root=tmp_path)
+    said = f"error: --db {given}: its {part} holds a NUL byte (%00), which no name may hold; write the URL without it"
+    folder = tmp_path / "own" / "sq"
+    assert invoke("run", folder, "--db", given, "--sandbox", "process", "--allow-weak-sandbox") == (2, [said])
+    assert invoke("inspect", given) == (2, [said])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["own"]
+    assert known_rows(archive) == [(c, s) for c, s in KNOWN]

@@ -22,14 +22,14 @@ from typing import Any
 from alembic import command
 from alembic.config import Config
 from alembic.script import ScriptDirectory
-from sqlalchemy import Engine, create_engine, event, inspect, text
+from sqlalchemy import Connection, Engine, create_engine, event, inspect, text
 from sqlalchemy.engine import ExceptionContext
 from sqlalchemy.exc import DatabaseError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import NullPool
 
 from evolve.archive.lock_waits import LockWaits
-from evolve.archive.models import Base
+from evolve.archive.models import Base, UnreadableValue
 from evolve.archive.urls import ArchiveUrlError, archive_url, display_url, in_memory, missing_driver_hint, sqlite_file
 
 MIGRATIONS = Path(__file__).with_name("migrations")
@@ -38,6 +38,11 @@ MIGRATION_LOCK = 0x6576_6F6C  # "evol": the PostgreSQL advisory lock key held wh
 # others is someone else's, and must not get the archive's tables beside its own.
 ARCHIVE_TABLES = frozenset({*Base.metadata.tables, "alembic_version"})
 SQLITE_CORRUPT = 11  # the primary result code of "database disk image is malformed"
+# Every object of a SQLite file but SQLite's own (sqlite_sequence, sqlite_autoindex_*): a view, an index or a
+# trigger is someone's as much as a table is.
+SQLITE_OBJECTS = "SELECT type, name FROM sqlite_master WHERE name NOT LIKE 'sqlite^_%' ESCAPE '^' ORDER BY rowid"
+VERSION_TABLE = "alembic_version"
+SchemaObject = tuple[str, str]  # (kind, name): ("table", "runs"), ("view", "v"), ("index", ...), ("trigger", ...)
 
 
 class ArchiveError(Exception):
@@ -94,35 +99,80 @@ def _raise_damaged(url: str, file: Path | None, context: ExceptionContext) -> No
         raise damaged(url, file, str(cause).strip().splitlines()[0]) from None
 
 
-def _refuse_foreign(url: str, tables: list[str]) -> None:
-    """A database holding tables that no archive has is someone else's: refused in one line, before the archive
-    adds its tables beside them (an empty database, and an archive of any schema version, pass)."""
-    foreign = sorted(set(tables) - ARCHIVE_TABLES)
+def _listed(names: list[str]) -> str:
+    return ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+
+
+def _refuse_foreign(url: str, objects: list[SchemaObject], version: str | None, known: set[str]) -> None:
+    """A database is the archive's only if it holds the archive's schema version (an `alembic_version` row naming
+    one of its revisions) and no table that no archive has; any other is someone else's, even one holding only a
+    view, or tables that happen to carry the archive's names: refused in one line, before the archive adds a table
+    to it. An empty database passes (a new archive), as does one holding only an empty `alembic_version` (a first
+    migration cut short before it made a table); a version this engine does not know is a newer archive's."""
+    foreign = sorted({name for kind, name in objects if kind == "table"} - ARCHIVE_TABLES)
     if foreign:
-        shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
         raise ArchiveError(
-            f"{url}: not an archive: it holds tables of something else ({shown}); give --db a new file or an "
-            "archive of evolve's"
+            f"{url}: not an archive: it holds tables of something else ({_listed(foreign)}); give --db a new file "
+            "or an archive of evolve's"
+        )
+    if version is None and any(name != VERSION_TABLE for _kind, name in objects):
+        raise ArchiveError(
+            f"{url}: not an archive: it holds {_listed([f'{kind} {name}' for kind, name in objects])} but no schema "
+            f"version of evolve's (an {VERSION_TABLE} table holding one of its revisions); give --db a new file or "
+            "an archive of evolve's"
+        )
+    if version is not None and version not in known:
+        raise ArchiveError(
+            f"{url}: archive schema {version} is newer than this vpo-evolve knows; upgrade vpo-evolve "
+            "(pip install -U vpo-evolve)"
         )
 
 
-def _sqlite_tables(path: Path) -> list[str]:
-    """The tables of a SQLite file with no WAL beside it, read without writing anything (an engine's first
-    connection would switch it to WAL mode; `immutable` makes no -shm either); [] where it cannot be read so,
-    which the engine's own opening then reports. A file in WAL mode is checked by `_migrate`, before any table."""
+def _revisions() -> tuple[Config, set[str]]:
+    """The migrations' configuration, and every revision an archive of this engine or an older one may hold."""
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS))
+    return cfg, {rev.revision for rev in ScriptDirectory.from_config(cfg).walk_revisions()}
+
+
+def _sqlite_contents(path: Path) -> tuple[list[SchemaObject], str | None] | None:
+    """The objects and the schema version of a SQLite file with no WAL beside it, read without writing anything
+    (an engine's first connection would switch it to WAL mode; `immutable` makes no -shm either); None where it
+    cannot be read so, which the engine's own opening then reports. A file in WAL mode is checked by `_migrate`,
+    before any table is made."""
     try:
         con = sqlite3.connect(f"file:{path.as_uri()[len('file://') :]}?mode=ro&immutable=1", uri=True)
     except sqlite3.Error:
-        return []
+        return None
     try:
-        rows = con.execute(
-            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite^_%' ESCAPE '^'"
-        )
-        return [name for (name,) in rows]
+        objects: list[SchemaObject] = [(kind, name) for kind, name in con.execute(SQLITE_OBJECTS)]
     except sqlite3.Error:
-        return []
+        con.close()
+        return None
+    try:
+        if ("table", VERSION_TABLE) not in objects:
+            return objects, None
+        row = con.execute(f"SELECT version_num FROM {VERSION_TABLE}").fetchone()
+        return objects, (str(row[0]) if row and row[0] else None)
+    except sqlite3.Error:  # an alembic_version of another shape: no version of the archive's
+        return objects, None
     finally:
         con.close()
+
+
+def _stored_contents(conn: Connection) -> tuple[list[SchemaObject], str | None]:
+    """What `_sqlite_contents` reads, through the engine's connection: any database, a SQLite file in WAL mode."""
+    if conn.dialect.name == "sqlite":
+        objects: list[SchemaObject] = [(kind, name) for kind, name in conn.execute(text(SQLITE_OBJECTS))]
+    else:
+        found = inspect(conn)
+        objects = [("table", n) for n in found.get_table_names()] + [("view", n) for n in found.get_view_names()]
+    if ("table", VERSION_TABLE) not in objects:
+        return objects, None
+    if "version_num" not in {column["name"] for column in inspect(conn).get_columns(VERSION_TABLE)}:
+        return objects, None
+    version = conn.execute(text(f"SELECT version_num FROM {VERSION_TABLE}")).scalar()
+    return objects, (str(version) if version else None)
 
 
 def _may_write(path: Path) -> bool:
@@ -238,7 +288,9 @@ class Database:
             _make_folder(path)
             _make_private(path)
         if path is not None and path.exists() and not _beside(path, "-wal").exists():
-            _refuse_foreign(self.url, _sqlite_tables(path))  # before the engine's first connection sets WAL mode
+            contents = _sqlite_contents(path)  # before the engine's first connection sets WAL mode
+            if contents is not None:
+                _refuse_foreign(self.url, *contents, _revisions()[1])
         self.read_only = path is not None and not create and not _may_write(path)
         if self.read_only and path is not None:
             _check_readable_wal(path)
@@ -271,22 +323,13 @@ class Database:
         self._waits = LockWaits(self.engine, path) if path is not None and not self.read_only else None
 
     def _migrate(self, create: bool) -> None:
-        cfg = Config()
-        cfg.set_main_option("script_location", str(MIGRATIONS))
-        known = {rev.revision for rev in ScriptDirectory.from_config(cfg).walk_revisions()}
+        cfg, known = _revisions()
         with self.engine.begin() as conn:
             if conn.dialect.name == "postgresql":  # two engines opening one fresh database migrate one at a time
                 conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK})
-            current = None
-            _refuse_foreign(self.url, inspect(conn).get_table_names())
-            if inspect(conn).has_table("alembic_version"):
-                current = conn.execute(text("SELECT version_num FROM alembic_version")).scalar()
-                if current and current not in known:
-                    raise ArchiveError(
-                        f"{self.url}: archive schema {current} is newer than this vpo-evolve knows; "
-                        "upgrade vpo-evolve (pip install -U vpo-evolve)"
-                    )
-            elif not create:
+            objects, current = _stored_contents(conn)
+            _refuse_foreign(self.url, objects, current, known)
+            if current is None and not create:
                 raise ArchiveError(f"{self.url}: no archive there; run `evolve run PROBLEM --db URL` first")
             if self.read_only:
                 head = ScriptDirectory.from_config(cfg).get_current_head()
@@ -302,12 +345,14 @@ class Database:
     @contextmanager
     def session(self) -> Iterator[Session]:
         """One short transaction: committed when the block ends, rolled back if it raises. A stored JSON value
-        that does not parse (a run's config written over by hand) is the archive's damage, said in one line."""
+        or time that does not parse (a run's config written over by hand) is the archive's damage, said in one line."""
         try:
             with self._sessions.begin() as s:
                 yield s
         except json.JSONDecodeError as exc:
             raise damaged(self.url, self.file, f"a stored JSON value does not parse: {exc}", pages=False) from None
+        except UnreadableValue as exc:
+            raise damaged(self.url, self.file, str(exc), pages=False) from None
 
     def close(self) -> None:
         if self._waits is not None:

@@ -7,6 +7,7 @@ classes; everything outside it gets records (`records.py`), never a row bound to
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any, ClassVar
 
@@ -72,8 +73,45 @@ class StorableJSON(TypeDecorator[Any]):
         return storable_json(value)
 
 
+class UnreadableValue(ValueError):
+    """A stored value its column's type cannot read back (a time written over by hand): the archive's damage, which
+    `Database.session` reports in one line with the archive's name, never a bare `ValueError` from deep in a read."""
+
+
+SHOWN_VALUE = 80  # characters of an unreadable value a message quotes: it names the value, not all of it
+
+
+class StoredTime(TypeDecorator[datetime]):
+    """A `DateTime` whose stored text SQLite's reader cannot parse raises `UnreadableValue`, not the `ValueError`
+    ("Invalid isoformat string") that a command would show as a traceback, or that a run would count as a failed
+    parse. It wraps the dialect's own processor (SQLite stores times as text; PostgreSQL returns them parsed)
+    rather than overriding `process_result_value`, which runs only after that processor has already failed."""
+
+    impl = DateTime
+    cache_ok = True
+
+    def result_processor(self, dialect: Dialect, coltype: Any) -> Callable[[Any], datetime | None] | None:
+        read = super().result_processor(dialect, coltype)
+        if read is None:
+            return None
+
+        def checked(value: Any) -> datetime | None:
+            try:
+                return read(value)
+            except (ValueError, TypeError):
+                shown = repr(value)
+                shown = shown if len(shown) <= SHOWN_VALUE else shown[: SHOWN_VALUE - 3] + "..."
+                raise UnreadableValue(f"a stored time does not parse: {shown}") from None
+
+        return checked
+
+
 class Base(DeclarativeBase):
-    type_annotation_map: ClassVar[dict[Any, Any]] = {dict[str, Any]: StorableJSON, list[Any]: StorableJSON}
+    type_annotation_map: ClassVar[dict[Any, Any]] = {
+        dict[str, Any]: StorableJSON,
+        list[Any]: StorableJSON,
+        datetime: StoredTime,
+    }
 
 
 class Run(Base):
@@ -86,8 +124,8 @@ class Run(Base):
     seed: Mapped[int] = mapped_column(Integer)
     status: Mapped[str] = mapped_column(StorableString(20), default="running")
     state: Mapped[dict[str, Any]] = mapped_column(default=dict)
-    created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
-    updated_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow, onupdate=utcnow)
+    created_at: Mapped[datetime] = mapped_column(StoredTime, default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(StoredTime, default=utcnow, onupdate=utcnow)
 
 
 class PolicyVersion(Base):
@@ -102,7 +140,7 @@ class PolicyVersion(Base):
     parent_id: Mapped[int | None] = mapped_column(ForeignKey("policy_versions.id"))
     train_config: Mapped[dict[str, Any] | None] = mapped_column(StorableJSON)
     stats: Mapped[dict[str, Any] | None] = mapped_column(StorableJSON)
-    created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+    created_at: Mapped[datetime] = mapped_column(StoredTime, default=utcnow)
 
 
 class Program(Base):
@@ -117,7 +155,7 @@ class Program(Base):
     parent_id: Mapped[int | None] = mapped_column(ForeignKey("programs.id"), index=True)
     island: Mapped[int] = mapped_column(Integer, default=0)
     generation: Mapped[int] = mapped_column(Integer, default=0)
-    created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+    created_at: Mapped[datetime] = mapped_column(StoredTime, default=utcnow)
     evaluation: Mapped[Evaluation | None] = relationship(back_populates="program", uselist=False)
 
 
@@ -156,9 +194,9 @@ class Evaluation(Base):
     stderr: Mapped[str | None] = mapped_column(StorableText)
     sandbox: Mapped[str] = mapped_column(StorableString(20))
     case_errors: Mapped[dict[str, Any] | None] = mapped_column(StorableJSON)  # case name → error, split form
-    started_at: Mapped[datetime | None] = mapped_column(DateTime)  # when the sandbox got the program
-    finished_at: Mapped[datetime | None] = mapped_column(DateTime)  # when its reply came back
-    created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+    started_at: Mapped[datetime | None] = mapped_column(StoredTime)  # when the sandbox got the program
+    finished_at: Mapped[datetime | None] = mapped_column(StoredTime)  # when its reply came back
+    created_at: Mapped[datetime] = mapped_column(StoredTime, default=utcnow)
     program: Mapped[Program] = relationship(back_populates="evaluation")
 
 
@@ -174,10 +212,10 @@ class Prompt(Base):
     tokens: Mapped[int | None] = mapped_column(Integer)  # tokens generated over its G completions
     generation_s: Mapped[float | None] = mapped_column(Float)  # seconds spent sampling them
     parse_counts: Mapped[dict[str, Any] | None] = mapped_column(StorableJSON)  # variant status → count
-    started_at: Mapped[datetime | None] = mapped_column(DateTime)  # sampling began; created_at: stored
+    started_at: Mapped[datetime | None] = mapped_column(StoredTime)  # sampling began; created_at: stored
     member: Mapped[str | None] = mapped_column(StorableString(200))  # the ensemble member that sampled it (members.py)
     ask: Mapped[str | None] = mapped_column(StorableString(40))  # the ask arm it was sampled with (evolve.adapt)
-    created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+    created_at: Mapped[datetime] = mapped_column(StoredTime, default=utcnow)
 
 
 class Incident(Base):
@@ -189,7 +227,7 @@ class Incident(Base):
     stage: Mapped[str] = mapped_column(StorableString(20))  # prompt | sample | parse | store | evaluate | commit
     kind: Mapped[str] = mapped_column(StorableString(100))  # the exception's class name
     message: Mapped[str] = mapped_column(StorableText)
-    created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+    created_at: Mapped[datetime] = mapped_column(StoredTime, default=utcnow)
 
 
 class Completion(Base):
@@ -204,7 +242,7 @@ class Completion(Base):
     token_ids: Mapped[bytes | None] = mapped_column(LargeBinary)
     logprobs: Mapped[bytes | None] = mapped_column(LargeBinary)
     finish_reason: Mapped[str | None] = mapped_column(StorableString(20))
-    created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+    created_at: Mapped[datetime] = mapped_column(StoredTime, default=utcnow)
 
     @property
     def token_id_list(self) -> list[int] | None:
@@ -234,4 +272,4 @@ class SamplingProgressRow(Base):
     __tablename__ = "sampling_progress"
     run_id: Mapped[int] = mapped_column(ForeignKey("runs.id"), primary_key=True)
     data: Mapped[dict[str, Any] | None] = mapped_column(StorableJSON, nullable=True)
-    updated_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(StoredTime, default=utcnow)

@@ -30,6 +30,8 @@ def archive_url(text: str | Path) -> str:
     except UnicodeEncodeError:
         raise ArchiveUrlError(f"--db {s!r}: the name is not valid UTF-8; rename the file or its folder") from None
     if not SCHEME.match(s):
+        if "\x00" in s:  # only a caller of the API can give one: no command line holds a NUL byte
+            raise ArchiveUrlError(f"--db {s!r}: its file path holds a NUL byte, which no name may hold; remove it")
         # built, not parsed: a `?`, `#` or `%41` in a file name is the name's, not a query or an escape
         return URL.create("sqlite", database=str(Path(s).expanduser().resolve())).render_as_string(hide_password=False)
     scheme, rest = s.split("://", 1)
@@ -41,10 +43,34 @@ def archive_url(text: str | Path) -> str:
             f"--db {s}: not a database URL ({exc}); write e.g. sqlite:///runs/x.db or "
             "postgresql+psycopg://user@host/dbname"
         ) from None
+    _refuse_nul(url)
     if url.get_backend_name() == "sqlite" and url.database and url.database != ":memory:":
         # make the file absolute, so that every message, resume hint and adapter folder names the same file
         url = url.set(database=str(Path(url.database).expanduser().resolve()))
     return url.render_as_string(hide_password=False)
+
+
+def _refuse_nul(url: URL) -> None:
+    """A `%00` in a URL decodes to a NUL byte, which no file path, user, host or query of any database may hold: the
+    operating system refuses such a path with a bare `ValueError` ("embedded null byte"), and a server's driver
+    fails on it each its own way. Said here in one line instead, naming the part that holds it."""
+    file = url.get_backend_name() == "sqlite"
+    parts = {
+        "user name": url.username,
+        "password": url.password,
+        "host": url.host,
+        "file path" if file else "database name": url.database,
+        # a key given twice holds a tuple of its values
+        "query": "".join(
+            key + "".join((value,) if isinstance(value, str) else value) for key, value in url.query.items()
+        ),
+    }
+    for part, value in parts.items():
+        if value is not None and "\x00" in str(value):
+            raise ArchiveUrlError(
+                f"--db {url.render_as_string(hide_password=True)}: its {part} holds a NUL byte (%00), which no name "
+                "may hold; write the URL without it"
+            )
 
 
 def sqlite_file(url: str) -> Path | None:
