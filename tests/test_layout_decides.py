@@ -86,8 +86,12 @@ def test_a_one_file_program_that_reads_as_a_tree_is_one_file_to_every_part_of_th
     child, stored as the one text it is, scores its own exact vector, as the seed does: the sandbox ran each as
     seed.sh alone. The prompt showed the seed as the one editable text it is, the archive keeps every program in
     its `code` column (no file rows), and `evolve show` diffs a child against its parent as one text."""
-    statuses = db_rows(run, "SELECT v.slot, v.status, v.detail FROM variants v ORDER BY v.id LIMIT 3")
-    assert [(slot, status) for slot, status, _ in statuses] == [(0, "ok"), (1, "ok"), (2, "ok")], statuses
+    # Groups are stored from threads: a second group (the replay answers it alike, so its variants are copies of
+    # the first's) may commit first, so the first group's variants are the ones that are not duplicates.
+    statuses = db_rows(run, "SELECT v.slot, v.status, v.detail FROM variants v ORDER BY v.id")
+    first = sorted((slot, status) for slot, status, _ in statuses if status != "duplicate")
+    assert first == [(0, "ok"), (1, "ok"), (2, "ok")], statuses
+    assert len(statuses) % 3 == 0, statuses  # every other group: three copies of the first group's children
 
     rows = db_rows(
         run,
