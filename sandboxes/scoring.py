@@ -15,6 +15,7 @@ from evolve.filetree import TreeError, split_files
 from evolve.fitness import scalar_view
 from evolve.problem import Problem
 from evolve.problem.outcome import ErrorKind, EvalOutcome
+from evolve.storable import storable_text
 from sandboxes.reply_shape import malformed
 from sandboxes.simple_form import check_simple, simple_job_extras
 from sandboxes.toolchain import Toolchain
@@ -216,18 +217,6 @@ def outcome_from(
         outcome = interpret(problem, reply, duration_s, sandbox)
     outcome.stdout, outcome.stderr = stdout, stderr
     return storable(outcome)
-
-
-def storable_text(text: str) -> str:
-    """`text` as valid UTF-8: each lone surrogate (what Python makes of bytes it could not decode, and what a JSON
-    `\\udcff` escape reads back as) becomes that visible escape; everything else is kept as it is."""
-    if text.isascii():
-        return text
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return text.encode("utf-8", "backslashreplace").decode("utf-8")
-    return text
 
 
 def storable(outcome: EvalOutcome) -> EvalOutcome:

@@ -17,20 +17,7 @@ from sqlalchemy.types import TypeDecorator
 
 from evolve.archive.clock import utcnow
 from evolve.archive.packed import unpack
-
-
-def storable_text(text: str) -> str:
-    """`text` as valid UTF-8: a lone surrogate (what Python makes of bytes it could not decode) cannot be encoded,
-    so SQLite and PostgreSQL refuse the whole row, and with it the transaction; each becomes its visible escape
-    (`\\udcff`) instead, and the rest of the text is kept. The sandboxes clean what they report the same way
-    (sandboxes/scoring.py); this is the archive's own guarantee, whatever the text's source."""
-    if text.isascii():
-        return text
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return text.encode("utf-8", "backslashreplace").decode("utf-8")
-    return text
+from evolve.storable import storable_text
 
 
 def storable_json(value: Any) -> Any:
