@@ -41,9 +41,9 @@ from evolve.fitness import scalar_bounds, scalar_view
 from evolve.problem import Problem, load_problem
 from evolve.prompts import parse_completion
 from policies.answer_grammar import AnswerShape
-from policies.base import SamplingParams
-from policies.factory import make_policy
-from sandboxes.factory import make_sandbox
+from policies.from_spec import make_policy
+from policies.policy import SamplingParams
+from sandboxes.backends import make_sandbox
 
 POLICIES = ("none", "grpo", "vpo")
 

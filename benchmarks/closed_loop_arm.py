@@ -28,10 +28,10 @@ from evolve.problem import Problem, load_problem
 from evolve.runs import RunOptions, open_run
 from evolve.search import train_config
 from evolve.training import ArchiveTrainer, restore_latest_adapter
-from policies.base import Policy
-from policies.factory import make_policy
+from policies.from_spec import make_policy
+from policies.policy import Policy
 from policies.trainer import never
-from sandboxes.factory import make_sandbox
+from sandboxes.backends import make_sandbox
 
 HELD_OUT_SEED = 10_000  # + the arm's seed: every arm's final policy answers the same held-out draws
 

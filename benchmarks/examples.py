@@ -31,8 +31,8 @@ from rich.table import Table
 from evolve.archive import Archive
 from evolve.fitness import signs
 from evolve.problem import load_problem
-from policies.base import Policy
-from policies.factory import make_policy
+from policies.from_spec import make_policy
+from policies.policy import Policy
 
 _yield = importlib.import_module("benchmarks.yield")  # `yield` is a keyword
 EXAMPLES = {

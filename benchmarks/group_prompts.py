@@ -83,8 +83,8 @@ def shared_prefix(a: list[int], b: list[int]) -> int:
 def main() -> None:
     from transformers import AutoTokenizer
 
-    from policies.base import chat_token_ids
     from policies.embedded import embedded_model_dir
+    from policies.policy import chat_token_ids
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--problem", default="problems/roman_numerals")

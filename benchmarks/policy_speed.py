@@ -38,7 +38,7 @@ from rich.console import Console
 from rich.table import Table
 
 from benchmarks.group_prompts import group_prompts
-from policies.base import SamplingParams, chat_token_ids
+from policies.policy import SamplingParams, chat_token_ids
 from policies.prefill import PromptPrefill
 from policies.transformers_policy import TransformersPolicy
 

@@ -25,9 +25,9 @@ from rich.table import Table
 
 from evolve.problem import load_problem
 from evolve.problem.samples import write_problem
-from sandboxes.base import Sandbox, SandboxRefused
 from sandboxes.docker_pool import DockerSandbox, docker_available
 from sandboxes.process import ProcessSandbox
+from sandboxes.sandbox import Sandbox, SandboxRefused
 
 TRIVIAL = "def solve(x):\n    return x * x\n"
 

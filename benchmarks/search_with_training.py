@@ -45,7 +45,7 @@ from evolve.problem import Problem, load_problem
 from evolve.prompts import PromptInputs, ShownProgram, build_prompt, completion_stop, parse_completion
 from evolve.runs import RunOptions, open_run
 from evolve.training import ArchiveTrainer
-from policies.base import SamplingParams
+from policies.policy import SamplingParams
 from policies.tiny import build_taught_model
 from policies.trainer import TrainConfig
 from policies.transformers_policy import TransformersPolicy

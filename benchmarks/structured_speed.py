@@ -39,10 +39,10 @@ import numpy as np
 from benchmarks.group_prompts import VARIANTS, GroupAsk, group_asks
 from evolve.prompts import completion_stop, parse_completion
 from policies.answer_grammar import AnswerShape, answer_gbnf
-from policies.base import SamplingParams, chat_token_ids
 from policies.held_rows import HeldRow, HeldVocab
 from policies.llama_grammar import RowGrammar
 from policies.llama_policy import LlamaPolicy
+from policies.policy import SamplingParams, chat_token_ids
 from policies.transformers_policy import TransformersPolicy
 
 DEFAULT_PROBLEMS = "problems/roman_numerals,problems/roman_numerals_c,problems/bin_packing:diff"

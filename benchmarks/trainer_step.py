@@ -22,9 +22,9 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
-from policies.groups import TrainingCompletion, TrainingGroup
 from policies.tiny import tiny_model, tiny_tokenizer
 from policies.trainer import PolicyTrainer, TrainConfig
+from policies.training_groups import TrainingCompletion, TrainingGroup
 
 G, PROMPT_TOKENS, COMPLETION_TOKENS, RANK, LR = 8, 64, 256, 16, 1e-4
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
@@ -136,8 +136,8 @@ def embedded(policy_spec: str, group_size: int, max_new_tokens: int, groups: int
     from evolve.problem import load_problem
     from evolve.runs import open_run
     from evolve.search import train_config
-    from policies.factory import make_policy
-    from sandboxes.factory import make_sandbox
+    from policies.from_spec import make_policy
+    from sandboxes.backends import make_sandbox
 
     seconds: dict[str, float] = defaultdict(float)
     problem = load_problem(Path(__file__).resolve().parents[1] / "problems" / "roman_numerals")

@@ -29,10 +29,10 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
-from policies.base import SamplingParams
-from policies.groups import TrainingCompletion, TrainingGroup
+from policies.policy import SamplingParams
 from policies.tiny import teach, tiny_model, tiny_tokenizer
 from policies.trainer import PolicyTrainer, TrainConfig
+from policies.training_groups import TrainingCompletion, TrainingGroup
 from policies.transformers_policy import TransformersPolicy
 
 ALPHABET, LENGTH, DIM = "abcx", 8, 3

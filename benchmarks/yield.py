@@ -41,15 +41,15 @@ from rich.table import Table
 
 from evolve.archive import Archive, summary_yield
 from evolve.fitness import signs
-from evolve.groups import structured_by
+from evolve.group_sampler import structured_by
 from evolve.loop import SearchLoop, run_search
 from evolve.problem import Problem, load_problem
 from evolve.problem.scaffold import scaffold
 from evolve.runs import RunOptions, open_run
 from evolve.yields import Yield
-from policies.base import Policy
-from policies.factory import make_policy
-from sandboxes.factory import make_sandbox
+from policies.from_spec import make_policy
+from policies.policy import Policy
+from sandboxes.backends import make_sandbox
 
 ROOT = Path(__file__).resolve().parent.parent
 FIRST = ("roman_numerals", "bin_packing", "circle_packing")  # the order of the tables in docs/yield.md

@@ -1,7 +1,7 @@
 """The ensemble's record: which member and which ask each group goes to, and what each has brought.
 
 Two allocators (evolve.bandit) share the groups: one among the members (the policies of the run), one among the
-ask arms (evolve.adapt), both from the same outcomes. A group's cost (its tokens, or its seconds) is charged to
+ask arms (evolve.ask_arms), both from the same outcomes. A group's cost (its tokens, or its seconds) is charged to
 its member and its ask when it is sampled; its value arrives as its children are scored: one per new valid child,
 one more per child that beats its parent's scalar, one more per new best of the run. Copies (unchanged variants
 and duplicates) bring nothing while their tokens cost, so they count against the member and ask that wrote them.

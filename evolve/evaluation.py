@@ -16,7 +16,7 @@ from evolve.children import Child, EvaluationResult
 from evolve.control import StageFailure
 from evolve.problem import Problem
 from evolve.problem.outcome import ErrorKind, EvalOutcome
-from sandboxes.base import AsyncSandbox, Sandbox
+from sandboxes.sandbox import AsyncSandbox, Sandbox
 
 
 @dataclass(frozen=True)

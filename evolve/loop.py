@@ -3,7 +3,7 @@
 Every fact of the run (population, code index, counters, budget, the ensemble's record, every stop rule) lives in
 one `RunLedger` (evolve.ledger), which only the loop changes, on its own event-loop thread. The stages hold none
 of it; each returns a record that the loop applies to the ledger:
-- `GroupSampler` (evolve.groups): a `SampledGroup` (prompted, sampled, parsed); the ledger admits it (duplicates
+- `GroupSampler` (evolve.group_sampler): a `SampledGroup` (prompted, sampled, parsed); the ledger admits it (duplicates
   marked, new children claimed), then the sampler stores it and returns a `GroupResult`;
 - `Evaluator` (evolve.evaluation): an `Evaluated` child (its result, or the sandbox failure it cost);
 - `ProgramWriter` (evolve.commit): a `StoredChild` per committed result.
@@ -34,15 +34,15 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
-from evolve.adapt import Ask, apply_arm, ask_arms
 from evolve.archive import Archive, RunRecord, RunState, code_hash
+from evolve.ask_arms import Ask, apply_arm, ask_arms
 from evolve.children import Child, GroupResult
 from evolve.commit import ProgramWriter
 from evolve.control import RunControl, StageFailure
 from evolve.ensemble import Ensemble
 from evolve.evaluation import Evaluator
 from evolve.flow import ChildFlow, note_incident
-from evolve.groups import GroupSampler
+from evolve.group_sampler import GroupSampler
 from evolve.interrupt import cancel_on
 from evolve.ledger import RunLedger
 from evolve.members import MemberSpec
@@ -51,9 +51,9 @@ from evolve.problem import Problem
 from evolve.runs import RunOptions
 from evolve.selection import Population, make_selector
 from evolve.stats import LoopStats
-from policies.base import Policy
+from policies.policy import Policy
 from policies.trainer import UpdateAbandoned
-from sandboxes.base import AbortableSandbox, Sandbox
+from sandboxes.sandbox import AbortableSandbox, Sandbox
 
 ENGINE_THREADS = 12  # worker threads beside evaluations: generators (8 at most), the committer, the state saver
 

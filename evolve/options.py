@@ -17,7 +17,7 @@ from dataclasses import MISSING, Field, asdict, dataclass, field, fields, make_d
 from pathlib import Path
 from typing import Any
 
-from evolve.adapt import ASK_ARMS
+from evolve.ask_arms import ASK_ARMS
 from evolve.bandit import ALLOCATIONS, COST_UNIT
 from evolve.members import EDIT_FORMATS, MemberError, MemberSpec, members_from
 from evolve.problem.config import SearchSection, TrainingSection
@@ -25,7 +25,7 @@ from evolve.problem.errors import ProblemError
 from evolve.problem.seed_files import folder_file
 from evolve.prompts.builder import OTHERS_VIEWS
 from policies.advantages import METHODS as TRAIN_METHODS
-from policies.base import PolicyError
+from policies.policy import PolicyError
 from policies.shaping import NORMALISATIONS
 from policies.spec import PolicySpec
 from sandboxes.process_slots import UID_RANGE

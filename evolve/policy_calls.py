@@ -12,11 +12,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from evolve.adapt import Ask
 from evolve.archive import Archive
+from evolve.ask_arms import Ask
 from evolve.control import RunControl
 from evolve.interrupt import cancel_on, until_interrupted
-from policies.base import AsyncPolicy, Generated, Interruptible, Policy, PolicyError, SamplingParams
+from policies.policy import AsyncPolicy, Generated, Interruptible, Policy, PolicyError, SamplingParams
 
 # A member's training step (`ArchiveTrainer.step`), called with the run's "should the update stop?" check, which
 # it asks between samples: a stop then raises `policies.trainer.UpdateAbandoned` within one sample's pass.

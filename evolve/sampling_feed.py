@@ -1,6 +1,6 @@
 """Publishes the group being sampled to the archive every few seconds, for `evolve serve` (another process).
 
-The policy counts its tokens in memory (`policies.base.SamplingProgress`, which the run's live view reads);
+The policy counts its tokens in memory (`policies.policy.SamplingProgress`, which the run's live view reads);
 this thread copies that count into the archive's progress row at most every `every` seconds while a group is
 sampled, and clears it when the group ends. One small UPDATE per write: nothing the run waits for.
 """
@@ -12,7 +12,7 @@ import threading
 from evolve.archive import StorageError
 from evolve.archive.facade import Archive
 from evolve.archive.progress import SamplingSnapshot, publish_sampling
-from policies.base import Policy, ProgressReporting
+from policies.policy import Policy, ProgressReporting
 
 FEED_EVERY_S = 2.0
 

@@ -30,7 +30,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from evolve.adapt import AskError, ask_arms
 from evolve.archive import (
     Archive,
     ArchiveError,
@@ -41,6 +40,7 @@ from evolve.archive import (
     sqlite_file,
     storage_reason,
 )
+from evolve.ask_arms import AskError, ask_arms
 from evolve.bandit import AllocationError, Allocator
 from evolve.ensemble import COST_UNIT, EnsembleError
 from evolve.loop import SearchLoop, run_search
@@ -48,11 +48,11 @@ from evolve.members import MemberError, MemberSpec, as_options
 from evolve.problem import Problem
 from evolve.runs import RunMismatch, RunOptions, RunOverrides, check_resumable, open_run, resolve_options
 from evolve.training import ArchiveTrainer, TrainingUnsupported, restore_latest_adapter
-from policies.base import Policy, PolicyError
-from policies.factory import make_policy
+from policies.from_spec import make_policy
+from policies.policy import Policy, PolicyError
 from policies.trainer import TrainConfig
-from sandboxes.base import Sandbox, SandboxRefused
-from sandboxes.factory import SandboxUnavailable, make_sandbox, weak_sandbox_refusal
+from sandboxes.backends import SandboxUnavailable, make_sandbox, weak_sandbox_refusal
+from sandboxes.sandbox import Sandbox, SandboxRefused
 
 SETUP_ERRORS = (
     ArchiveError,
@@ -234,7 +234,7 @@ def build_search(
     latest, or `run_id`), load the sandbox and the policies, and set up training when `train_every` > 0.
 
     The search owns what it opens: a failure part-way closes everything opened so far, and `Search.close`
-    closes all of it. A policy is a spec such as `embedded` or `transformers:DIR` (see `policies.factory`);
+    closes all of it. A policy is a spec such as `embedded` or `transformers:DIR` (see `policies.from_spec`);
     `policies` makes an ensemble of several (evolve.members), as `--policy A --policy B` does.
     Raises `SearchSetupError` with a one-line fix."""
     given = with_policies(overrides, policies)

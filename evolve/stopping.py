@@ -58,7 +58,7 @@ class Stall:
     """Groups in a row that made no new child, and what their variants were instead; `limit` of them end the run.
 
     A barren group lengthens the streak only while no child waits or is under evaluation: the parents those
-    children become may unblock the policy. The adapter (`evolve.adapt`) reads the same streak to decide what to
+    children become may unblock the policy. The adapter (`evolve.ask_arms`) reads the same streak to decide what to
     ask differently, so the stop and the changes before it agree on what "barren" means.
     """
 

@@ -24,9 +24,9 @@ from evolve.archive import Archive, PolicyVersionRecord
 from evolve.archive.group_store import StoredCompletion
 from evolve.fitness import oriented_array, oriented_bounds
 from evolve.problem.config import ComponentSpec
-from policies.base import InProcessPolicy, Policy, PublishingPolicy, TrainsAsTransformers
-from policies.groups import Batch, TrainingCompletion, TrainingGroup, normalise
+from policies.policy import InProcessPolicy, Policy, PublishingPolicy, TrainsAsTransformers
 from policies.trainer import PolicyTrainer, ShouldStop, TrainConfig, UpdateStats, never
+from policies.training_groups import Batch, TrainingCompletion, TrainingGroup, normalise
 
 
 class TrainingUnsupported(Exception):

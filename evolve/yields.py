@@ -1,7 +1,7 @@
 """Yield: how many new, valid children the policy's completions turn into, and where the rest went.
 
 A small model mostly fails by echoing its parent, repeating a known program or writing something unparseable;
-these shares tell a user (and, through `evolve.stopping.Stall`, the adapter in `evolve.adapt`) which of those is
+these shares tell a user (and, through `evolve.stopping.Stall`, the adapter in `evolve.ask_arms`) which of those is
 happening. The same figures come live from the loop's counters and afterwards from the archive's summary
 (`Archive.summarize`), so both views agree. A plain value: it imports nothing of the engine.
 """

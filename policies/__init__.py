@@ -3,6 +3,6 @@
 This package imports nothing from `evolve/`: the engine hands it prompts and training groups.
 """
 
-from policies.base import Generated, Policy, PolicyError, SamplingParams
+from policies.policy import Generated, Policy, PolicyError, SamplingParams
 
 __all__ = ["Generated", "Policy", "PolicyError", "SamplingParams"]

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from policies.base import PolicyError
+from policies.policy import PolicyError
 
 log = logging.getLogger(__name__)
 FIX = "set EVOLVE_CACHE to a folder you may write"

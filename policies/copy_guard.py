@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from policies.answer_grammar import LINE_COMMENTS
-from policies.base import SamplingParams
+from policies.policy import SamplingParams
 
 CANDIDATES = 64  # the likeliest tokens the doubt is judged on (the rest of the mass is spread thin)
 DOUBT = 0.02  # the leaving mass, at the sampling temperature, at which a copy is turned (see the docstring)

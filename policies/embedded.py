@@ -13,8 +13,8 @@ import os
 import shutil
 from pathlib import Path
 
-from policies.base import PolicyError
 from policies.build_lock import FIX, build_once, building
+from policies.policy import PolicyError
 
 EMBEDDED_NAME = "Qwen2.5-Coder-0.5B-Instruct (embedded Q4_K_M)"
 GGUF_SHA256 = "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"

@@ -26,9 +26,9 @@ import numpy as np
 
 from policies.answer_grammar import AnswerShape
 from policies.answer_matcher import AnswerMatcher, MatchState
-from policies.base import SamplingParams
 from policies.copy_guard import RowGuard, both
 from policies.llama_grammar import GrammarCost
+from policies.policy import SamplingParams
 from policies.sampling import TokenSampler
 from policies.stops import RowStops
 

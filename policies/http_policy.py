@@ -49,8 +49,8 @@ from typing import Any
 import httpx
 
 from policies.answer_grammar import EDIT_FORMATS, answer_gbnf
-from policies.base import SYSTEM, Generated, PolicyError, SamplingParams
 from policies.http_grammar import CHAT, FIELDS, GrammarField, kept_to_probe, probe_request, probe_texts
+from policies.policy import SYSTEM, Generated, PolicyError, SamplingParams
 
 
 class _Retryable(Exception):

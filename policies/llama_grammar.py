@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from policies.base import PolicyError
+from policies.policy import PolicyError
 
 # llama_token_data as numpy sees it: the candidates handed to the grammar are a view of this array.
 TOKEN_DATA = np.dtype([("id", np.int32), ("logit", np.float32), ("p", np.float32)])

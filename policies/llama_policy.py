@@ -28,10 +28,10 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from policies.answer_grammar import EDIT_FORMATS, answer_gbnf
-from policies.base import Generated, PolicyError, SamplingParams, SamplingProgress, chat_token_ids, render_chat
 from policies.copy_guard import GuardCounts, RowGuard, TokenTexts, both, group_guard
 from policies.llama_grammar import GrammarBook, GrammarCost, RowGrammar
 from policies.llama_runtime import DecodeAborted, Entry, LlamaRuntime, default_threads, requantize_q8_0
+from policies.policy import Generated, PolicyError, SamplingParams, SamplingProgress, chat_token_ids, render_chat
 from policies.sampling import TokenSampler
 from policies.stops import end_reason
 

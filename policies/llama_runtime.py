@@ -20,8 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from policies.base import PolicyError
 from policies.build_lock import build_once
+from policies.policy import PolicyError
 
 INSTALL_HINT = "pip install 'vpo-evolve[llama]' (builds llama.cpp from source, about 13 minutes on 2 cores)"
 

@@ -16,8 +16,8 @@ import threading
 import time
 from dataclasses import dataclass
 
-from policies.base import Generated, PolicyError, SamplingParams
 from policies.http_policy import HttpPolicy
+from policies.policy import Generated, PolicyError, SamplingParams
 
 PER_SERVER_WAIT_S = 5.0  # how long one server may keep failing before its group goes elsewhere
 BACKOFF_S = (2.0, 60.0)  # first and largest pause before a failed server is tried again

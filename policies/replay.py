@@ -6,7 +6,7 @@ import itertools
 import json
 from pathlib import Path
 
-from policies.base import Generated, PolicyError, SamplingParams
+from policies.policy import Generated, PolicyError, SamplingParams
 
 
 class ReplayPolicy:

@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from policies.base import SamplingParams
+from policies.policy import SamplingParams
 
 CANDIDATES = 512  # the largest probabilities searched for the nucleus before falling back to a full sort
 

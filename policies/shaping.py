@@ -40,7 +40,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from policies.groups import TrainingGroup
+from policies.training_groups import TrainingGroup
 
 NORMALISATIONS = ("bounds", "group")
 EPS = 1e-9

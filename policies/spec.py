@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from policies.base import PolicyError
+from policies.policy import PolicyError
 
 BACKENDS = ("embedded", "llama", "transformers", "vllm", "openai", "vllm-local", "replay")
 HTTP_BACKENDS = ("vllm", "openai")

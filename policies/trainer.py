@@ -25,9 +25,9 @@ import numpy as np
 
 from policies.advantages import make_estimator
 from policies.cpu_dtype import slow_bf16
-from policies.groups import TrainingGroup
 from policies.shaping import select
 from policies.shared_prompt import SharedPrompt, completion_logprobs, completions_after, run_prompt
+from policies.training_groups import TrainingGroup
 
 ShouldStop = Callable[[], bool]  # asked between samples: True gives the update up (`UpdateAbandoned`)
 

@@ -19,11 +19,11 @@ from pathlib import Path
 from typing import Any
 
 from policies.answer_grammar import EDIT_FORMATS, AnswerShape
-from policies.base import Generated, PolicyError, SamplingParams, SamplingProgress, chat_token_ids, render_chat
 from policies.copy_guard import GuardCounts, RowGuard, TokenTexts, group_guard
 from policies.embedded import EMBEDDED_NAME, INSTALL_HINT, embedded_model_dir
 from policies.held_rows import HeldSampler, HeldVocab, VocabTexts
 from policies.llama_grammar import GrammarCost
+from policies.policy import Generated, PolicyError, SamplingParams, SamplingProgress, chat_token_ids, render_chat
 from policies.prefill import PromptPrefill
 from policies.stops import RowStops
 
@@ -146,7 +146,7 @@ class TransformersPolicy:
         self.grammar_cost = GrammarCost()  # summed over every structured call, for the benchmarks
         self.copy_guard = GuardCounts()  # summed over every guarded call (`SamplingParams.avoid`)
         self._guard_texts: TokenTexts | None = None  # the vocabulary as the copy guard reads it (made once)
-        self.notes = ""  # what whoever chose this policy adds (policies.factory: why not llama.cpp)
+        self.notes = ""  # what whoever chose this policy adds (policies.from_spec: why not llama.cpp)
 
     @property
     def description(self) -> str:

@@ -14,7 +14,7 @@ import os
 from typing import Any
 
 from policies.answer_grammar import EDIT_FORMATS, AnswerShape, answer_gbnf
-from policies.base import SYSTEM, Generated, PolicyError, SamplingParams
+from policies.policy import SYSTEM, Generated, PolicyError, SamplingParams
 
 
 class VLLMLocalPolicy:

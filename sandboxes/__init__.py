@@ -3,6 +3,6 @@
 What an evaluation comes to (`EvalOutcome`, `ErrorKind`) lives in `evolve.problem.outcome`, beside the problem
 model that reads it too."""
 
-from sandboxes.base import Sandbox
+from sandboxes.sandbox import Sandbox
 
 __all__ = ["Sandbox"]

@@ -26,10 +26,10 @@ from evolve.filetree import TreeError
 from evolve.problem import Problem
 from evolve.problem.outcome import ErrorKind, EvalOutcome
 from sandboxes.abort import RunningJobs
-from sandboxes.base import SandboxRefused
 from sandboxes.docker_images import ImageSpec, image_for, image_toolchain, memory_cap_mb, runtime_env, work_mount
 from sandboxes.host_config import empty_file, hidden_host_config, hidden_host_files
 from sandboxes.jail import SCRATCH_INODES
+from sandboxes.sandbox import SandboxRefused
 from sandboxes.scoring import make_job, outcome_from, program_filename, program_files
 
 SANDBOX_DIR = Path(__file__).resolve().parent

@@ -23,7 +23,7 @@ import stat
 import tempfile
 from pathlib import Path
 
-from sandboxes.base import SandboxRefused
+from sandboxes.sandbox import SandboxRefused
 
 RUN = Path("/run")
 _FALLBACKS: dict[str, Path] = {}  # name -> this process's own folder, where the user's fixed name was taken

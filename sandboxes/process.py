@@ -42,7 +42,6 @@ from evolve.problem import Problem
 from evolve.problem.outcome import ErrorKind, EvalOutcome
 from evolve.problem.trusted import scorer_pids
 from sandboxes.abort import RunningJobs
-from sandboxes.base import OUTPUT_CAP, SandboxRefused
 from sandboxes.cgroups import make_slot_cgroups, remove_all
 from sandboxes.engine_guard import guard_engine
 from sandboxes.jail import SCRATCH_BYTES, WORK, WORK_BYTES, JobFiles, find_jail
@@ -58,6 +57,7 @@ from sandboxes.process_child import (
     errno_text,
 )
 from sandboxes.process_slots import WORKDIR_PREFIX, Slot, SlotPool, remove_stale_workdirs
+from sandboxes.sandbox import OUTPUT_CAP, SandboxRefused
 from sandboxes.scoring import HARNESS_PATH, make_job, outcome_from, program_filename, program_files
 from sandboxes.seccomp import SocketRule, installer
 from sandboxes.sweep import kill_all

@@ -24,8 +24,8 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from sandboxes.base import SandboxRefused
 from sandboxes.private_dirs import open_root_folder
+from sandboxes.sandbox import SandboxRefused
 from sandboxes.sweep import all_threads_dead, process_uids
 
 WORKDIR_PREFIX = "evolve-eval-"

@@ -34,8 +34,8 @@ from typing import Any
 
 from evolve.problem import Problem, ProblemError, load_problem
 from evolve.problem.outcome import ErrorKind, EvalOutcome
-from sandboxes.base import Sandbox
 from sandboxes.private_dirs import private_folder
+from sandboxes.sandbox import Sandbox
 
 UNPACK_FOLDER = "vpo-evolve-ray-problems"  # the name of the private folder problems are unpacked in
 NO_ACTOR_WAIT_S = 600.0  # how long a job waits for any live actor before it is scored as a crash
@@ -109,7 +109,7 @@ def _unpacked(fingerprint: str, bundle: list[Any]) -> Problem:
 
 
 def _local_sandbox(kind: str, slots: int) -> Sandbox:
-    from sandboxes.factory import make_sandbox
+    from sandboxes.backends import make_sandbox
 
     return make_sandbox(kind, workers=slots)
 

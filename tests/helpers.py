@@ -309,8 +309,8 @@ def weak_sandbox_or_skip(**kwargs: object) -> object:
     left to the unprivileged pass, which must run its file. Any other refusal is a failure."""
     import os
 
-    from sandboxes.base import SandboxRefused
     from sandboxes.process import ProcessSandbox
+    from sandboxes.sandbox import SandboxRefused
     from tests.services import left_to_the_unprivileged_pass
 
     try:

@@ -18,7 +18,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from policies.base import SamplingParams
+from policies.policy import SamplingParams
 from policies.transformers_policy import TransformersPolicy
 
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PATH_PARTS = ("evolve.loop", "evolve.flow", "evolve.groups", "evolve.evaluation", "evolve.commit")
+PATH_PARTS = ("evolve.loop", "evolve.flow", "evolve.group_sampler", "evolve.evaluation", "evolve.commit")
 THREAD = "thread"
 ANSWER = "<variant 1>\n```python\ndef solve(x):\n    return x * x\n```\n</variant 1>\n"
 

@@ -234,7 +234,7 @@ def test_a_program_of_several_files_is_held_to_headers_of_its_editable_files_and
     """knapsack_files (two editable files under lib/, a fixed solver.py): a variant is one or more sections, each a
     header the prompt shows and that file's blocks or edits; a header of the fixed file, or of a file the program
     does not have, is refused where its name goes wrong; what is taken parses into changed children."""
-    from evolve.groups import answer_shape
+    from evolve.group_sampler import answer_shape
     from evolve.problem import load_problem
     from evolve.prompts.tree_view import program_blocks
     from evolve.runs import RunOptions

@@ -23,7 +23,7 @@ def test_the_documented_path_of_one_child_is_the_traced_one():
 def test_no_stage_calls_the_ledger_the_loop_or_another_stage():
     """One writer: the ledger is applied by the loop alone, and a stage hands records back instead of calling on."""
     path = child_path()
-    stages = ("evolve.groups", "evolve.evaluation", "evolve.commit")
+    stages = ("evolve.group_sampler", "evolve.evaluation", "evolve.commit")
     crossings = {(c.caller, c.callee) for c in path}
     assert not {(a, b) for a, b in crossings if a in stages and b in (*stages, "evolve.ledger", "evolve.loop")}
     assert {a for a, b in crossings if b == "evolve.ledger"} == {"evolve.loop", "evolve.flow"}

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from policies.base import SamplingParams
 from policies.http_policy import HttpPolicy
+from policies.policy import SamplingParams
 from policies.trainer import PolicyTrainer, Sample, TrainConfig
 from policies.transformers_policy import TransformersPolicy
 from tests.openai_server import LoopbackServer

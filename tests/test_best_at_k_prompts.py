@@ -45,7 +45,7 @@ def test_each_prompt_is_sampled_as_the_run_sampled_it_its_answer_held_to_the_sam
 
     from evolve.archive import Archive, CompletionRecord
     from policies.answer_grammar import AnswerShape
-    from policies.base import SamplingParams
+    from policies.policy import SamplingParams
     from tests.helpers import store_program, write_square_problem
 
     folder = write_square_problem(tmp_path / "sq")

@@ -16,8 +16,8 @@ import pytest
 import torch
 
 from policies.answer_grammar import AnswerShape, answer_gbnf
-from policies.base import SamplingParams
 from policies.copy_guard import DOUBT, GroupGuard, RowGuard, TokenTexts, both, comparable, squeeze
+from policies.policy import SamplingParams
 from policies.sampling import TokenSampler, constrained_distribution
 
 PARENT = 'def solve(x):\n    """Add one."""\n    return x + 1  # the seed\n'
@@ -143,7 +143,7 @@ def blocks(text: str) -> list[str]:
 def test_a_guarded_group_writes_none_of_the_codes_it_avoids_and_stores_the_logprobs_it_drew_from(
     tiny_gguf, tiny_model_dir
 ):
-    from policies.factory import make_policy
+    from policies.from_spec import make_policy
     from policies.transformers_policy import TransformersPolicy
     from tests.conftest import tiny_pairs
 
@@ -327,9 +327,9 @@ def test_a_row_s_unfinished_line_is_read_once_however_long_it_grows(monkeypatch)
 
 
 def test_a_fenced_block_under_a_file_s_header_or_in_a_diff_answer_is_guarded_as_any_other():
-    """A program of several files: its blocks are the known codes (evolve.groups.copy_guard_codes), and a row
+    """A program of several files: its blocks are the known codes (evolve.group_sampler.copy_guard_codes), and a row
     copying one under its file's header is judged as a one-file row is; an edit outside any fence is not judged."""
-    from evolve.groups import copy_guard_codes
+    from evolve.group_sampler import copy_guard_codes
     from evolve.problem import load_problem
     from policies.answer_grammar import AnswerShape
     from policies.copy_guard import GuardCounts, group_guard

@@ -87,7 +87,7 @@ def test_a_join_killed_halfway_leaves_nothing_the_next_one_does_not_take_over(tm
 def test_a_join_that_fails_removes_what_it_staged_and_an_unusable_cache_is_one_line(tmp_path, monkeypatch):
     _parts_or_skip()
     import policies.embedded as embedded
-    from policies.base import PolicyError
+    from policies.policy import PolicyError
 
     monkeypatch.setenv("EVOLVE_CACHE", str(tmp_path / "cache"))
     monkeypatch.setattr(embedded, "GGUF_SHA256", "0" * 64)

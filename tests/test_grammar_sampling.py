@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from policies.answer_grammar import AnswerShape, answer_gbnf
-from policies.base import SamplingParams
+from policies.policy import SamplingParams
 from policies.sampling import TokenSampler, constrained_distribution
 from tests.test_sampling import dense, reference
 
@@ -91,7 +91,7 @@ def torch_warped(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
 def test_the_llama_policy_stores_the_logprob_of_the_masked_distribution_where_the_mask_removed_the_top_token(
     tiny_gguf, tiny_model_dir
 ):
-    from policies.factory import make_policy
+    from policies.from_spec import make_policy
     from policies.transformers_policy import TransformersPolicy
     from tests.conftest import tiny_pairs
 

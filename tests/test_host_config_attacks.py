@@ -217,7 +217,7 @@ def test_a_jail_or_container_refused_twice_is_the_sandboxs_failure_naming_the_mo
     still scores known programs exactly once the listing is true again."""
     import sandboxes.docker_pool
     import sandboxes.jail
-    from sandboxes.base import SandboxRefused
+    from sandboxes.sandbox import SandboxRefused
 
     module = sandboxes.jail if kind == "process" else sandboxes.docker_pool
     real = module.hidden_host_files

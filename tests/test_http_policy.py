@@ -13,8 +13,8 @@ import torch
 
 from evolve.loop import SearchLoop, run_search
 from evolve.training import ArchiveTrainer
-from policies.base import PolicyError, SamplingParams
 from policies.http_policy import HttpPolicy, parse_spec
+from policies.policy import PolicyError, SamplingParams
 from policies.trainer import TrainConfig
 from sandboxes.process import ProcessSandbox
 from tests.helpers import evolve_run_cmd, square_run, write_square_problem

@@ -1,5 +1,5 @@
 """The lead comment (`# Change: ...` first in each fenced block of a `full` answer, issue 37): asked in one place
-(`evolve.groups.answer_shape`), so that the prompt says it exactly when the grammar holds it; and a copy of the
+(`evolve.group_sampler.answer_shape`), so that the prompt says it exactly when the grammar holds it; and a copy of the
 parent under a new lead comment is still a copy: the parser drops the lead line, so it comes out `unchanged` in
 Python and in C, and a copy with one more comment line is a duplicate by its hash in Python."""
 
@@ -10,7 +10,7 @@ from dataclasses import replace
 import pytest
 
 from evolve.archive import code_hash
-from evolve.groups import answer_shape
+from evolve.group_sampler import answer_shape
 from evolve.prompts import parse_completion
 from evolve.prompts.builder import PromptInputs, build_prompt
 from evolve.runs import RunOptions

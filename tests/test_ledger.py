@@ -12,7 +12,7 @@ from evolve.archive import Archive
 from evolve.archive.records import RunState
 from evolve.loop import SearchLoop, run_search
 from evolve.runs import open_run
-from policies.base import Generated
+from policies.policy import Generated
 from policies.replay import ReplayPolicy
 from sandboxes.process import ProcessSandbox
 from tests.helpers import square_run

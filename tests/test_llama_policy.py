@@ -11,8 +11,8 @@ import time
 import pytest
 import torch
 
-from policies.base import Interruptible, PolicyError, SamplingParams
-from policies.factory import make_policy
+from policies.from_spec import make_policy
+from policies.policy import Interruptible, PolicyError, SamplingParams
 from policies.trainer import PolicyTrainer, Sample, TrainConfig
 from policies.transformers_policy import TransformersPolicy
 from tests.conftest import tiny_pairs
@@ -148,8 +148,8 @@ def test_a_missing_gguf_is_one_clear_error(tmp_path):
 
 CLOSE_MID_DECODE = """
 import sys, threading, time
-from policies.base import SamplingParams
-from policies.factory import make_policy
+from policies.policy import SamplingParams
+from policies.from_spec import make_policy
 from tests.test_behaviour_logprobs import PROMPT
 
 policy = make_policy("llama:" + sys.argv[1])

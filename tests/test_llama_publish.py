@@ -11,8 +11,8 @@ import torch
 
 from evolve.loop import SearchLoop, run_search
 from evolve.training import ArchiveTrainer
-from policies.base import SamplingParams
-from policies.factory import make_policy
+from policies.from_spec import make_policy
+from policies.policy import SamplingParams
 from policies.trainer import PolicyTrainer, TrainConfig
 from policies.transformers_policy import TransformersPolicy
 from sandboxes.process import ProcessSandbox

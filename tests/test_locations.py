@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 
 from evolve.cli import app
 from evolve.problem import load_problem
-from policies.factory import anchored_spec
+from policies.from_spec import anchored_spec
 from sandboxes.docker_images import host_spec
 from sandboxes.jail import Runtime, find_jail
 from tests.helpers import SPLIT_TOML, assert_known_vectors, docker_sandbox_or_skip, write_problem

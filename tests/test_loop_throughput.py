@@ -12,7 +12,7 @@ from evolve.loop import SearchLoop, run_search
 from evolve.problem import Problem
 from evolve.problem.outcome import EvalOutcome
 from policies.replay import ReplayPolicy
-from sandboxes.base import AsyncSandbox
+from sandboxes.sandbox import AsyncSandbox
 from tests.helpers import square_run
 
 WORKERS = 40  # more than asyncio's default pool (cores + 4, at most 32) on any machine

@@ -99,7 +99,7 @@ def test_the_example_problem_still_loads(problem):  # noqa: F811
 def test_a_lone_surrogate_from_the_model_becomes_a_replacement_character():
     """JSON-decoded model text may hold a lone surrogate: the archive (completion and program rows) and the
     sandbox's UTF-8 file writes raised on it, failing the commit or the evaluation as a sandbox bug."""
-    from policies.base import Generated
+    from policies.policy import Generated
 
     gen = Generated("x = '\ud800'\n", None, None, "stop", 0)
     assert gen.text == "x = '\ufffd'\n" and gen.text.encode("utf-8")

@@ -8,9 +8,9 @@ import time
 
 import pytest
 
-from policies.base import PolicyError, SamplingParams
-from policies.factory import make_policy
+from policies.from_spec import make_policy
 from policies.multi_server import MultiServerPolicy, parse_servers
+from policies.policy import PolicyError, SamplingParams
 from tests.openai_server import LoopbackServer
 
 pytestmark = pytest.mark.slow

@@ -25,9 +25,9 @@ from evolve.cli.run_cmd import _structured_line
 from evolve.prompts.builder import completion_stop
 from evolve.prompts.parser import parse_completion, split_variants
 from policies.answer_grammar import AnswerShape
-from policies.base import SamplingParams, StructuredSampling
-from policies.factory import make_policy
+from policies.from_spec import make_policy
 from policies.http_policy import HttpPolicy
+from policies.policy import SamplingParams, StructuredSampling
 from tests.conftest import tiny_pairs
 from tests.helpers import SQUARE_SEED, evolve_run_cmd, write_square_problem
 from tests.llama_server import LlamaServer

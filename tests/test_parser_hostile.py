@@ -299,7 +299,7 @@ def test_a_completion_over_the_line_cap_is_not_read() -> None:
 def test_the_deadline_is_checked_per_edit_and_an_interrupt_ends_the_parse() -> None:
     """The run's interrupt flag is asked at every check: once per edit at least, so a parse of thousands of edits
     stops within one edit of Ctrl-C; the caller (the group sampler) drops the group."""
-    from evolve.groups import parse_texts
+    from evolve.group_sampler import parse_texts
     from evolve.prompts import ParseInterrupted
 
     asked = 0

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from policies.base import PolicyError
+from policies.policy import PolicyError
 from policies.spec import PolicySpec
 
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from policies.base import SamplingParams
 from policies.cpu_dtype import cpu_has_native_bf16
+from policies.policy import SamplingParams
 from policies.prefill import PromptPrefill
 from policies.transformers_policy import TransformersPolicy
 from tests.test_behaviour_logprobs import PROMPT, warped_logprobs

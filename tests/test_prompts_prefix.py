@@ -8,7 +8,7 @@ from pathlib import Path
 
 from evolve.problem import load_problem
 from evolve.prompts import PromptInputs, ShownProgram, build_prompt
-from policies.base import chat_token_ids
+from policies.policy import chat_token_ids
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -13,8 +13,8 @@ from evolve.problem import load_problem
 from evolve.runs import RunOverrides, open_run, resolve_options
 from evolve.search import train_config
 from policies.advantages import GRPO, VPO, vpo_advantages
-from policies.groups import TrainingCompletion, TrainingGroup
 from policies.shaping import Selected, group_normalise, select, shape_rewards
+from policies.training_groups import TrainingCompletion, TrainingGroup
 from tests.helpers import SQUARE_SEED, SQUARE_TOML, write_problem
 
 EPS = 1e-6

@@ -14,10 +14,10 @@ import torch
 
 from evolve.archive import Archive
 from evolve.training import ArchiveTrainer
-from policies.base import Policy, SamplingParams
-from policies.factory import make_policy
+from policies.from_spec import make_policy
 from policies.http_policy import HttpPolicy
 from policies.multi_server import MultiServerPolicy
+from policies.policy import Policy, SamplingParams
 from policies.trainer import TrainConfig
 from policies.transformers_policy import TransformersPolicy
 from tests.helpers import TinySearch, refuse_version_rows

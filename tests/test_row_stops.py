@@ -8,7 +8,7 @@ import torch
 
 from evolve.prompts import completion_budget, completion_stop
 from evolve.prompts.builder import HELD_MIN_CODE_TOKENS, HELD_ROOM
-from policies.base import SamplingParams
+from policies.policy import SamplingParams
 from policies.stops import REPEAT_WINDOW, repeats_itself
 from policies.tiny import teach, tiny_model, tiny_tokenizer
 from policies.transformers_policy import TransformersPolicy

@@ -9,7 +9,7 @@ import pytest
 import torch
 from transformers import LogitsProcessorList
 
-from policies.base import SamplingParams
+from policies.policy import SamplingParams
 from policies.sampling import CANDIDATES, TokenSampler, warped_distribution
 from policies.transformers_policy import warper_chain
 

@@ -15,7 +15,7 @@ import typer
 
 from evolve.cli.run_cmd import DEFAULT_LINE_PERIOD_S, LINE_PERIOD_ENV, line_period_s
 from evolve.loop import SearchLoop, run_search
-from policies.base import SamplingParams
+from policies.policy import SamplingParams
 from policies.transformers_policy import TransformersPolicy
 from sandboxes.process import ProcessSandbox
 from tests.helpers import evolve_run_cmd, square_run, write_square_problem

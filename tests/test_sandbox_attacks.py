@@ -20,8 +20,8 @@ import pytest
 
 from evolve.problem import load_problem
 from evolve.problem.outcome import ErrorKind
-from sandboxes.base import SandboxRefused
 from sandboxes.process import ProcessSandbox
+from sandboxes.sandbox import SandboxRefused
 from tests.helpers import (
     KNOWN,
     assert_known_vectors,

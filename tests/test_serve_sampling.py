@@ -19,7 +19,7 @@ from evolve.archive.models import SamplingProgressRow
 from evolve.problem import load_problem
 from evolve.runs import RunOptions, open_run
 from evolve.sampling_feed import feed_sampling
-from policies.base import SamplingProgress
+from policies.policy import SamplingProgress
 from tests.helpers import write_square_problem
 
 

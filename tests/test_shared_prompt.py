@@ -101,7 +101,7 @@ def test_an_update_runs_each_prompt_once_and_moves_the_adapter_as_one_pass_would
     import numpy as np
 
     import policies.trainer as trainer_module
-    from policies.groups import TrainingCompletion, TrainingGroup
+    from policies.training_groups import TrainingCompletion, TrainingGroup
 
     def trained(pass_tokens: int) -> tuple[dict[str, torch.Tensor], int]:  # the gradients; the prompt's passes
         monkeypatch.setattr(trainer_module, "PASS_TOKENS", pass_tokens)

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from sandboxes.base import SandboxRefused
+from sandboxes.sandbox import SandboxRefused
 from tests.helpers import KNOWN, assert_known_vectors, reported, write_problem
 
 ROOT = Path(__file__).resolve().parents[1]

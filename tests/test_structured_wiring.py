@@ -14,7 +14,7 @@ import pytest
 from evolve.loop import SearchLoop, run_search
 from evolve.prompts import completion_budget
 from policies.answer_grammar import AnswerShape
-from policies.base import Generated
+from policies.policy import Generated
 from sandboxes.process import ProcessSandbox
 from tests.helpers import square_run
 
@@ -41,7 +41,7 @@ class Recording:
 
 
 class Holding(Recording):
-    structured_formats = ("full", "diff")  # policies.base.StructuredSampling
+    structured_formats = ("full", "diff")  # policies.policy.StructuredSampling
 
 
 def run_to_end(problem, archive, policy, run, options) -> None:

@@ -11,11 +11,11 @@ import torch
 
 from evolve.loop import SearchLoop, run_search
 from evolve.training import ArchiveTrainer
-from policies.base import SamplingParams
 from policies.cpu_dtype import bf16_matmul_is_fast, slow_bf16
-from policies.groups import TrainingCompletion, TrainingGroup
+from policies.policy import SamplingParams
 from policies.tiny import tiny_model, tiny_tokenizer
 from policies.trainer import PolicyTrainer, Sample, TrainConfig, ppo_clip_loss
+from policies.training_groups import TrainingCompletion, TrainingGroup
 from policies.transformers_policy import TransformersPolicy
 from sandboxes.process import ProcessSandbox
 from tests.helpers import RAGGED_COMPLETIONS, randomise_lora_b, square_run

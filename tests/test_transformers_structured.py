@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 import torch
 
-from evolve.groups import structured_by
+from evolve.group_sampler import structured_by
 from evolve.prompts import parse_completion
 from policies.answer_grammar import AnswerShape
 from policies.answer_matcher import AnswerMatcher
-from policies.base import SamplingParams
+from policies.policy import SamplingParams
 from policies.transformers_policy import TransformersPolicy
 from tests.helpers import SQUARE_SEED, save_tiny
 from tests.test_grammar_sampling import torch_warped

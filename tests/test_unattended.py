@@ -318,7 +318,7 @@ def test_a_group_ended_as_interrupted_without_a_cut_is_an_incident_not_the_end_o
     earlier search on the same policy object) costs that group; the run goes on to its own budget."""
     from evolve.fitness import signs
     from evolve.loop import SearchLoop, run_search
-    from policies.base import Generated
+    from policies.policy import Generated
     from policies.replay import ReplayPolicy
     from tests.helpers import square_run
 

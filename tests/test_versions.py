@@ -12,7 +12,7 @@ import torch
 
 from evolve.archive import Archive
 from evolve.training import ArchiveTrainer
-from policies.base import SamplingParams
+from policies.policy import SamplingParams
 from policies.trainer import TrainConfig
 from policies.transformers_policy import TransformersPolicy
 from tests.helpers import refuse_version_rows

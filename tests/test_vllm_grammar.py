@@ -22,8 +22,8 @@ from evolve.cli.run_cmd import _structured_line
 from evolve.prompts import completion_stop, parse_completion
 from evolve.prompts.parser import split_variants
 from policies.answer_grammar import AnswerShape, answer_gbnf
-from policies.base import SamplingParams
 from policies.http_policy import HttpPolicy
+from policies.policy import SamplingParams
 from tests.conftest import tiny_pairs
 from tests.helpers import SQUARE_SEED, evolve_run_cmd, write_square_problem
 from tests.vllm_server import VllmStandIn

@@ -2,7 +2,7 @@
 
 `evolve run` refused a split-form problem on the WEAK process sandbox, but `evolve eval` and `evolve check` ran
 it, as root: a candidate read the expected answers and the engine's environment. Now all three ask one rule
-(sandboxes.factory.weak_sandbox_refusal): refuse in one line naming the cause and the fix, unless
+(sandboxes.backends.weak_sandbox_refusal): refuse in one line naming the cause and the fix, unless
 --allow-weak-sandbox. And WEAK never runs a candidate as root: a root engine that cannot hand it another uid
 refuses, whatever the flags. WEAK is forced by a PATH without bubblewrap, as a user without it would have.
 """
@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from evolve.problem import load_problem
-from sandboxes.base import SandboxRefused
 from sandboxes.process import ProcessSandbox
+from sandboxes.sandbox import SandboxRefused
 from tests.helpers import write_problem
 from tests.services import left_to_the_unprivileged_pass
 

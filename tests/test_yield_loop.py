@@ -15,9 +15,9 @@ import pytest
 
 from evolve.archive import summary_yield
 from evolve.fitness import signs
-from evolve.groups import structured_by
+from evolve.group_sampler import structured_by
 from evolve.loop import SearchLoop, run_search
-from policies.base import Generated, SamplingParams
+from policies.policy import Generated, SamplingParams
 from policies.transformers_policy import TransformersPolicy
 from sandboxes.process import ProcessSandbox
 from tests.helpers import SQUARE_SEED, evolve_run_cmd, save_tiny, square_run, write_square_problem

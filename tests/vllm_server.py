@@ -31,8 +31,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from policies.base import Generated, PolicyError, SamplingParams, chat_token_ids
-from policies.factory import make_policy
+from policies.from_spec import make_policy
+from policies.policy import Generated, PolicyError, SamplingParams, chat_token_ids
 
 GRAMMAR_FIELDS = ("structured_outputs", "guided_grammar", "none", "refuses")
 

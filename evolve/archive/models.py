@@ -201,7 +201,7 @@ class Prompt(Base):
     parse_counts: Mapped[dict[str, Any] | None] = mapped_column(StorableJSON)  # variant status → count
     started_at: Mapped[datetime | None] = mapped_column(StoredTime)  # sampling began; created_at: stored
     member: Mapped[str | None] = mapped_column(StorableString(200))  # the ensemble member that sampled it (members.py)
-    ask: Mapped[str | None] = mapped_column(StorableString(40))  # the ask arm it was sampled with (evolve.adapt)
+    ask: Mapped[str | None] = mapped_column(StorableString(40))  # the ask arm it was sampled with (evolve.ask_arms)
     created_at: Mapped[datetime] = mapped_column(StoredTime, default=utcnow)
 
 

@@ -18,8 +18,8 @@ from evolve.problem.outcome import EvalOutcome
 from evolve.problem.scaffold import scaffold
 from evolve.problem.seed_files import read_text
 from evolve.report.outdir import OutputError, write_file
-from sandboxes.base import SandboxRefused
-from sandboxes.factory import SandboxUnavailable, make_sandbox, weak_sandbox_refusal
+from sandboxes.backends import SandboxUnavailable, make_sandbox, weak_sandbox_refusal
+from sandboxes.sandbox import SandboxRefused
 
 SandboxOpt = Annotated[str, typer.Option("--sandbox", help="auto | docker | process | ray | ray:ADDRESS")]
 AllowWeakOpt = Annotated[

@@ -20,7 +20,7 @@ from evolve.cli.common import Inert, console, default_note, fail, plain, printab
 from evolve.cli.option_flags import option_parameters, with_flags
 from evolve.cli.problem_cmds import load_or_fail
 from evolve.fitness import raw_scores, score_text
-from evolve.groups import structured_by
+from evolve.group_sampler import structured_by
 from evolve.loop import SearchLoop
 from evolve.members import MemberError, MemberSpec, as_options, parse_member
 from evolve.options import invalid_value
@@ -29,10 +29,10 @@ from evolve.runs import DEFAULT_POLICY, RunOverrides, option_default
 from evolve.sampling_feed import feed_sampling
 from evolve.search import Search, SearchSetupError, build_search
 from evolve.stats import LiveLines
-from policies.base import Describing, PolicyError, ProgressReporting, StatusReporting
-from policies.factory import anchored_spec
+from policies.from_spec import anchored_spec
+from policies.policy import Describing, PolicyError, ProgressReporting, StatusReporting
 from policies.spec import PolicySpec
-from sandboxes.base import SandboxRefused
+from sandboxes.sandbox import SandboxRefused
 
 POLICY_HELP = (
     "embedded | llama:embedded | llama:PATH.gguf | transformers:embedded | transformers:DIR_OR_HUB_ID | "

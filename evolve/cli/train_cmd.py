@@ -17,8 +17,8 @@ from evolve.problem.config import FitnessSection
 from evolve.runs import TRAIN_METHODS, option_default, stored_options
 from evolve.search import adapters_next_to, member_folder, train_config
 from evolve.training import ArchiveTrainer, TrainingUnsupported, restore_latest_adapter
-from policies.base import PolicyError
-from policies.factory import make_policy
+from policies.from_spec import make_policy
+from policies.policy import PolicyError
 
 # The flags `evolve train` takes from the run's options model (evolve/options.py), as `evolve run` shows them.
 SHARED_FLAGS = ("learning_rate", "skip_zero_advantage", "lazy_penalty", "reward_normalisation")

@@ -14,7 +14,7 @@ Small models mostly echo the code they are shown. So the ask says plainly that a
 already tried from this parent, and (in the `directed` template) gives each variant its own kind of change, which
 is what makes the m answers of one completion differ from each other. Where the answer is held to its shape, each
 fenced block of a `full` answer opens with a comment naming its change (`# Change: ...`, `lead_comment`): the
-prompt says so in one sentence, exactly when evolve/groups.py's `answer_shape` asks the grammar for it.
+prompt says so in one sentence, exactly when evolve/group_sampler.py's `answer_shape` asks the grammar for it.
 """
 
 from __future__ import annotations
@@ -100,12 +100,12 @@ class PromptInputs:
     # model cannot paste back as its answer (whole programs shown were the largest source of its copies)
     others_view: str = "code"
     # The comment prefix ("#", "//") of the line each fenced block must open with, `# Change: ...`, where the answer
-    # is held to it (`AnswerShape.lead_comment`, decided with the shape in evolve/groups.py); "": not asked
+    # is held to it (`AnswerShape.lead_comment`, decided with the shape in evolve/group_sampler.py); "": not asked
     lead_comment: str = ""
     # Show a one-file program's code around its blocks, read-only, in the fixed head (evolve/prompts/fixed_code.py)
     fixed_code: bool = False
-    # The fence language's line comment, for the fixed code's placeholder lines (evolve/groups.py sets it from the
-    # grammar's table, which this layer may not import)
+    # The fence language's line comment, for the fixed code's placeholder lines (evolve/group_sampler.py sets it from
+    # the grammar's table, which this layer may not import)
     line_comment: str = "#"
     # The problem's programs are of several files (`Problem.multi_file`): each is shown as its files, and the ask
     # says how to name the file a change is for. Never told from the code: a one-file program whose text starts

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from policies.base import Policy, PolicyError
+from policies.policy import Policy, PolicyError
 from policies.spec import HTTP_BACKENDS, PolicySpec
 
 

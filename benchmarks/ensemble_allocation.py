@@ -13,7 +13,7 @@ valid children per 1,000 tokens. The last line is
 `ensemble bandit=G±S uniform=G±S best_single=G±S improved=K/N`: the mean gain over problems (± its spread over
 seeds), and on how many of the N problems the bandit's mean gain beat both uniform's and the best single's.
 
-Usage: python -m benchmarks.ensemble [--problems roman_numerals,durations] [--max-time 120] [--seeds 0,1]
+Usage: python -m benchmarks.ensemble_allocation [--problems roman_numerals,durations] [--max-time 120] [--seeds 0,1]
        [--policy embedded] [--singles 0,1,2,3] [--group-size 2] [--max-new-tokens 256]
 """
 
@@ -38,9 +38,9 @@ from evolve.loop import SearchLoop, run_search
 from evolve.members import MemberSpec
 from evolve.problem import load_problem
 from evolve.runs import RunOptions, open_run
-from policies.base import Policy
-from policies.factory import make_policy
-from sandboxes.factory import make_sandbox
+from policies.from_spec import make_policy
+from policies.policy import Policy
+from sandboxes.backends import make_sandbox
 
 DEFAULT_PROBLEMS = "roman_numerals,durations"
 PROBLEM_DIRS: list[Path] = importlib.import_module("benchmarks.yield").PROBLEM_DIRS  # `yield` is a keyword

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from sandboxes.base import Sandbox
+from sandboxes.sandbox import Sandbox
 
 if TYPE_CHECKING:
     from evolve.problem import Problem

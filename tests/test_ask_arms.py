@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from evolve.adapt import Ask, AskError, apply_arm, ask_arms
+from evolve.ask_arms import Ask, AskError, apply_arm, ask_arms
 from evolve.prompts import PromptInputs, build_prompt, parse_completion, resolve_edit_format
 from evolve.stopping import Stall
 from evolve.yields import Yield

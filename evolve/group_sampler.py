@@ -20,10 +20,10 @@ from datetime import datetime
 
 import numpy as np
 
-from evolve.adapt import Ask
 from evolve.archive import Archive, CompletionRecord, GroupTelemetry, code_hash
 from evolve.archive.clock import utcnow
 from evolve.archive.records import PendingVariant
+from evolve.ask_arms import Ask
 from evolve.children import Admitted, Child, GroupCost, GroupResult, HashedVariant
 from evolve.control import StageFailure
 from evolve.ensemble import estimated_tokens
@@ -45,7 +45,7 @@ from evolve.prompts import (
 from evolve.runs import RunOptions
 from evolve.selection import Member, Population, Selector, pick_parent
 from policies.answer_grammar import LINE_COMMENTS, AnswerShape
-from policies.base import Generated, Policy, SamplingParams, StructuredSampling
+from policies.policy import Generated, Policy, SamplingParams, StructuredSampling
 
 RECENT_FAILURES = 3  # failed children of the parent listed in its prompt
 GUARDED_CHILDREN = 16  # the parent's newest children its answer is guarded from copying (shown or not)
