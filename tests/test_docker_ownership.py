@@ -21,7 +21,9 @@ from pathlib import Path
 
 import pytest
 
+import sandboxes.docker_lockdown
 import sandboxes.docker_pool
+import sandboxes.warm_container
 from evolve.problem import load_problem
 from evolve.problem.outcome import ErrorKind
 from tests.helpers import KNOWN, assert_known_vectors, docker_sandbox_or_skip, reported, write_problem
@@ -90,7 +92,7 @@ def test_a_container_of_an_engine_in_another_pid_namespace_is_not_taken_for_an_o
         assert left == {made["elsewhere"].id}
     finally:
         for container in made.values():
-            sandboxes.docker_pool._remove_quietly(container)
+            sandboxes.warm_container.remove_quietly(container)
     assert_known_vectors(sandbox, problem)
 
 
@@ -143,14 +145,14 @@ def patched_runner(tmp_path, monkeypatch) -> Path:
     """The sandbox's in-container files, copied, with a runner that writes a stray line before its ready line or
     is slow to say it while a flag file exists in the copy (bound read-only at /opt/evolve in each container)."""
     copy = tmp_path / "evolve"
-    shutil.copytree(Path(sandboxes.docker_pool.__file__).parent, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(Path(sandboxes.docker_lockdown.__file__).parent, copy, ignore=shutil.ignore_patterns("__pycache__"))
     copy.chmod(0o755)
     runner = copy / "container_runner.py"
     text = runner.read_text()
     anchor = '    channel.write(json.dumps({"ready": True}) + "\\n")\n'
     assert anchor in text
     runner.write_text(text.replace(anchor, RUNNER_PATCH + anchor))
-    monkeypatch.setattr(sandboxes.docker_pool, "SANDBOX_DIR", copy)
+    monkeypatch.setattr(sandboxes.docker_lockdown, "SANDBOX_DIR", copy)
     return copy
 
 

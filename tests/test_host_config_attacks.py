@@ -185,10 +185,10 @@ def test_a_hidden_file_that_vanishes_before_its_mount_costs_the_candidate_nothin
     """Found in CI: a pip.conf planted by a test beside this one was listed for hiding, then deleted before the
     jail or the container was made; neither bubblewrap nor runc can make a mount point in the read-only /usr, so
     a known program scored zeros as a crash. Here the first listing names a file that is not there."""
-    import sandboxes.docker_pool
+    import sandboxes.docker_lockdown
     import sandboxes.jail
 
-    module = sandboxes.jail if kind == "process" else sandboxes.docker_pool
+    module = sandboxes.jail if kind == "process" else sandboxes.docker_lockdown
     real, listings = module.hidden_host_files, []
     gone = f"/usr/local/lib/evolve-vanished-{uuid.uuid4().hex[:8]}.conf"
 
@@ -206,7 +206,7 @@ def test_a_hidden_file_that_vanishes_before_its_mount_costs_the_candidate_nothin
     if kind == "docker":  # the refused container was removed, not left behind as a created one
         import docker
 
-        mine = {"label": f"vpo-evolve.owner={sandboxes.docker_pool.OWNER}"}
+        mine = {"label": f"vpo-evolve.owner={sandboxes.docker_lockdown.OWNER}"}
         assert docker.from_env().containers.list(all=True, filters=mine) == []
 
 
@@ -215,11 +215,11 @@ def test_a_jail_or_container_refused_twice_is_the_sandboxs_failure_naming_the_mo
     """A host file listed but gone every time: made twice, refused twice. That is no candidate's crash, so it is
     raised as the sandbox's refusal (the loop counts it as an incident and stops on a streak); and the sandbox
     still scores known programs exactly once the listing is true again."""
-    import sandboxes.docker_pool
+    import sandboxes.docker_lockdown
     import sandboxes.jail
     from sandboxes.sandbox import SandboxRefused
 
-    module = sandboxes.jail if kind == "process" else sandboxes.docker_pool
+    module = sandboxes.jail if kind == "process" else sandboxes.docker_lockdown
     real = module.hidden_host_files
     gone = f"/usr/local/lib/evolve-vanished-{uuid.uuid4().hex[:8]}.conf"
     box = hiding_sandbox(kind, 1)
