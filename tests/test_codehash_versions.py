@@ -113,3 +113,48 @@ def test_any_text_gets_a_hash_lone_surrogates_and_all():
     committer would stop the run)."""
     for code in ("x = '\ud800'\n", "def f(:\n    '\udfff'\n", f"x = '\ud800' + {DEEP}\n"):
         assert h(code).startswith(HASH_VERSION) and h(code) == CodeHasher().hash(code)
+
+
+def _version_3_hash(code: str) -> str:
+    """The hash the archive stored before docstrings were set aside (local names canonical, docstrings kept)."""
+    from evolve.archive.local_names import canonicalize
+
+    tree = ast.parse(code)
+    canonicalize(tree)
+    return "v3" + hashlib.sha256(ast.unparse(tree).encode()).hexdigest()[:62]
+
+
+def test_a_run_stored_before_docstrings_were_set_aside_resumes_and_catches_documented_copies(tmp_path):
+    """An archive whose hashes are version 3 (docstrings counted) is rehashed on resume: a variant that only
+    adds a docstring to a stored program is a duplicate of it, and is not evaluated."""
+    from evolve.loop import SearchLoop
+    from policies.replay import ReplayPolicy
+    from tests.helpers import SQUARE_SEED, store_program
+    from tests.test_loop_parts import answer, block, wired
+
+    stored = "def solve(x):\n    return x * x\n"
+    documented = 'def solve(x):\n    """Square it."""\n    return x * x\n'
+    new = "def solve(x):\n    return x * x + 0\n"
+    loop = wired(tmp_path, ["-"], group_size=1, variants=2)
+    db = sqlite3.connect(tmp_path / "a.db")
+    scored = {"scores": {"c0": 1.0, "c1": 1.0}, "scalar": 1.0, "duration_s": 0.1}
+    try:
+        ids = []
+        for code in (SQUARE_SEED, block(stored)):
+            ids.append(
+                store_program(loop.archive, loop.run.id, code, evaluation=scored, parent_id=(ids or [None])[0])[0]
+            )
+            db.execute("UPDATE programs SET code_hash = ? WHERE id = ?", (_version_3_hash(code), ids[-1]))
+            db.commit()
+        resumed = SearchLoop(
+            loop.problem, loop.archive, ReplayPolicy([answer(documented, new)]), loop.sandbox, loop.run, loop.options
+        )
+        resumed.ledger.replay(resumed.writer.replay())
+        group = asyncio.run(resumed.group(0, resumed.members[0], resumed.members[0].base))
+        assert group is not None and group.statuses == {"duplicate": 1, "ok": 1}
+        assert [c.code for c in group.children] == [block(new)]
+        assert db.execute("SELECT program_id FROM variants WHERE status = 'duplicate'").fetchall() == [(ids[1],)]
+    finally:
+        db.close()
+        loop.sandbox.close()
+        loop.archive.close()

@@ -1,6 +1,8 @@
-"""Normalised code hashes: programs that differ only in comments, layout or local names are the same program.
+"""Normalised code hashes: programs that differ only in comments, docstrings, layout or local names are the same
+program.
 
-Normalising is a parse, a canonical renaming of function-local variables (`local_names.py`) and an unparse,
+Normalising is a parse, docstrings set aside (`docstrings.py`: kept where the program can read `__doc__`), a
+canonical renaming of function-local variables (`local_names.py`) and an unparse,
 the dearest thing the engine does per variant; models repeat themselves (the parent's code verbatim, the same
 answer in two completions), so the hash of text already seen comes from a bounded memo keyed by a digest of the
 raw text, and only new text is parsed.
@@ -20,6 +22,7 @@ import ast
 import hashlib
 import threading
 
+from evolve.archive.docstrings import strip_docstrings
 from evolve.archive.local_names import canonicalize
 from evolve.filetree import HEADER_PREFIX, tree_files
 
@@ -31,7 +34,8 @@ _LAYOUTS = {False: b"one file", True: b"several files"}
 # Every hash names the normalisation that made it, so that a run stored under an earlier one is recognised and
 # brought up to date on resume (`upgrade_code_hashes`) instead of missing its duplicates. Version 1 (layout and
 # comments) wrote bare sha256 hex; "v" is no hex digit, so no version-1 hash starts with a later prefix.
-HASH_VERSION = "v3"  # 2: local names too; 3: a program of several files hashed file by file, .py only parsed
+# 2: local names too; 3: a program of several files hashed file by file, .py only parsed; 4: docstrings set aside
+HASH_VERSION = "v4"
 
 
 def normalize(code: str, multi_file: bool = False) -> str:
@@ -50,8 +54,9 @@ def normalize(code: str, multi_file: bool = False) -> str:
 
 
 def normalize_one(code: str) -> str:
-    """Python code as `ast.unparse` writes it with canonical local names; other text without blank lines and
-    trailing blanks; Python too deep or too large to walk (which CPython may still run) exactly as written.
+    """Python code as `ast.unparse` writes it without docstrings and with canonical local names; other text
+    without blank lines and trailing blanks; Python too deep or too large to walk (which CPython may still run)
+    exactly as written.
 
     Other text keeps its comments, so a copy of the parent that differs only in one looks new there (the parser
     drops the lead comment a held answer opens each fenced block with, `// Change: ...`, before it comes here).
@@ -67,6 +72,7 @@ def normalize_one(code: str) -> str:
     except (RecursionError, MemoryError):
         return code
     try:
+        strip_docstrings(tree)
         canonicalize(tree)
         return ast.unparse(tree)
     except (RecursionError, MemoryError):
