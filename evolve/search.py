@@ -48,10 +48,12 @@ from evolve.members import MemberError, MemberSpec, as_options
 from evolve.problem import Problem
 from evolve.runs import RunMismatch, RunOptions, RunOverrides, check_resumable, open_run, resolve_options
 from evolve.training import ArchiveTrainer, TrainingUnsupported, restore_latest_adapter
+from policies.core_share import SharesCores
 from policies.from_spec import make_policy
 from policies.policy import Policy, PolicyError
 from policies.trainer import TrainConfig
 from sandboxes.backends import SandboxUnavailable, make_sandbox, weak_sandbox_refusal
+from sandboxes.cpu_share import CountsEvaluations
 from sandboxes.sandbox import Sandbox, SandboxRefused
 
 SETUP_ERRORS = (
@@ -260,6 +262,9 @@ def build_search(
                 members = MemberPolicies(
                     _load_members(policies_opened, specs, share=not resolved.train_every and not trained)
                 )
+                for policy in members.policies.values():  # decoding here leaves a core to each evaluation here
+                    if isinstance(policy, SharesCores) and isinstance(sandbox, CountsEvaluations):
+                        policy.share_cores(sandbox.evaluations_in_flight)
                 session = open_run(archive, problem, resolved, run=existing, overrides=changes)
                 run_row, resumed = session.run, session.resumed
                 for i, spec in enumerate(specs):

@@ -29,6 +29,7 @@ from typing import Any, NamedTuple
 
 from policies.answer_grammar import EDIT_FORMATS, answer_gbnf
 from policies.copy_guard import GuardCounts, RowGuard, TokenTexts, both, group_guard
+from policies.core_share import CoreShare, EvaluationsInFlight
 from policies.llama_grammar import GrammarBook, GrammarCost, RowGrammar
 from policies.llama_runtime import DecodeAborted, Entry, LlamaRuntime, default_threads, requantize_q8_0
 from policies.policy import Generated, PolicyError, SamplingParams, SamplingProgress, chat_token_ids, render_chat
@@ -58,21 +59,40 @@ class LlamaPolicy:
     structured_formats = EDIT_FORMATS  # StructuredSampling: llama.cpp's grammar engine masks each row
 
     def __init__(
-        self, gguf: Path, tokenizer: Any, name: str, trainer_model: str, eos_ids: set[int], threads: int | None = None
+        self,
+        gguf: Path,
+        tokenizer: Any,
+        name: str,
+        trainer_model: str,
+        eos_ids: set[int],
+        threads: int | None = None,
+        in_flight: EvaluationsInFlight | None = None,
     ) -> None:
         self.name, self.tokenizer, self.trainer_model = name, tokenizer, trainer_model
         self.version = 0
         self.progress = SamplingProgress()
         self._interrupt = threading.Event()
         self.threads = threads or default_threads()
-        self.runtime = LlamaRuntime(gguf, self.threads, self._interrupt)
+        self.cores = CoreShare(self.threads)
+        if in_flight is not None:
+            self.share_cores(in_flight)
+        self.runtime = LlamaRuntime(gguf, self.cores.threads, self._interrupt)
+        self.gguf = gguf
         self.eos_ids = eos_ids
         self._cached: list[int] = []  # the prompt tokens whose cells sequence 0 holds
         self.grammars = GrammarBook(self.runtime.lib, self.runtime.vocab, self.runtime.n_vocab, eos_ids)
         self.grammar_cost = GrammarCost()  # summed over every structured call, for the benchmarks
         self.copy_guard = GuardCounts()  # summed over every guarded call (`SamplingParams.avoid`)
         self._guard_texts: TokenTexts | None = None  # the vocabulary as the copy guard reads it (made once)
-        self.description = f"llama.cpp on {gguf.name}, {self.threads} threads, a group's rows decoded in one batch"
+
+    @property
+    def description(self) -> str:
+        return f"llama.cpp on {self.gguf.name}, {self.cores.describe()}, a group's rows decoded in one batch"
+
+    def share_cores(self, in_flight: EvaluationsInFlight) -> None:
+        """SharesCores: decode with a thread fewer for each evaluation `in_flight` counts (policies/core_share.py),
+        set before every decode call."""
+        self.cores.in_flight, self.cores.shared = in_flight, True
 
     @classmethod
     def load(cls, spec: str) -> LlamaPolicy:

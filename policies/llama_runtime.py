@@ -13,7 +13,7 @@ from __future__ import annotations
 import ctypes
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -116,9 +116,12 @@ def _silence(lib: Any) -> None:
 
 
 class LlamaRuntime:
-    """One loaded GGUF model with one context of `n_ctx` cells shared by up to `n_seq` sequences."""
+    """One loaded GGUF model with one context of `n_ctx` cells shared by up to `n_seq` sequences.
 
-    def __init__(self, path: Path, threads: int, abort: threading.Event) -> None:
+    `threads`: a count, or a function asked before every decode call (llama.cpp takes a new count between two
+    calls: policies/core_share.py gives back cores to evaluations that way)."""
+
+    def __init__(self, path: Path, threads: int | Callable[[], int], abort: threading.Event) -> None:
         self.lib = lib = llama_module()
         _silence(lib)
         lib.llama_backend_init()
@@ -130,7 +133,9 @@ class LlamaRuntime:
         self.vocab = lib.llama_model_get_vocab(self.model)
         self.n_vocab = int(lib.llama_vocab_n_tokens(self.vocab))
         self.n_layer = int(lib.llama_model_n_layer(self.model))
-        self.threads, self.abort = threads, abort
+        self.thread_count: Callable[[], int] = threads if callable(threads) else lambda: threads
+        self.threads, self.abort = self.thread_count(), abort
+        self._threads_set = 0  # what the context decodes with now (0: not set since it was made)
         # A float32 model (the tests' tiny ones) keeps a float32 KV cache and plain attention, so that its logits
         # are the torch model's to float32 rounding (1e-5; CPU flash attention computes in float16, 1e-3 off);
         # a quantised model keeps llama.cpp's defaults: a float16 cache (half the memory), flash attention.
@@ -167,6 +172,7 @@ class LlamaRuntime:
             params.n_seq_max = self.n_seq = max(sequences, self.n_seq)
             params.n_batch = params.n_ubatch = n_batch
             params.n_threads = params.n_threads_batch = self.threads
+            self._threads_set = 0
             params.kv_unified = True
             if self.exact:
                 params.type_k = params.type_v = GGML_TYPE_F32
@@ -211,6 +217,10 @@ class LlamaRuntime:
                 self._batch = lib.llama_batch_init(self._batch_size, 0, 1)
             batch = self._batch
             batch.n_tokens = len(entries)
+            threads = self.thread_count()
+            if threads != self._threads_set:  # a plain setter, taken by the next graph computed
+                lib.llama_set_n_threads(self.ctx, threads, threads)
+                self._threads_set = threads
             for i, e in enumerate(entries):
                 batch.token[i], batch.pos[i], batch.n_seq_id[i] = e.token, e.pos, 1
                 batch.seq_id[i][0], batch.logits[i] = e.seq, int(e.logits)

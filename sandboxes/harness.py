@@ -128,6 +128,25 @@ def empty_stdin():
     sys.stdin = open(0, closefd=False)  # noqa: SIM115 - fd 0 lives as long as the process
 
 
+def keep_cpu_weight():
+    """Give this session's autogroup the nice the engine gave this process (sandboxes/cpu_share.py): the kernel
+    shares the CPU between sessions' autogroups first, and the candidate runs in a session of its own (bubblewrap's
+    or the engine's setsid), at nice 0, so its own nice alone would change nothing against the engine. Here, not
+    before exec: the engine's processes are not dumpable, and a fork of it may not write its /proc files."""
+    import errno
+    import time
+
+    for _ in range(25):  # a writer without CAP_SYS_ADMIN may change an autogroup once per 100 ms, machine-wide
+        try:
+            with open("/proc/self/autogroup", "w") as f:
+                f.write(str(os.getpriority(os.PRIO_PROCESS, 0)))
+            return
+        except OSError as exc:  # no autogroups (or turned off at boot): nice alone decides
+            if exc.errno != errno.EAGAIN:
+                return
+        time.sleep(0.01)
+
+
 def main():
     """Read one job from stdin, write the reply as one JSON line to the fd named in argv[1].
 
@@ -135,6 +154,7 @@ def main():
     no other rights); argv[3], when given, caps the processes the candidate may have.
     """
     reply_fd = int(sys.argv[1])
+    keep_cpu_weight()
     if len(sys.argv) > 2 and sys.argv[2] != "-":  # started as root in a jail: become the slot's uid first
         uid = int(sys.argv[2])
         os.setgroups([])

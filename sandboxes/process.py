@@ -43,6 +43,7 @@ from evolve.problem.outcome import ErrorKind, EvalOutcome
 from evolve.problem.trusted import scorer_pids
 from sandboxes.abort import RunningJobs
 from sandboxes.cgroups import make_slot_cgroups, remove_all
+from sandboxes.cpu_share import CANDIDATE_NICE, InFlight
 from sandboxes.engine_guard import guard_engine
 from sandboxes.jail import SCRATCH_BYTES, WORK, WORK_BYTES, JobFiles, find_jail
 from sandboxes.jail_watch import JailWatch, signal_name
@@ -100,8 +101,16 @@ class ProcessSandbox:
     kind = "process"
 
     def __init__(
-        self, slots: int = 4, base_uid: int = BASE_UID, *, jail: bool = True, memory_cgroup: bool = True
+        self,
+        slots: int = 4,
+        base_uid: int = BASE_UID,
+        *,
+        jail: bool = True,
+        memory_cgroup: bool = True,
+        nice: int = CANDIDATE_NICE,
     ) -> None:
+        self.nice = nice  # the candidates' CPU weight: they take what sampling leaves (sandboxes/cpu_share.py)
+        self.evaluations_in_flight = InFlight()  # CountsEvaluations: the engine hands it to a decoding policy
         self._root = os.geteuid() == 0
         self._base_uid = base_uid
         self._jail, self._why_no_jail = find_jail() if jail else (None, "bubblewrap was turned off")
@@ -175,13 +184,14 @@ class ProcessSandbox:
             return (
                 f"process sandbox (bubblewrap): {who}; sees only read-only /usr and Python, its own /work, "
                 "data/ read-only, private /tmp and /proc; own pid/network/IPC namespaces, no user namespaces; "
-                f"rlimits on CPU/files/processes, scrubbed env; {self._memory_bound()}"
+                f"rlimits on CPU/files/processes, nice {self.nice}, scrubbed env; {self._memory_bound()}"
             )
         parts = [f"process sandbox: WEAK: candidates can read the host's files ({self._why_no_jail});"]
         parts.append(f"per-slot uid {self._base_uid}+," if self.drop_uid else "runs as your user (no uid separation),")
         parts.append("no network namespace," if not self.network_isolated else "empty network namespace,")
         parts.append("engine's /proc entries and arguments hidden, no user namespaces,")
-        parts.append(f"rlimits on CPU/files/processes, scrubbed env, private temp dir; {self._memory_bound()}")
+        parts.append(f"rlimits on CPU/files/processes, nice {self.nice}, scrubbed env, private temp dir;")
+        parts.append(self._memory_bound())
         return " ".join(parts)
 
     def _memory_bound(self) -> str:
@@ -217,7 +227,8 @@ class ProcessSandbox:
             if self._running.aborted(ticket):  # aborted while waiting for a slot: nothing ran
                 outcome = EvalOutcome.failure(problem, ErrorKind.CRASH, "aborted before it ran", 0.0, self.kind)
             else:
-                outcome = self._evaluate(problem, code, slot, ticket)
+                with self.evaluations_in_flight.running():
+                    outcome = self._evaluate(problem, code, slot, ticket)
             outcome.aborted = self._running.aborted(ticket)
             return outcome
         finally:
@@ -283,6 +294,7 @@ class ProcessSandbox:
             self._unshare_flags() if self.network_isolated and not jailed else 0,
             jailed,
             None if jailed else installer(self.sockets),
+            self.nice,
         )
         # Only where leftovers are swept by adoption must a new leader be listed before a sweep can see it.
         spawn_guard = self._spawn_lock if self._adopts_leftovers else contextlib.nullcontext()

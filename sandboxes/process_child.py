@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from evolve.problem import Problem
 from sandboxes.cgroups import SlotCgroup
+from sandboxes.cpu_share import lower_cpu_weight
 from sandboxes.jail import DATA, WORK
 
 CLONE_NEWUSER, CLONE_NEWNET = 0x10000000, 0x40000000
@@ -42,6 +43,7 @@ class ChildSpec:
     unshare_flags: int  # outside the jail: the namespaces to make (the jail makes its own)
     jailed: bool
     install_filter: Callable[[], None] | None  # outside the jail: sandboxes.seccomp.installer(...)
+    nice: int = 0  # the candidate's CPU weight (sandboxes/cpu_share.py); in the jail its init sets its autogroup's
 
 
 def cpu_limit_s(problem: Problem) -> int:
@@ -64,6 +66,8 @@ def child_setup(spec: ChildSpec) -> Callable[[], None]:
         _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
         if os.getppid() != engine:
             os._exit(1)
+        if spec.nice:  # before the uid changes: the process is then no longer dumpable, /proc/self/autogroup root's
+            lower_cpu_weight(spec.nice)
         if cgroup is not None:  # in the slot's memory cgroup before anything of the job runs
             cgroup.join()
         if spec.unshare_flags:

@@ -47,4 +47,5 @@ setpriv --reuid="$USER_NAME" --regid="$USER_NAME" --init-groups --reset-env \
   tests/test_jail_init.py tests/test_defense_audit.py tests/test_slot_ownership.py tests/test_docker_ownership.py \
   tests/test_reply_attacks.py tests/test_score_deadlines.py \
   "tests/test_db_urls.py::test_an_archive_on_a_read_only_mount_is_read_as_it_is_and_as_a_live_run_writes_it" \
+  "tests/test_contention.py::test_a_candidate_outside_the_jail_runs_at_the_lower_cpu_weight" \
   "$@"
