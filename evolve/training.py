@@ -64,6 +64,9 @@ def load_batch(
     Completions without token ids or logprobs (from some OpenAI-compatible servers) cannot be trained on
     and are refused, counted under that reason. Answers that gave no new valid program (copies, unparseable or
     missing, failed) are marked wasted: zero rows, unless the training config's lazy penalty puts them below.
+    Each group carries its parent's vector, read with the groups' prompts in the same query (so the work is the
+    batch's, whatever the archive's size), and each valid child that scored exactly as that parent is marked
+    unchanged: the reward for improvement (policies/shaping.py) measures gains against the parent.
     """
     batch = Batch()
     rows = archive.group_rows(run_id, version_ids, max_groups)
@@ -75,6 +78,7 @@ def load_batch(
     for c in rows.completions:
         grouped[c.prompt_id].append(c)
     for prompt in rows.prompts:
+        parent = parent_vector(components, prompt.parent_scores)
         trainable = []
         for c in grouped[prompt.id]:
             ids, lps = c.token_id_list(), c.logprob_list()
@@ -83,13 +87,23 @@ def load_batch(
                 continue
             answers = by_completion[c.id]
             wasted = np.isnan(answers).any(axis=1)  # no new valid program in that slot
-            trainable.append(TrainingCompletion(c.id, ids, lps, c.temperature, answers, wasted))
+            unchanged = ~wasted & (answers == parent).all(axis=1) if parent is not None else None
+            trainable.append(TrainingCompletion(c.id, ids, lps, c.temperature, answers, wasted, unchanged))
         if len(trainable) < 2:
             batch.skipped["fewer than 2 scored completions"] += 1
             continue
-        batch.groups.append(TrainingGroup(prompt.id, prompt.text, trainable))
+        batch.groups.append(TrainingGroup(prompt.id, prompt.text, trainable, parent))
     normalise(batch.groups, oriented_bounds(components))
     return batch
+
+
+def parent_vector(components: Sequence[ComponentSpec], scores: dict[str, float] | None) -> np.ndarray | None:
+    """A parent's oriented (D,) vector, as its children's are read (a missing component scores its fail value),
+    or None when it has no valid evaluation."""
+    if scores is None:
+        return None
+    vector = oriented_array(components, scores)
+    return None if np.isnan(vector).any() else vector
 
 
 class ArchiveTrainer:

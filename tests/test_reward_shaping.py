@@ -62,7 +62,7 @@ def test_group_normalisation_gives_a_component_with_a_narrow_spread_its_say_in_t
     flat = group_normalise(np.array([[[0.7, 0.0], [0.0, 0.0]], [[0.7, 0.35], [0.7, 0.7]]]))
     np.testing.assert_allclose(flat[..., 0], [[1.0, 0.0], [1.0, 1.0]])
     np.testing.assert_allclose(flat[..., 1], [[0.0, 0.0], [0.5, 1.0]])
-    with pytest.raises(ValueError, match="use bounds or group"):
+    with pytest.raises(ValueError, match="use bounds, group or improvement"):
         shape_rewards(rewards, np.zeros((3, 1), bool), normalisation="zscore")
 
 
@@ -153,7 +153,7 @@ def test_the_options_come_from_the_problems_training_section_and_flags_and_are_s
         (["--lazy-penalty", "0.5"], "--lazy-penalty 0.5: give a value <= 0"),
         (["--lazy-penalty", "nan"], "--lazy-penalty nan: give a finite number"),  # advantages would be NaN
         (["--lazy-penalty", "-inf"], "--lazy-penalty -inf: give a finite number"),
-        (["--reward-normalisation", "zscore"], "--reward-normalisation zscore: use bounds or group"),
+        (["--reward-normalisation", "zscore"], "--reward-normalisation zscore: use bounds, group or improvement"),
     ],
 )
 def test_a_shaping_flag_that_cannot_work_is_one_line_and_exit_2(tmp_path, flags, message):

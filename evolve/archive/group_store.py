@@ -18,8 +18,13 @@ from evolve.archive.records import PendingVariant
 
 @dataclass(frozen=True)
 class StoredPrompt:
+    """A group's prompt, with the scores of the parent it asked to improve (None: the parent has no evaluation
+    without an error), which a reward for improvement measures each child against."""
+
     id: int
     text: str
+    parent_id: int | None = None
+    parent_scores: dict[str, float] | None = None
 
 
 @dataclass(frozen=True)
@@ -139,7 +144,8 @@ class GroupStore:
         """The newest `max_groups` groups sampled by the given policy versions, for training."""
         with self.db.session() as s:
             prompts = s.execute(
-                select(Prompt.id, Prompt.text)
+                select(Prompt.id, Prompt.text, Prompt.parent_id, Evaluation.scores, Evaluation.error_kind)
+                .outerjoin(Evaluation, Evaluation.program_id == Prompt.parent_id)
                 .where(
                     Prompt.run_id == run_id,
                     Prompt.id.in_(
@@ -161,7 +167,7 @@ class GroupStore:
                 .where(Variant.completion_id.in_([c.id for c in completions]))
             ).all()
         return GroupRows(
-            [StoredPrompt(p.id, p.text) for p in prompts],
+            [StoredPrompt(p.id, p.text, p.parent_id, None if p.error_kind else p.scores) for p in prompts],
             [
                 StoredCompletion(
                     c.id, c.prompt_id, c.token_ids, c.logprobs, float((c.sampling or {}).get("temperature", 1.0))
