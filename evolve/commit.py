@@ -35,6 +35,7 @@ def stored_program(components: Sequence[ComponentSpec], result: EvaluationResult
         stdout=outcome.stdout[:STORED_OUTPUT],
         stderr=outcome.stderr[-STORED_OUTPUT:],
         case_errors=dict(outcome.case_errors) or None,
+        swallowed=[e.as_dict() for e in outcome.swallowed] or None,
         started_at=result.started_at,
         finished_at=result.finished_at,
     )

@@ -32,6 +32,7 @@ from evolve.fitness import raw_scores
 from evolve.policy_calls import PolicyMember
 from evolve.problem import Problem
 from evolve.problem.blocks import has_markers
+from evolve.problem.outcome import SwallowedError
 from evolve.prompts import (
     Composed,
     ParseInterrupted,
@@ -268,6 +269,7 @@ class GroupSampler:
             ask.edit_format,
             parent_stderr=context.stderr,
             parent_case_errors=context.case_errors,
+            parent_swallowed=[SwallowedError.from_dict(e) for e in context.swallowed or ()],
             recent_failures=reads.recent_failures,
             recent=children[max(0, len(children) - shown) :] if shown else [],
             template=ask.template,

@@ -14,11 +14,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from evolve.problem.outcome import ErrorKind
+from evolve.problem.outcome import SWALLOWED_CAP, ErrorKind
 
 # What a sandbox may say went wrong; `scorer` is the engine's own verdict on the evaluator, never the sandbox's.
 SANDBOX_KINDS = frozenset(kind.value for kind in ErrorKind) - {"scorer"}
 SIMPLE_KEYS = ("scores", "feedback", "incomplete", "stages")
+SWALLOWED_KEYS = frozenset({"type", "message", "file", "line", "count"})
 
 
 def malformed(reply: Any, case_names: list[str] | None) -> str | None:
@@ -31,6 +32,8 @@ def malformed(reply: Any, case_names: list[str] | None) -> str | None:
     build = reply.get("build_s")
     if build is not None and not _number(build):
         return f"the reply's build_s is {_kind(build)}, not a number"
+    if (why := _swallowed(reply.get("swallowed"))) is not None:
+        return why
     if "kind" in reply:
         return _failure(reply, "the reply")
     if case_names is None:
@@ -86,6 +89,27 @@ def _simple(reply: dict[str, Any]) -> str | None:
             return "the reply has a stage that is not {stage: n, metrics: {name: number}}"
         if not all(_number(value) and _fits_float(value) for value in stage["metrics"].values()):
             return f"stage {stage['stage']}'s metrics are not all numbers a float can hold"
+    return None
+
+
+def _swallowed(entries: Any) -> str | None:
+    """What the candidate's code raised into the evaluator's (absent when nothing did): at most SWALLOWED_CAP
+    entries {type: text, message: text, file: text or null, line: n >= 0 or null, count: n >= 1}."""
+    if entries is None:
+        return None
+    if not isinstance(entries, list):
+        return f"the reply's swallowed errors are {_kind(entries)}, not a list"
+    if len(entries) > SWALLOWED_CAP:
+        return f"the reply names {len(entries)} swallowed errors, more than the {SWALLOWED_CAP} a harness sends"
+    for entry in entries:
+        if not isinstance(entry, dict) or set(entry) != SWALLOWED_KEYS:
+            return "the reply has a swallowed error that is not {type, message, file, line, count}"
+        texts = isinstance(entry["type"], str) and isinstance(entry["message"], str)
+        file, line, count = entry["file"], entry["line"], entry["count"]
+        if not texts or not (file is None or isinstance(file, str)):
+            return "the reply has a swallowed error whose type, message or file is not text"
+        if not (line is None or (_integer(line) and 0 <= line < 2**31)) or not (_integer(count) and 1 <= count < 2**53):
+            return "the reply has a swallowed error whose line or count is not a whole number in range"
     return None
 
 

@@ -7,14 +7,15 @@ Docker sandboxes score identically.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from functools import cache
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from evolve.filetree import TreeError, split_files
 from evolve.fitness import scalar_view
 from evolve.problem import Problem
-from evolve.problem.outcome import ErrorKind, EvalOutcome
+from evolve.problem.outcome import ErrorKind, EvalOutcome, SwallowedError, most_frequent
 from evolve.storable import storable_text
 from sandboxes.reply_shape import malformed
 from sandboxes.simple_form import check_simple, simple_job_extras
@@ -65,6 +66,9 @@ def make_job(
     `[run]` also carries its commands (as `toolchain` starts them in this sandbox) and the runner that builds
     and runs them (sandboxes/native_run.py)."""
     job: dict[str, Any] = {"program": program_path, "workdir": workdir, "mode": problem.form}
+    # The program's own files: what escapes code of theirs is recorded (the reply's `swallowed`, harness.py).
+    others = [str(PurePosixPath(workdir, f)) for f in problem.files if f != program_filename(problem)]
+    job["candidate_files"] = [program_path, *others] if problem.multi_file else [program_path]
     if problem.form == "split":
         job["entry_point"] = problem.config.program.entry_point
         job["inputs"] = [[c.name, c.input] for c in problem.cases]
@@ -117,6 +121,8 @@ def interpret(problem: Problem, reply: Any, duration_s: float, sandbox: str) -> 
             problem, ErrorKind.INVALID, f"the scores' scalar view is not finite ({shown})", duration_s, sandbox
         )
     outcome.build_s = build_seconds(reply.get("build_s"), duration_s)
+    # What the candidate's code raised into the evaluator's, however the evaluator scored it (shape checked above).
+    outcome.swallowed = most_frequent([SwallowedError.from_dict(entry) for entry in reply.get("swallowed") or []])
     return outcome
 
 
@@ -230,4 +236,9 @@ def storable(outcome: EvalOutcome) -> EvalOutcome:
     outcome.metrics = {text(k): v for k, v in outcome.metrics.items()}
     for stage in outcome.stages or ():
         stage["metrics"] = {text(k): v for k, v in stage.get("metrics", {}).items()}
+    outcome.swallowed = [
+        replace(e, type=text(e.type), message=text(e.message), file=None if e.file is None else text(e.file))
+        for e in outcome.swallowed
+    ]
+    outcome.swallowed = most_frequent(outcome.swallowed)  # a visible escape is longer than what it replaced
     return outcome

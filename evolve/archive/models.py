@@ -181,6 +181,8 @@ class Evaluation(Base):
     stderr: Mapped[str | None] = mapped_column(StorableText)
     sandbox: Mapped[str] = mapped_column(StorableString(20))
     case_errors: Mapped[dict[str, Any] | None] = mapped_column(StorableJSON)  # case name → error, split form
+    # What the candidate's code raised into the evaluator's, most frequent first: [{type, message, file, line, count}]
+    swallowed: Mapped[list[Any] | None] = mapped_column(StorableJSON)
     started_at: Mapped[datetime | None] = mapped_column(StoredTime)  # when the sandbox got the program
     finished_at: Mapped[datetime | None] = mapped_column(StoredTime)  # when its reply came back
     created_at: Mapped[datetime] = mapped_column(StoredTime, default=utcnow)

@@ -1,4 +1,5 @@
-"""What a prompt shows about its parent beyond the code: its evaluation's feedback, stderr and failed cases, and
+"""What a prompt shows about its parent beyond the code: its evaluation's feedback, stderr, failed cases and the
+errors its code raised into the evaluator's, and
 its newest children (their code, and the errors of those that failed). The `Archive` facade hands these on.
 Each is one query on an indexed column (`programs.parent_id`, `evaluations.program_id`)
 bounded by a limit, so asking per group costs the same in an archive of any size.
@@ -7,6 +8,7 @@ bounded by a limit, so asking per group costs the same in an archive of any size
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy import select
 
@@ -20,6 +22,7 @@ class ParentContext:
     feedback: str | None
     stderr: str | None
     case_errors: dict[str, str] | None
+    swallowed: list[dict[str, Any]] | None = None  # what its code raised into the evaluator's, most frequent first
 
 
 @dataclass(frozen=True)
@@ -46,13 +49,10 @@ class ParentReads:
         self.db = db
 
     def parent_context(self, program_id: int) -> ParentContext:
-        """What a prompt shows about a parent beyond its code: feedback, stderr, failed cases."""
+        """What a prompt shows about a parent beyond its code: feedback, stderr, failed cases, swallowed errors."""
+        columns = (Evaluation.feedback, Evaluation.stderr, Evaluation.case_errors, Evaluation.swallowed)
         with self.db.session() as s:
-            row = s.execute(
-                select(Evaluation.feedback, Evaluation.stderr, Evaluation.case_errors).where(
-                    Evaluation.program_id == program_id
-                )
-            ).first()
+            row = s.execute(select(*columns).where(Evaluation.program_id == program_id)).first()
         return ParentContext(*row) if row else ParentContext(None, None, None)
 
     def recent_child_failures(self, parent_id: int, limit: int = 3) -> list[ChildFailure]:

@@ -29,6 +29,8 @@ class EvaluationRecord:
     started_at: datetime | None = None  # when the sandbox got the program
     finished_at: datetime | None = None  # when its reply came back
     build_s: float | None = None  # a program of another language: its build's seconds, part of duration_s
+    # What the candidate's code raised into the evaluator's, most frequent first: [{type, message, file, line, count}]
+    swallowed: list[dict[str, Any]] | None = None
 
     def columns(self) -> dict[str, Any]:
         """The record as the evaluations table's column values (every column, so that rows line up); shallow,
@@ -183,6 +185,7 @@ class StoredEvaluation:
     started_at: datetime | None
     finished_at: datetime | None
     build_s: float | None
+    swallowed: list[dict[str, Any]] | None
     created_at: datetime
 
     @classmethod

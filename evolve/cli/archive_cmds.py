@@ -18,6 +18,7 @@ from evolve.cli.common import DbArg, console, duration_text, fail, plain, printa
 from evolve.cli.report_cmds import markdown_report, serve, write_html
 from evolve.filetree import TreeError, program_diff
 from evolve.fitness import score_text, signs
+from evolve.problem.outcome import swallowed_lines
 from evolve.report.aggregate import run_components
 from evolve.report.export import ProgramLayout, evaluation_lines
 from evolve.report.outdir import OutputError, OutputFolder, write_file
@@ -185,6 +186,8 @@ def show(db: DbArg, program_id: Annotated[int, typer.Argument(callback=row_id)])
             console.print(f"feedback: {printable(ev.feedback[:2000])}", highlight=False, markup=False)
         for case, error in list((ev.case_errors or {}).items())[:20]:
             console.print(printable(f"case {case} failed: {error[:300]}"), highlight=False, markup=False)
+        for line in swallowed_lines(ev.swallowed):  # what its code raised that the evaluator caught or failed on
+            console.print(printable(f"raised into the evaluator: {line}"), highlight=False, markup=False)
         if ev.stderr and ev.stderr.strip():
             console.print(f"stderr (tail): {printable(ev.stderr.strip()[-1500:])}", highlight=False, markup=False)
         for stage in ev.stages or []:  # names and values as the candidate's own reply gave them (simple form)

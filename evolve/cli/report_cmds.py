@@ -12,6 +12,7 @@ import typer
 from evolve.archive import Archive, RunRecord
 from evolve.cli.common import DbArg, console, fail, markdown_code, markdown_text, plain
 from evolve.fitness import score_text
+from evolve.problem.outcome import swallowed_lines
 from evolve.report.outdir import OutputError, write_file
 
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}
@@ -63,6 +64,8 @@ def markdown_report(archive: Archive, run: RunRecord) -> str:
         chain = " ← ".join(str(p.id) for p in archive.lineage(best.id))
         lines += ["", f"## Best program: {best.id} (scalar {score_text(s.best_scalar[1])})", "", f"Lineage: {chain}"]
         lines += ["", *markdown_code(best.code, _language(run.config))]
+        raised = swallowed_lines(best.evaluation.swallowed if best.evaluation else None)
+        lines += ["", "Raised into the evaluator:", *(f"- {md(line)}" for line in raised)] if raised else []
     return "\n".join(lines) + "\n"
 
 

@@ -6,7 +6,7 @@ its seed to learn its components) and every sandbox can import it without either
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
@@ -34,6 +34,48 @@ CASE_ERROR_CAP = 500
 METRICS_CAP = 256  # named numbers kept; names cut to NAME_CAP characters
 NAME_CAP = 100
 STAGES_CAP = 16  # stages kept, each with at most METRICS_CAP numbers
+SWALLOWED_CAP = 8  # distinct errors the candidate's code raised into the evaluator's, the most frequent
+SWALLOWED_MESSAGE_CAP = 300
+
+
+@dataclass(frozen=True)
+class SwallowedError:
+    """An exception the candidate's own code raised into code that is not its own (the evaluator, the harness),
+    whatever that code did with it: an evaluator that catches everything and scores 0 hid it from the model.
+    `count` is how many times the same (type, message, file, line) escaped during the evaluation; `file` is the
+    program file's path relative to its work folder (None: no frame of the program's was seen, as for a syntax
+    error, whose own line is `line`)."""
+
+    type: str
+    message: str
+    file: str | None
+    line: int | None
+    count: int
+
+    def shown(self, name_file: bool = False) -> str:
+        """One line as the prompt and `evolve show` print it: `NameError: name 'foo' is not defined (line 12,
+        5 times)`; `name_file`: say which of the program's files (a program of several files)."""
+        where = "" if self.line is None else f"line {self.line}"
+        if name_file and self.file is not None:
+            where = f"{self.file} {where}".strip()
+        times = "once" if self.count == 1 else f"{self.count} times"
+        head = f"{self.type}: {self.message}" if self.message else self.type
+        return f"{head} ({where + ', ' if where else ''}{times})"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"type": self.type, "message": self.message, "file": self.file, "line": self.line, "count": self.count}
+
+    @classmethod
+    def from_dict(cls, value: dict[str, Any]) -> SwallowedError:
+        """From a stored or replied entry whose shape was checked (`sandboxes/reply_shape.py`); cut to its caps."""
+        file = value.get("file")
+        return cls(
+            str(value["type"])[:NAME_CAP],
+            str(value["message"])[:SWALLOWED_MESSAGE_CAP],
+            None if file is None else str(file)[: NAME_CAP * 2],
+            value.get("line"),
+            int(value["count"]),
+        )
 
 
 @dataclass
@@ -54,6 +96,8 @@ class EvalOutcome:
     # A program of another language: the seconds its [build] command took (part of `duration_s`); None for a
     # Python program, or when the evaluation never reached a build.
     build_s: float | None = None
+    # What the candidate's code raised into the evaluator's or the harness's, the most frequent first (bounded).
+    swallowed: list[SwallowedError] = field(default_factory=list)
     # True when `abort_running()` ended this evaluation: its scores say nothing about the program, so the loop
     # stores nothing for it and the child stays pending.
     aborted: bool = False
@@ -65,6 +109,7 @@ class EvalOutcome:
         self.metrics = _named_numbers(self.metrics)
         if self.stages is not None:
             self.stages = [_stage(s) for s in self.stages[:STAGES_CAP]]
+        self.swallowed = most_frequent(self.swallowed)
 
     @property
     def ok(self) -> bool:
@@ -74,6 +119,24 @@ class EvalOutcome:
     def failure(cls, problem: Problem, kind: ErrorKind, error: str, duration_s: float, sandbox: str) -> EvalOutcome:
         """A failed evaluation: every component at its fail value, the error cut to a storable length."""
         return cls(failure_scores(problem.components), kind, error[:2000], duration_s, sandbox)
+
+
+def swallowed_lines(stored: Any, name_file: bool = True) -> list[str]:
+    """Stored swallowed errors (the archive's JSON list) as one line each, as `evolve show` and the report print
+    them; an entry of another shape (an archive edited by hand) is skipped, never raised on."""
+    lines = []
+    for entry in stored if isinstance(stored, list) else ():
+        try:
+            lines.append(SwallowedError.from_dict(entry).shown(name_file))
+        except (KeyError, TypeError, ValueError, AttributeError):
+            continue
+    return lines
+
+
+def most_frequent(entries: list[SwallowedError]) -> list[SwallowedError]:
+    """At most SWALLOWED_CAP entries, the most frequent first, their texts cut."""
+    ranked = sorted(entries, key=lambda e: -e.count)[:SWALLOWED_CAP]
+    return [replace(e, type=e.type[:NAME_CAP], message=e.message[:SWALLOWED_MESSAGE_CAP]) for e in ranked]
 
 
 def _named_numbers(values: dict[Any, Any]) -> dict[str, Any]:

@@ -6,9 +6,10 @@ variants asked for, their format and directions), so a backend with a prompt cac
 policies/llama_policy.py) computes it once per run and only the part from the parent on per group. The closing
 line repeats the ask in one sentence, so the last thing a small model reads is still what to write.
 
-Failures teach: the parent's evaluator feedback, the tail of its stderr, its per-case errors and the most recent
-failures among its children are shown (each bounded), so the next completion can avoid them. Nothing here
-raises on a stored program: a program whose markers are broken is shown whole.
+Failures teach: the parent's evaluator feedback, the tail of its stderr, its per-case errors, what its code raised
+that the evaluator caught (a catch-all evaluator hides it otherwise) and the most recent failures among its
+children are shown (each bounded), so the next completion can avoid them. Nothing here raises on a stored
+program: a program whose markers are broken is shown whole.
 
 Small models mostly echo the code they are shown. So the ask says plainly that a copy is wasted, shows what was
 already tried from this parent, and (in the `directed` template) gives each variant its own kind of change, which
@@ -26,6 +27,7 @@ from dataclasses import dataclass, replace
 from typing import Protocol
 
 from evolve.problem.blocks import BlockError, EditableBlock, find_blocks
+from evolve.problem.outcome import SwallowedError
 from evolve.prompts.fixed_code import fixed_code_view
 from evolve.prompts.parser import is_python
 from evolve.prompts.tree_view import current_program, program_blocks, tree_rules
@@ -33,6 +35,7 @@ from evolve.prompts.tree_view import current_program, program_blocks, tree_rules
 FEEDBACK_CAP = 1500
 STDERR_TAIL = 600  # characters of the parent's stderr / traceback tail
 CASE_ERRORS_SHOWN = 5
+SWALLOWED_SHOWN = 5  # distinct errors the parent's code raised into the evaluator, the most frequent
 CASE_ERROR_CAP = 160
 FAILURE_LINES = 3  # first lines of each recent child failure
 FAILURE_CAP = 300
@@ -91,6 +94,9 @@ class PromptInputs:
     parent_stderr: str | None = None  # the parent's stderr / traceback (its tail is shown)
     parent_case_errors: Mapping[str, str] | None = None  # case name → error, for cases the parent failed
     recent_failures: Sequence[FailureShown] = ()  # this parent's latest failed children
+    # What the parent's code raised into the evaluator, most frequent first (an evaluator that catches everything
+    # and scores 0 says nothing else of it)
+    parent_swallowed: Sequence[SwallowedError] = ()
     recent: Sequence[str] = ()  # the code of this parent's latest children: the variants must differ from them
     template: str = "directed"  # one of TEMPLATES
     # The code fences' tag ("python", "c", "rust"); None: told from the parent's code (fence_tag)
@@ -376,6 +382,9 @@ def _failures(p: PromptInputs) -> list[str]:
         shown = [f"- {name}: {_first_lines(err, 1, CASE_ERROR_CAP)}" for name, err in items[:CASE_ERRORS_SHOWN]]
         more = [f"- … and {len(items) - CASE_ERRORS_SHOWN} more failed cases"] if len(items) > CASE_ERRORS_SHOWN else []
         parts += ["Cases it failed:", "\n".join(shown + more)]
+    if p.parent_swallowed:
+        lines = [f"- {error.shown(name_file=p.multi_file)}" for error in p.parent_swallowed[:SWALLOWED_SHOWN]]
+        parts += ["Errors its code raised that the evaluator caught (most frequent first):", "\n".join(lines)]
     if p.recent_failures:
         lines = [f"- {f.kind}: {_failure_text(f.kind, f.error)}" for f in p.recent_failures]
         parts += ["Recent attempts from this program that failed (avoid these mistakes):", "\n".join(lines)]

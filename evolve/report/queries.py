@@ -17,6 +17,7 @@ import numpy as np
 from evolve.archive import Archive
 from evolve.archive.report_reads import ExportRow, VersionRow
 from evolve.filetree import TreeError, program_diff
+from evolve.problem.outcome import swallowed_lines
 from evolve.report.export import ProgramLayout
 
 TEXT_LIMIT = 20_000  # per text field of a program's detail: enough to read, bounded for the report's size
@@ -130,6 +131,7 @@ def program_detail(archive: Archive, program_id: int) -> dict[str, Any] | None:
         "error_kind": ev.error_kind if ev else None,
         "error": _clip(ev.error) if ev else None,
         "feedback": _clip(ev.feedback) if ev else None,
+        "swallowed": swallowed_lines(ev.swallowed) if ev else [],  # what its code raised into the evaluator
         "stdout": _clip(ev.stdout) if ev else None,
         "stderr": _clip(ev.stderr) if ev else None,
         "duration_s": ev.duration_s if ev else None,

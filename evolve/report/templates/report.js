@@ -176,7 +176,8 @@
     text("program-diff", d.diff == null ? "(no parent)" : d.diff);
     text("program-feedback", d.feedback);
     text("program-errors", [d.error_kind ? "error " + d.error_kind + ": " + (d.error || "") : "no error",
-      "stdout:\n" + (d.stdout || ""), "stderr:\n" + (d.stderr || "")].join("\n"));
+      (d.swallowed || []).length ? "raised into the evaluator:\n" + d.swallowed.join("\n") : "",
+      "stdout:\n" + (d.stdout || ""), "stderr:\n" + (d.stderr || "")].filter(Boolean).join("\n"));
     text("program-completion", d.completion == null ? "(the seed, or a migrant: no completion)" : d.completion);
     text("program-prompt", d.prompt);
   }
