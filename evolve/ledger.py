@@ -26,6 +26,7 @@ from evolve.runs import RunOptions
 from evolve.selection import Member, Population
 from evolve.stats import LoopStats
 from evolve.stopping import FailureStreaks, Patience, Stall
+from evolve.yields import QualityTally, Scale, worst_values
 
 # The steps of a group in order: a failure at one means those before it succeeded (their streaks end).
 GROUP_STAGES = ("prompt", "sample", "parse", "store")
@@ -61,6 +62,7 @@ class RunLedger:
             prior_elapsed_s=state.elapsed_s,
             sandbox=sandbox,
             signs=signs(problem.components),
+            quality=QualityTally(Scale(signs(problem.components), worst_values(problem.components))),
         )
         self.control = RunControl(
             options.max_evaluations,
@@ -187,6 +189,7 @@ class RunLedger:
         too), code index, counters, budget."""
         for row in scored.programs:
             ok = row.error_kind is None and row.scalar is not None
+            self.stats.quality.known(row.id, row.scores, row.scalar, ok)  # parents and best of this session's
             member = self.population.member(
                 row.id, row.island, row.generation, row.scores, row.scalar or 0.0, row.code_length
             )
@@ -223,8 +226,12 @@ class RunLedger:
         self.stats.session_evaluations += 1
         best_before = self.stats.best_scalar
         self._count(member, outcome.error_kind)
+        tally = self.stats.quality
+        if child.parent_id is None:
+            tally.known(stored.program_id, outcome.scores, stored.scalar, outcome.ok)
+        elif tally.child(stored.program_id, child.parent_id, outcome.scores, stored.scalar, outcome.ok).valid:
+            self.stats.new_valid += 1  # a zero child is not valid (evolve.yields.ChildVerdict)
         if outcome.ok and child.parent_id is not None:
-            self.stats.new_valid += 1
             self._credit(child, stored.scalar, stored.program_id, best_before)
         if outcome.error_kind:
             self.stats.errors[outcome.error_kind] += 1

@@ -11,7 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from evolve.fitness import score_text
-from evolve.yields import Yield
+from evolve.yields import QualityTally, Yield
 
 
 def _count(n: int, noun: str) -> str:
@@ -58,6 +58,9 @@ class LoopStats:
     ask: str = ""  # what the newest group asks for: member, edit format, temperature, template (its ask arm)
     arms: list[str] = field(default_factory=list)  # one line per member and ask arm (evolve.ensemble)
     signs: dict[str, float] = field(default_factory=dict)  # +1/-1 per component (fitness.signs); 1 when absent
+    # What this session's children brought (beat their parent, zero, same behaviour, new best): the ledger feeds
+    # it each scored program, the archive's summary counts the same from the stored evaluations.
+    quality: QualityTally = field(default_factory=QualityTally)
 
     @property
     def session_s(self) -> float:
@@ -76,7 +79,8 @@ class LoopStats:
                 self.best_components[name] = value
 
     def yields(self) -> Yield:
-        return Yield(self.completions, self.tokens, self.new_valid, dict(self.parse), cut=self.cut)
+        quality = self.quality.counts
+        return Yield(self.completions, self.tokens, self.new_valid, dict(self.parse), cut=self.cut, quality=quality)
 
     def summary(self) -> str:
         """The run's totals (as `evolve inspect` counts them), then this session's own figures, each scope named:
@@ -111,6 +115,14 @@ class LoopStats:
         if self.max_time_s:
             remaining += f", {max(self.max_time_s - self.elapsed_s, 0):.0f}s"
         rate = self.session_evaluations / max(self.session_s, 1e-9)
+        y = self.yields()
+        q = y.quality
+        head.add_row(  # the headline: what the tokens bought, children that beat their parent
+            "beat parent",
+            Text(f"{y.beats_parent_per_1k_tokens:.2f}/1k tokens ({q.beats_parent} of {q.evaluated} children)", "bold"),
+            "new bests",
+            f"{q.new_best}; better on a component {q.improves_component}",
+        )
         head.add_row("elapsed", f"{self.elapsed_s:.0f}s", "remaining", remaining)
         head.add_row(
             "evaluations",
@@ -124,13 +136,13 @@ class LoopStats:
             "eval errors",
             f"{sum(self.errors.values()) / max(self.session_evaluations, 1):.0%} {dict(self.errors)}",
         )
-        y = self.yields()
         head.add_row(
             "yield",
-            f"{y.per_completion:.2f}/completion, {y.per_1k_tokens:.2f}/1k tokens",
-            "variants",
-            y.variant_shares(),
+            f"{y.per_completion:.2f} valid/completion, {y.per_1k_tokens:.2f}/1k tokens",
+            "zero / same",
+            f"zero {y.zero_share:.0%} ({q.zero}), same behaviour {q.same}",
         )
+        head.add_row("", "", "variants", y.variant_shares())
         if self.ask:
             head.add_row("asking", Text(self.ask), "", "")
         for line in self.arms:

@@ -41,9 +41,11 @@ def test_yield_from_the_archive_matches_the_live_counters_and_prompts_show_recen
         "SELECT COUNT(*) FROM programs p JOIN evaluations e ON e.program_id = p.id "
         "WHERE p.parent_id IS NOT NULL AND e.error_kind IS NULL"
     ).fetchone()[0]
-    assert y.new_valid == loop.stats.new_valid == ok_children > 0
+    assert y.new_valid == loop.stats.new_valid == ok_children - y.quality.zero > 0
+    assert y.quality == loop.stats.yields().quality and y.quality.evaluated >= ok_children  # live == stored
+    assert y.beats_parent_per_1k_tokens == pytest.approx(1000 * y.quality.beats_parent / y.tokens)
     assert y.variants == 2 * y.completions  # m answers per completion, always
-    assert 0 < y.per_completion <= 2 and y.per_1k_tokens == pytest.approx(1000 * ok_children / y.tokens)
+    assert 0 < y.per_completion <= 2 and y.per_1k_tokens == pytest.approx(1000 * y.new_valid / y.tokens)
     assert "yield" in loop.stats.summary()
     # the next prompt from the seed shows its two newest children, read from the archive (so a resume keeps them)
     seed = loop.population.first

@@ -194,12 +194,15 @@ class Archive:
         return self.groups.rows_for_training(run_id, version_ids, max_groups)
 
     # ---- a run's summary and best programs ----------------------------------------------------------------
-    def summarize(self, run: RunRecord, signs: Mapping[str, float]) -> RunSummary:
+    def summarize(
+        self, run: RunRecord, signs: Mapping[str, float], worst: Mapping[str, float] | None = None
+    ) -> RunSummary:
         """Counts, errors, best per component and scalar, telemetry and yield. `signs`: +1 for a component to
-        maximise, -1 to minimise (`evolve.fitness.signs`); a component not named is maximised."""
+        maximise, -1 to minimise (`evolve.fitness.signs`); a component not named is maximised. `worst`: each
+        component's worst value, which a zero child scores on all (`evolve.yields.worst_values`)."""
         versions = self.run_store.policy_versions(run.id)
         with self.db.session() as s:
-            return summarize(s, run, signs, versions)
+            return summarize(s, run, signs, versions, worst)
 
     def arms(self, run_id: int) -> list[dict[str, Any]]:
         """Per ensemble member, then per ask arm: groups, shares, tokens, yield, improvements, best child."""

@@ -1,8 +1,13 @@
 """A run's summary: counts, errors, best per component and scalar, incidents, telemetry and yield, in one pass.
 
 The archive knows no problem model: which way is better for each component comes in as a value (`signs`, as
-`evolve.fitness.signs` gives them), so a stored run's summary needs no problem folder and no config parsing here.
-It scans a run once per call; nothing here runs per iteration.
+`evolve.fitness.signs` gives them), and so does each component's worst value (`worst`, as
+`evolve.yields.worst_values` gives them), so a stored run's summary needs no problem folder and no config parsing
+here. It scans a run once per call; nothing here runs per iteration.
+
+What the children brought (beating their parent, zero, same behaviour, new bests: `evolve.yields.QualityTally`)
+is read from the stored evaluations and parent links alone, in program id order (the order the loop committed
+them in), so an archive written before these figures existed gives them too, with no column added.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ from evolve.archive.arms import arm_rows
 from evolve.archive.clock import utcnow
 from evolve.archive.models import Completion, Evaluation, Incident, Program, Prompt, Variant
 from evolve.archive.records import PolicyVersionRecord, RunRecord
-from evolve.yields import Yield
+from evolve.yields import QualityCounts, QualityTally, Scale, Yield
 
 
 @dataclass
@@ -48,6 +53,7 @@ class RunSummary:
     last_incident: str | None = None
     telemetry: dict[str, float | int | None] = field(default_factory=dict)
     yields: dict[str, float | int] = field(default_factory=dict)  # evolve.yields.Yield.as_dict()
+    quality: QualityCounts = field(default_factory=QualityCounts)  # what the children brought
     adaptations: list[dict[str, Any]] = field(default_factory=list)  # changes of the ask (archives before issue 24)
     members: list[dict[str, Any]] = field(default_factory=list)  # per ensemble member: groups, share, yield (arms.py)
     asks: list[dict[str, Any]] = field(default_factory=list)  # the same per ask arm
@@ -55,9 +61,10 @@ class RunSummary:
 
 
 def summary_yield(s: RunSummary) -> Yield:
-    """The run's yield from its summary's counts: completions, tokens, valid children, variant statuses."""
+    """The run's yield from its summary's counts: completions, tokens, valid children, variant statuses, and what
+    the children brought."""
     tokens, valid = s.telemetry.get("tokens"), s.telemetry.get("valid_children")
-    return Yield(s.completions, int(tokens or 0), int(valid or 0), s.variants, cut=s.cut)
+    return Yield(s.completions, int(tokens or 0), int(valid or 0), s.variants, cut=s.cut, quality=s.quality)
 
 
 HEARTBEAT_STALE_S = 60.0  # a `running` run not heard from for this long was killed
@@ -72,9 +79,15 @@ def shown_status(run: RunRecord, now: datetime | None = None) -> str:
 
 
 def summarize(
-    s: Session, run: RunRecord, signs: Mapping[str, float], versions: Sequence[PolicyVersionRecord]
+    s: Session,
+    run: RunRecord,
+    signs: Mapping[str, float],
+    versions: Sequence[PolicyVersionRecord],
+    worst: Mapping[str, float] | None = None,
 ) -> RunSummary:
-    """`signs`: +1 for a component to maximise, -1 for one to minimise; a component not named is maximised."""
+    """`signs`: +1 for a component to maximise, -1 for one to minimise; a component not named is maximised.
+    `worst`: each component's worst value (`evolve.yields.worst_values`); without it, 0.0 for each component the
+    scores name (see `evolve.yields.Scale`)."""
     state = run.state
     out = RunSummary(
         run.id,
@@ -108,12 +121,19 @@ def summarize(
         s.execute(select(Program.island, func.count()).where(Program.run_id == run.id).group_by(Program.island)).all()
     )
     errors: Counter[str] = Counter()
-    for pid, scores, scalar, kind in s.execute(
-        select(Evaluation.program_id, Evaluation.scores, Evaluation.scalar, Evaluation.error_kind)
+    tally = QualityTally(Scale(signs, worst or {}))
+    valid_children = 0
+    for pid, parent_id, scores, scalar, kind in s.execute(
+        select(Evaluation.program_id, Program.parent_id, Evaluation.scores, Evaluation.scalar, Evaluation.error_kind)
         .join(Program)
         .where(Program.run_id == run.id)
+        .order_by(Program.id)
     ):
         out.evaluations += 1
+        if parent_id is None:
+            tally.known(pid, scores, scalar, not kind)
+        else:
+            valid_children += tally.child(pid, parent_id, scores, scalar, not kind).valid
         if kind:
             errors[kind] += 1
             continue
@@ -125,7 +145,8 @@ def summarize(
             if held is None or sign * value > sign * held[1]:
                 out.best_components[name] = (pid, value)
     out.errors = dict(errors)
-    _incidents_and_telemetry(s, run, out)
+    out.quality = tally.counts
+    _incidents_and_telemetry(s, run, out, valid_children)
     out.members, out.asks = arm_rows(s, run.id, "member"), arm_rows(s, run.id, "ask")
     out.policy_versions = [
         {
@@ -141,7 +162,8 @@ def summarize(
     return out
 
 
-def _incidents_and_telemetry(s: Session, run: RunRecord, out: RunSummary) -> None:
+def _incidents_and_telemetry(s: Session, run: RunRecord, out: RunSummary, valid_children: int) -> None:
+    """`valid_children`: children evaluated without error that are not zero (`evolve.yields.ChildVerdict`)."""
     incidents = s.execute(
         select(Incident.stage, Incident.kind, func.count())
         .where(Incident.run_id == run.id)
@@ -158,14 +180,6 @@ def _incidents_and_telemetry(s: Session, run: RunRecord, out: RunSummary) -> Non
     tokens, gen_s = s.execute(
         select(func.sum(Prompt.tokens), func.sum(Prompt.generation_s)).where(Prompt.run_id == run.id)
     ).one()
-    valid_children = (
-        s.scalar(
-            select(func.count(Program.id))
-            .join(Evaluation)
-            .where(Program.run_id == run.id, Program.parent_id.is_not(None), Evaluation.error_kind.is_(None))
-        )
-        or 0
-    )
     builds, build_s_mean = s.execute(
         select(func.count(Evaluation.build_s), func.avg(Evaluation.build_s))
         .join(Program)
