@@ -19,6 +19,9 @@ from pathlib import Path
 from benchmarks.best_at_k import POLICIES, Measured
 from benchmarks.closed_loop_report import bootstrap
 
+KIND = "analysis"
+SMOKE_ARGS = ("benchmarks/results/best_at_k/tour_heuristic.json",)
+
 PAIRS = (("grpo", "none"), ("vpo", "none"), ("vpo", "grpo"))
 
 
@@ -97,4 +100,6 @@ if __name__ == "__main__":
     files = [Path(p) for p in sys.argv[1:]]
     if not files or not all(f.is_file() for f in files):
         raise SystemExit("usage: python -m benchmarks.best_at_k_report RESULTS.json [MORE.json ...] (best_at_k --out)")
-    print("\n".join(report(load(files))))
+    lines = report(load(files))
+    print("\n".join(lines))
+    print(f"best_at_k_report files={len(files)} tables={sum(line.startswith('best_at_k') for line in lines)}")

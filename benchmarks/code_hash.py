@@ -16,6 +16,9 @@ from pathlib import Path
 
 from evolve.archive.codehash import normalize, normalized_hash
 
+KIND = "speed"
+SMOKE_ARGS = ("--repeat", "3")
+
 ROOT = Path(__file__).resolve().parent.parent
 
 

@@ -18,6 +18,9 @@ import sqlite3
 from collections import Counter
 from pathlib import Path
 
+KIND = "analysis"
+SMOKE_ARGS = ("{study}/arms/minimizer-s0-none/arm.db",)
+
 CAUSES = ("inspiration", "parent's child", "parent", "other", "same group")
 
 

@@ -21,6 +21,9 @@ from rich.table import Table
 
 from policies.copy_guard import GroupGuard, RowGuard, TokenTexts
 
+KIND = "speed"
+SMOKE_ARGS = ("--lengths", "200")
+
 
 def known_code(chars: int) -> str:
     """A Python function at least `chars` long, one statement per line, inside its body throughout."""

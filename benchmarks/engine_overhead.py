@@ -19,11 +19,15 @@ from rich.table import Table
 from evolve.archive import Archive, code_hash
 from evolve.archive.bulk import load_rows
 from evolve.loop import SearchLoop, run_search
+from evolve.options import RunOptions
 from evolve.problem import Problem, load_problem
 from evolve.problem.outcome import EvalOutcome
 from evolve.problem.samples import write_problem
-from evolve.runs import RunOptions, open_run
+from evolve.runs import open_run
 from policies.replay import ReplayPolicy
+
+KIND = "speed"
+SMOKE_ARGS = ("--sizes", "100", "--children", "20")
 
 SEED = "# EVOLVE-BLOCK-START\ndef solve(x):\n    return x * x\n# EVOLVE-BLOCK-END\n"
 
@@ -127,7 +131,7 @@ def main() -> None:
         table.add_row(f"{size:,}", f"{per_child:.2f}", f"{rebuild:.2f}")
     Console().print(table)
     label = {1000: "1k", 10000: "10k", 100000: "100k"}
-    print("engine_overhead_ms " + " ".join(f"{label.get(s, s)}={v:.2f}" for s, v in results.items()))
+    print("engine_overhead ms_per_child " + " ".join(f"{label.get(s, s)}={v:.2f}" for s, v in results.items()))
 
 
 if __name__ == "__main__":

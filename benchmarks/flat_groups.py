@@ -6,11 +6,16 @@ rewards, with the study's shaping (group normalisation, lazy penalty -0.5), and 
 and how many of those are flat only because every answer in them was wasted (no new valid program), which no
 reward can learn from.
 
-    python -m benchmarks.flat_groups
+Reads the study's archives from arms.tar.xz, unpacked once (study_archives.py); `--arms` picks arms by a glob
+on their folder names. Prints a row per arm, a row per method, then the result line
+`flat_groups vpo_flat=... grpo_flat=... groups=...` (over every arm read).
+
+    python -m benchmarks.flat_groups [--arms 'tour_heuristic-*']
 """
 
 from __future__ import annotations
 
+import argparse
 from collections import Counter
 from pathlib import Path
 
@@ -23,7 +28,8 @@ from evolve.training import load_batch
 from policies.advantages import GRPO, VPO
 from policies.shaping import shape_rewards
 
-ARMS = Path(__file__).parent / "results" / "closed_loop" / "arms"
+KIND = "analysis"
+SMOKE_ARGS = ("--arms", "minimizer-s0-vpo")
 PROBLEMS = Path(__file__).parent / "problems"
 COLUMNS = ("groups", "all wasted", "vpo flat", "grpo flat", "vpo flat, some valid", "grpo flat, some valid")
 
@@ -53,10 +59,15 @@ def arm_counts(arm_dir: Path, problem: str) -> Counter[str]:
 
 
 def main() -> None:
+    from benchmarks.study_archives import study_folder
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--arms", default="*", help="a glob on the arms' folder names")
+    args = ap.parse_args()
     print("| arm | " + " | ".join(COLUMNS) + " |")
     print("|---" * (len(COLUMNS) + 1) + "|")
     by_method: dict[str, Counter[str]] = {"grpo": Counter(), "vpo": Counter()}
-    for arm_dir in sorted(ARMS.iterdir()):
+    for arm_dir in sorted((study_folder() / "arms").glob(args.arms)):
         problem, _seed, arm = arm_dir.name.rsplit("-", 2)
         if arm not in by_method or not (arm_dir / "arm.db").is_file():
             continue
@@ -65,6 +76,8 @@ def main() -> None:
         print(f"| {arm_dir.name} | " + " | ".join(str(counts[c]) for c in COLUMNS) + " |")
     for arm, counts in by_method.items():
         print(f"| all {arm} arms | " + " | ".join(str(counts[c]) for c in COLUMNS) + " |")
+    flat = " ".join(f"{arm}_flat={counts[f'{arm} flat']}" for arm, counts in by_method.items())
+    print(f"flat_groups {flat} groups={sum(c['groups'] for c in by_method.values())}")
 
 
 if __name__ == "__main__":

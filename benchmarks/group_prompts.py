@@ -7,7 +7,9 @@ one from the parent's scores on, as in a real run, while the problem's text and 
 
 `python -m benchmarks.group_prompts [--problem DIR] [--groups N]` prints, per group, the prompt's tokens under
 the embedded model's chat template and how many of them open the previous group's prompt too (what
-llama.cpp's prompt cache skips).
+llama.cpp's prompt cache skips), then `group_prompts groups=N first_tokens=... later_shared=...` (the share of
+the later prompts' tokens that open the previous one). `--model DIR` reads another model's tokenizer (the smoke
+run's tiny one).
 """
 
 from __future__ import annotations
@@ -19,6 +21,9 @@ from dataclasses import dataclass
 
 from evolve.problem import load_problem
 from evolve.prompts.builder import PromptInputs, ShownProgram, build_prompt, resolve_edit_format
+
+KIND = "speed"
+SMOKE_ARGS = ("--model", "{tiny_model}", "--groups", "2")
 
 VARIANTS = 3
 
@@ -89,13 +94,19 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--problem", default="problems/roman_numerals")
     ap.add_argument("--groups", type=int, default=4)
+    ap.add_argument("--model", default=None, help="a model folder's tokenizer (default: the embedded one)")
     args = ap.parse_args()
-    tokenizer = AutoTokenizer.from_pretrained(embedded_model_dir())
+    tokenizer = AutoTokenizer.from_pretrained(args.model or embedded_model_dir())
     previous: list[int] = []
+    tokens, shared = [], []
     for k, prompt in enumerate(group_prompts(args.problem, args.groups)):
         ids = chat_token_ids(tokenizer, prompt)
-        print(f"group {k + 1}: {len(ids)} prompt tokens, {shared_prefix(previous, ids)} shared with the previous")
+        tokens.append(len(ids))
+        shared.append(shared_prefix(previous, ids))
+        print(f"group {k + 1}: {len(ids)} prompt tokens, {shared[-1]} shared with the previous")
         previous = ids
+    later = sum(shared[1:]) / max(sum(tokens[1:]), 1)
+    print(f"group_prompts groups={len(tokens)} first_tokens={tokens[0]} later_shared={later:.2f}")
 
 
 if __name__ == "__main__":

@@ -8,9 +8,10 @@ nucleus under top-p is a few to tens of tokens), then accepted: the time per tok
 decoding step. Whole-vocabulary masks (needed only when no token of the nucleus is allowed) are timed cold, once
 per distinct state met along one answer per format, and remembered after (`HeldVocab.full_mask`).
 
-Needs only the embedded tokenizer, no model. Last line: `matcher decode_s=... us_per_token_k2=...
+Needs only the embedded tokenizer (`--model DIR`: another model's, as the smoke run's tiny one), no model.
+Last line: `matcher_speed decode_s=... us_per_token_k2=...
 us_per_token_k32=... us_per_token_k128=... full_mask_ms_mean=... full_mask_ms_max=... states=N/T`.
-Usage: python -m benchmarks.matcher_speed [--problems problems/roman_numerals,...]
+Usage: python -m benchmarks.matcher_speed [--problems problems/roman_numerals,...] [--model DIR]
 """
 
 from __future__ import annotations
@@ -25,6 +26,9 @@ import numpy as np
 from policies.answer_grammar import AnswerShape
 from policies.answer_matcher import AnswerMatcher
 from policies.held_rows import HeldVocab, VocabTexts
+
+KIND = "speed"
+SMOKE_ARGS = ("--model", "{tiny_model}", "--problems", "problems/roman_numerals/seed.py")
 
 DEFAULT_PROBLEMS = "problems/roman_numerals/seed.py,problems/roman_numerals_c/roman.c,problems/bin_packing/seed.py"
 LANGUAGES = {"py": "python", "c": "c", "rs": "rust"}
@@ -77,8 +81,9 @@ def main() -> None:
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--problems", default=DEFAULT_PROBLEMS, help="comma-separated program files")
+    ap.add_argument("--model", type=Path, default=None, help="a model folder's tokenizer (default: the embedded one)")
     args = ap.parse_args()
-    model_dir = embedded_model_dir()
+    model_dir = args.model or embedded_model_dir()
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     config = json.loads((model_dir / "config.json").read_text())
     eos = json.loads((model_dir / "generation_config.json").read_text()).get("eos_token_id", [])
@@ -108,7 +113,7 @@ def main() -> None:
                 print(f"  full masks: {len(times)} states, {np.mean(times):.0f} ms mean, {max(times):.0f} max")
     rates = " ".join(f"us_per_token_k{k}={sum(v) / tokens:.0f}" for k, v in per_k.items())
     print(
-        f"matcher decode_s={decode_s:.1f} {rates} full_mask_ms_mean={np.mean(masks):.0f} "
+        f"matcher_speed decode_s={decode_s:.1f} {rates} full_mask_ms_mean={np.mean(masks):.0f} "
         f"full_mask_ms_max={max(masks):.0f} states={len(masks)}"
     )
 

@@ -5,7 +5,9 @@ groups of 4 completions with 3 answers each, 10% evaluation errors, a policy upd
 Measured: `evolve report --html` end to end in-process (read, aggregate, render, write), the file's size, and
 the served page's first paint: a cold server (empty cache) and a headless Chromium from navigation until
 every view is drawn. The issue's budget is 10 s for the report and 2 s for the first paint at 100k programs.
-Usage: python -m benchmarks.report_scale [--sizes 1000 10000 100000]
+Prints the table, a summary against the budgets, then the result line
+`report_scale programs=N report_s=... first_paint_s=... ready_s=...` (the largest size).
+Usage: python -m benchmarks.report_scale [--sizes 1000 10000 100000] [--no-browser]
 """
 
 from __future__ import annotations
@@ -29,6 +31,9 @@ from evolve.archive.bulk import load_rows
 from evolve.problem import load_problem
 from evolve.report.page import write_report
 from evolve.report.server import make_dashboard
+
+KIND = "speed"
+SMOKE_ARGS = ("--sizes", "200", "--no-browser")
 
 PROBLEM = Path(__file__).resolve().parents[1] / "problems" / "roman_numerals"
 CHROMIUM = "/usr/bin/chromium"
@@ -160,9 +165,10 @@ class Served:
     ready: float | None = None  # every view drawn (they follow one per task), wall seconds
 
 
-def served(db: Path) -> Served:
+def served(db: Path, browser: bool = True) -> Served:
     """A cold browser against a warmed server. Renderer CPU is reported beside wall time because a loaded
-    shared machine inflates wall time several-fold; without Chromium only the warm-up is measured."""
+    shared machine inflates wall time several-fold; without Chromium (or `browser` False) only the warm-up is
+    measured."""
     archive = Archive(db, create=False)
     started = time.process_time()
     server = make_dashboard(archive, archive.runs()[-1].id, "127.0.0.1", 0)
@@ -173,7 +179,9 @@ def served(db: Path) -> Served:
         from playwright.sync_api import sync_playwright
     except ImportError:
         return Served(warm)
-    if not Path(CHROMIUM).exists():
+    if not browser or not Path(CHROMIUM).exists():
+        server.shutdown()
+        archive.close()
         return Served(warm)
     try:
         with sync_playwright() as p:
@@ -204,6 +212,7 @@ def seconds(value: float | None) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[1000, 10_000, 100_000])
+    parser.add_argument("--no-browser", action="store_true", help="measure the server's warm-up only, no Chromium")
     args = parser.parse_args()
     table = Table(
         "programs",
@@ -227,7 +236,7 @@ def main() -> None:
             (Path(tmp) / "report.html").write_text(html)
             wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
             archive.close()
-            page = served(db)
+            page = served(db, browser=not args.no_browser)
             results.append((n, wall, cpu, page))
             table.add_row(
                 f"{n:,}",
@@ -248,6 +257,8 @@ def main() -> None:
         f"served page paints in {seconds(page.contentful)} s and draws its first chart in {seconds(page.chart)} s "
         f"wall / {seconds(page.chart_cpu)} s renderer CPU (budget 2 s); load {load:.1f} on {os.cpu_count()} CPUs"
     )
+    paint, ready = seconds(page.contentful), seconds(page.ready)
+    print(f"report_scale programs={n} report_s={wall:.2f} first_paint_s={paint} ready_s={ready}")
 
 
 if __name__ == "__main__":

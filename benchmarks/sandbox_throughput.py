@@ -4,7 +4,12 @@ Every Docker row (warm pools and the cold baseline, which starts a fresh contain
 same runner, limits and worker count. With `--load N`, N CPU-bound processes stay busy while the key rows are
 measured again, as when a policy generates on the same machine.
 
-Usage: python -m benchmarks.sandbox_throughput [--n 60] [--workers 2] [--load N]
+Prints a table (evaluations/s, median and p90 latency per backend), then the result line
+`sandbox_throughput sandbox=process evals_per_s=... median_ms=... baseline_evals_per_s=...` and, with Docker,
+`sandbox_throughput sandbox=docker ...` (warm pool against the process sandbox, the cold baseline and bare spawning).
+Smoke size: 2 evaluations a row on one worker, Docker left out (`--no-docker`).
+
+Usage: python -m benchmarks.sandbox_throughput [--n 60] [--workers 2] [--load N] [--no-docker]
 """
 
 from __future__ import annotations
@@ -29,6 +34,8 @@ from sandboxes.docker_pool import DockerSandbox, docker_available
 from sandboxes.process import ProcessSandbox
 from sandboxes.sandbox import Sandbox, SandboxRefused
 
+KIND = "speed"
+SMOKE_ARGS = ("--n", "2", "--workers", "1", "--no-docker")
 TRIVIAL = "def solve(x):\n    return x * x\n"
 
 
@@ -75,6 +82,7 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=60)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--load", type=int, default=0, help="CPU-bound processes kept busy for the loaded rows")
+    ap.add_argument("--no-docker", action="store_true", help="leave the Docker rows out")
     args = ap.parse_args()
     problem = load_problem(write_problem(Path(tempfile.mkdtemp()) / "bench"))
     example = load_problem(Path(__file__).resolve().parents[1] / "problems" / "bin_packing")
@@ -92,10 +100,10 @@ def main() -> None:
         trivial[WEAK] = lambda: weak.evaluate(problem, TRIVIAL)
     rows = {name: measure(fn, args.n, args.workers) for name, fn in trivial.items()}
     rows["process sandbox, bin_packing seed"] = measure(
-        lambda: process.evaluate(example, example.seed_code), args.n // 2, args.workers
+        lambda: process.evaluate(example, example.seed_code), max(args.n // 2, 2), args.workers
     )
     pools: list[Sandbox] = []
-    if docker_available() is None:
+    if not args.no_docker and docker_available() is None:
         for mode, spawn in (("fork", False), ("spawn", True)):
             pool = DockerSandbox(workers=args.workers, spawn=spawn)
             pools.append(pool)
@@ -103,7 +111,7 @@ def main() -> None:
                 lambda pool=pool: pool.evaluate(problem, TRIVIAL), args.n, args.workers
             )
             rows[f"docker warm pool ({mode}), bin_packing seed"] = measure(
-                lambda pool=pool: pool.evaluate(example, example.seed_code), args.n // 2, args.workers
+                lambda pool=pool: pool.evaluate(example, example.seed_code), max(args.n // 2, 2), args.workers
             )
             if not spawn:
                 trivial[WARM] = lambda pool=pool: pool.evaluate(problem, TRIVIAL)
@@ -127,19 +135,25 @@ def main() -> None:
         table.add_row(name, f"{eps:.1f}", f"{med:.1f}", f"{p90:.1f}")
     Console().print(table)
     base = rows[BARE]
-    proc = rows.get(JAIL, rows[WEAK])
-    print(f"sandbox=process evals_per_s={proc[0]:.1f} median_ms={proc[1]:.1f} baseline_evals_per_s={base[0]:.1f}")
+    # The jail's row when there is one, else WEAK's (as root WEAK is refused and has no row: not looked up then)
+    process_row = JAIL if JAIL in rows else WEAK
+    proc = rows[process_row]
+    print(
+        f"sandbox_throughput sandbox=process evals_per_s={proc[0]:.1f} median_ms={proc[1]:.1f} "
+        f"baseline_evals_per_s={base[0]:.1f}"
+    )
     if COLD in rows:
         warm, cold_row = rows[WARM], rows[COLD]
         print(
-            f"sandbox=docker evals_per_s={warm[0]:.1f} median_ms={warm[1]:.1f} process_evals_per_s={proc[0]:.1f} "
-            f"cold_evals_per_s={cold_row[0]:.1f} warm_over_bare={warm[0] / base[0]:.1f}x"
+            f"sandbox_throughput sandbox=docker evals_per_s={warm[0]:.1f} median_ms={warm[1]:.1f} "
+            f"process_evals_per_s={proc[0]:.1f} cold_evals_per_s={cold_row[0]:.1f} "
+            f"warm_over_bare={warm[0] / base[0]:.1f}x"
         )
     if args.load and COLD in rows:
-        loaded = {name: rows[f"{name} (load {args.load})"][0] for name in (WARM, JAIL if JAIL in rows else WEAK, BARE)}
+        loaded = {name: rows[f"{name} (load {args.load})"][0] for name in (WARM, process_row, BARE)}
         print(
-            f"load={args.load} docker_evals_per_s={loaded[WARM]:.1f} "
-            f"process_evals_per_s={loaded[JAIL if JAIL in rows else WEAK]:.1f} baseline_evals_per_s={loaded[BARE]:.1f}"
+            f"sandbox_throughput load={args.load} docker_evals_per_s={loaded[WARM]:.1f} "
+            f"process_evals_per_s={loaded[process_row]:.1f} baseline_evals_per_s={loaded[BARE]:.1f}"
         )
 
 

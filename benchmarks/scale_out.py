@@ -5,7 +5,9 @@ looks to the engine: no thread held per slot) and the policy replays distinct co
 rate is slots / delay until the engine itself (selection, prompts, parsing and the single committer) is the
 limit. Measured with SQLite and with PostgreSQL (a throw-away local cluster, as the tests make). The Ray
 overhead is the mean round trip of an instant evaluation through a local Ray actor minus the same call in
-process. Usage: python -m benchmarks.scale_out [--slots 1 2 4 ... 256] [--delay 0.05] [--no-ray]
+process. Prints a line per point, the table, each database's ceiling, then the result line
+`scale_out sqlite_ceiling_evals_per_s=... postgres_ceiling_evals_per_s=... ray_overhead_ms=...`.
+Usage: python -m benchmarks.scale_out [--slots 1 2 4 ... 256] [--delay 0.05] [--no-ray] [--no-postgres]
 """
 
 from __future__ import annotations
@@ -25,11 +27,15 @@ from rich.table import Table
 from benchmarks.engine_overhead import SEED, InstantSandbox, completions
 from evolve.archive import Archive
 from evolve.loop import SearchLoop, run_search
+from evolve.options import RunOptions
 from evolve.problem import Problem, load_problem
 from evolve.problem.outcome import EvalOutcome
-from evolve.runs import RunOptions, open_run
+from evolve.problem.samples import write_problem
+from evolve.runs import open_run
 from policies.replay import ReplayPolicy
-from tests.helpers import write_problem
+
+KIND = "speed"
+SMOKE_ARGS = ("--slots", "2", "--delay", "0.01", "--seconds", "0.2", "--no-postgres", "--no-ray")
 
 
 class SleepSandbox:
@@ -116,7 +122,7 @@ def main() -> None:
     databases: dict[str, object] = {"sqlite": None}
     cluster = None
     if not args.no_postgres:
-        from tests.postgres import PostgresCluster
+        from benchmarks.postgres_cluster import PostgresCluster
 
         cluster = PostgresCluster.start()
         databases["postgres"] = cluster

@@ -3,7 +3,9 @@
 Both train the same LoRA (rank 16, all linear projections) of a tiny Qwen2 (h128, 2 layers) in fp32 on the
 CPU, on one group of 8 completions of 256 tokens after a 64-token prompt, one optimizer step, no KL. TRL's
 step includes generating its completions, so the time it spends in `_generate_and_score_completions` is
-measured and taken off. Needs the `bench` extra (trl). Usage: python -m benchmarks.trainer_step [--repeats 3]
+measured and taken off. Needs the `bench` extra (trl), except with `--no-trl` (this project's trainer alone, the
+smoke run's). Ends with `trainer_step ours_s=... trl_s=... ratio=...`.
+Usage: python -m benchmarks.trainer_step [--repeats 3] [--no-trl]
 
 `--embedded`: the real thing instead, one group of the embedded model and the update on it (see `embedded`),
 ending with `trainer_step update_s=... sample_s=... ratio=...`.
@@ -25,6 +27,9 @@ from rich.table import Table
 from policies.tiny import tiny_model, tiny_tokenizer
 from policies.trainer import PolicyTrainer, TrainConfig
 from policies.training_groups import TrainingCompletion, TrainingGroup
+
+KIND = "speed"
+SMOKE_ARGS = ("--repeats", "1", "--no-trl")
 
 G, PROMPT_TOKENS, COMPLETION_TOKENS, RANK, LR = 8, 64, 256, 16, 1e-4
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
@@ -198,12 +203,16 @@ def main() -> None:
     ap.add_argument("--group-size", type=int, default=4)
     ap.add_argument("--max-new-tokens", type=int, default=300)
     ap.add_argument("--groups", type=int, default=2, help="with --embedded: groups, each followed by its update")
+    ap.add_argument("--no-trl", action="store_true", help="time this project's trainer alone (no `bench` extra)")
     args = ap.parse_args()
     if args.embedded:
         embedded(args.policy, args.group_size, args.max_new_tokens, args.groups)
         return
     torch.set_num_threads(2)
     mine = ours(args.repeats)
+    if args.no_trl:
+        print(f"trainer_step ours_s={statistics.median(mine):.3f} runs={len(mine)}")
+        return
     theirs = trl(args.repeats)
     table = Table(title=f"one update: {G} completions x {COMPLETION_TOKENS} tokens, LoRA r{RANK}, tiny Qwen2, CPU")
     for col in ("trainer", "median s", "runs"):

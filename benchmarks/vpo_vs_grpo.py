@@ -15,7 +15,8 @@ times the tokens of a GRPO completion per update; the arm `grpo-eqtok` gives GRP
 update, so that both train on the same number of tokens, and the table reports tokens per update for every arm.
 Diversity is the mean pairwise distance between the *valid* answers of a pool (malformed or repeated answers
 are zero rows, and counting them as points at the origin would reward the method that wastes more answers).
-Usage: python -m benchmarks.vpo_vs_grpo [--seeds 3] [--steps 150] [--no-equal-tokens]
+Ends with `vpo_vs_grpo k1 vpo=... grpo=... mrlvr=... k27 ... div ...` (mean±sd over seeds).
+Usage: python -m benchmarks.vpo_vs_grpo [--seeds 3] [--steps 150] [--no-equal-tokens] [--teach-steps 400] [--pools 12]
 """
 
 from __future__ import annotations
@@ -34,6 +35,12 @@ from policies.tiny import teach, tiny_model, tiny_tokenizer
 from policies.trainer import PolicyTrainer, TrainConfig
 from policies.training_groups import TrainingCompletion, TrainingGroup
 from policies.transformers_policy import TransformersPolicy
+
+KIND = "experiment"
+SMOKE_ARGS = (  # a run of seconds (python -m benchmarks --smoke)
+    "--seeds", "1", "--steps", "1", "--groups", "1", "--group-size", "2",
+    "--no-equal-tokens", "--teach-steps", "2", "--pools", "1",
+)  # fmt: skip
 
 ALPHABET, LENGTH, DIM = "abcx", 8, 3
 METHODS = {"vpo": 3, "grpo": 1, "multi-rlvr": 3}  # method -> answers per completion (m)
@@ -56,6 +63,11 @@ def parse(text: str, m: int) -> np.ndarray:
     return rows
 
 
+# The start's teaching steps and the pools measured per arm: module settings that `--teach-steps` and `--pools`
+# change for one run (the smoke run's few), read where they are used.
+SIZES = {"teach_steps": 400, "pools": 12}
+
+
 def initial_model(seed: int) -> tuple[object, object]:
     """The shared start: a tiny model taught the format on random compositions."""
     rng = random.Random(seed)
@@ -66,7 +78,7 @@ def initial_model(seed: int) -> tuple[object, object]:
         m = rng.choice((1, 3))
         answers = ["".join(rng.choice(ALPHABET) for _ in range(LENGTH)) for _ in range(m)]
         pairs.append((prompt_for(m), "|".join(answers)))
-    teach(model, tok, pairs, steps=400, lr=3e-3)
+    teach(model, tok, pairs, steps=SIZES["teach_steps"], lr=3e-3)
     return tok, model
 
 
@@ -124,7 +136,7 @@ def run_one(arm: str, seed: int, steps: int, groups: int, group_size: int, start
             )
         tokens.append(trainer.update(batch).tokens)
     held_out = np.random.default_rng(10_000 + seed).dirichlet(np.ones(DIM), size=500)
-    pools = [sample_answers(policy, m, 27, 777 + seed * 100 + p) for p in range(12)]
+    pools = [sample_answers(policy, m, 27, 777 + seed * 100 + p) for p in range(SIZES["pools"])]
     valid = float(np.mean([(pool.sum(axis=1) > 0).mean() for pool in pools]))
     return {"best": best_at_k(pools, held_out), "div": diversity(pools), "valid": valid, "tokens": np.mean(tokens)}
 
@@ -136,7 +148,10 @@ def main() -> None:
     ap.add_argument("--groups", type=int, default=4, help="prompts (groups) per update")
     ap.add_argument("--group-size", type=int, default=8, help="completions per group (G)")
     ap.add_argument("--no-equal-tokens", action="store_true", help=f"leave out the {EQUAL_TOKENS_ARM} arm")
+    ap.add_argument("--teach-steps", type=int, default=SIZES["teach_steps"], help="teaching the shared start")
+    ap.add_argument("--pools", type=int, default=SIZES["pools"], help="pools of 27 answers measured per arm")
     args = ap.parse_args()
+    SIZES.update(teach_steps=args.teach_steps, pools=args.pools)
     arms = [*METHODS] + ([] if args.no_equal_tokens else [EQUAL_TOKENS_ARM])
     torch.set_num_threads(2)
     started = time.time()
@@ -152,7 +167,8 @@ def main() -> None:
             return tok, model
 
         base_pools = [
-            sample_answers(TransformersPolicy(fresh()[1], snapshot[0], "tiny"), 3, 27, 5 + p) for p in range(12)
+            sample_answers(TransformersPolicy(fresh()[1], snapshot[0], "tiny"), 3, 27, 5 + p)
+            for p in range(SIZES["pools"])
         ]
         results.setdefault("start (m=3)", []).append(
             {
