@@ -22,6 +22,7 @@ from evolve.problem import Problem
 from evolve.problem.outcome import ErrorKind, EvalOutcome
 from sandboxes.abort import RunningJobs
 from sandboxes.attach_channel import UNEXPECTED
+from sandboxes.cpu_share import InFlight
 from sandboxes.docker_images import ImageSpec, image_for, image_toolchain, memory_cap_mb
 from sandboxes.docker_lockdown import OWNER, PID_NAMESPACE, container_settings
 from sandboxes.sandbox import SandboxRefused
@@ -70,6 +71,7 @@ class DockerSandbox:
         self._spec: ImageSpec | None = None
         self._problem_root: Path | None = None
         self._running = RunningJobs()  # for abort_running(): the container of each job in flight
+        self.evaluations_in_flight = InFlight()  # CountsEvaluations: a decoding policy leaves each a core
         self._remove_orphans()
 
     def _remove_orphans(self) -> None:
@@ -176,7 +178,7 @@ class DockerSandbox:
             "memory_mb": limits.memory_mb,
             "max_file_mb": limits.max_file_mb,
         }
-        with self._running.running(ticket, box.interrupt):
+        with self._running.running(ticket, box.interrupt), self.evaluations_in_flight.running():
             answer = box.request(job, limits.timeout_s + GRACE_S)
         if answer is UNEXPECTED or _runner_failed(answer):
             # Someone other than the runner wrote on the channel, or the runner itself failed (e.g. an earlier
@@ -186,7 +188,7 @@ class DockerSandbox:
             box = self._start(problem, ticket, fresh=True)
             if isinstance(box, EvalOutcome):
                 return box
-            with self._running.running(ticket, box.interrupt):
+            with self._running.running(ticket, box.interrupt), self.evaluations_in_flight.running():
                 answer = box.request(job, limits.timeout_s + GRACE_S)
             if answer is UNEXPECTED:
                 box.destroy()

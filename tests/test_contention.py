@@ -122,3 +122,27 @@ def test_a_candidate_outside_the_jail_runs_at_the_lower_cpu_weight(tmp_path):
     finally:
         sandbox.close()  # type: ignore[attr-defined]
     assert reported(outcome) == [CANDIDATE_NICE, CANDIDATE_NICE]
+
+
+@pytest.mark.docker
+def test_the_docker_sandbox_counts_its_evaluations_in_flight(tmp_path):
+    from sandboxes.cpu_share import CountsEvaluations
+    from tests.helpers import docker_sandbox_or_skip
+
+    problem = _problem(tmp_path / "p", WAITS_FOR_GO)
+    sandbox = docker_sandbox_or_skip(workers=1)
+    try:
+        assert isinstance(sandbox, CountsEvaluations)  # so that build_search hands its count to the policy
+        outcomes: list[object] = []
+        worker = threading.Thread(target=lambda: outcomes.append(sandbox.evaluate(problem, WAITS_FOR_GO)))
+        worker.start()
+        deadline = time.monotonic() + 60
+        while sandbox.evaluations_in_flight() != 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert sandbox.evaluations_in_flight() == 1
+        (tmp_path / "p" / "data" / "go").touch()
+        worker.join(60)
+        assert outcomes and outcomes[0].scores == {"c0": 1.0, "c1": 1.0}, outcomes  # type: ignore[attr-defined]
+        assert sandbox.evaluations_in_flight() == 0
+    finally:
+        sandbox.close()  # type: ignore[attr-defined]
