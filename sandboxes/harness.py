@@ -106,6 +106,16 @@ class EscapeLog:
             return []
 
 
+class NoLog:
+    """A job that asks for no record (no `candidate_files`): notes nothing."""
+
+    def note(self, exc):
+        pass
+
+    def entries(self, workdir):
+        return []
+
+
 def _entry(key, count, workdir):
     kind, message, path, line = key
     if (
@@ -125,24 +135,21 @@ def _entry(key, count, workdir):
     }
 
 
-def _guarded(fn, log, cache):
+def _guarded(fn, log):
     """`fn` as the evaluator gets it from the candidate's module: what it raises into its caller is noted (not when
     the caller is the candidate's own code, which may catch it), then raised on unchanged."""
-    wrapped = cache.get(fn)
-    if wrapped is None:
 
-        def wrapped(*args, **kwargs):
-            try:
-                return fn(*args, **kwargs)
-            except Exception as exc:
-                if not log.is_candidates(sys._getframe(1)):
-                    log.note(exc)
-                raise
+    def wrapped(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except Exception as exc:
+            if not log.is_candidates(sys._getframe(1)):
+                log.note(exc)
+            raise
 
-        for name in ("__name__", "__qualname__", "__doc__", "__module__"):
-            setattr(wrapped, name, getattr(fn, name, None))
-        wrapped.__wrapped__ = fn
-        cache[fn] = wrapped
+    for name in ("__name__", "__qualname__", "__doc__", "__module__"):
+        setattr(wrapped, name, getattr(fn, name, None))
+    wrapped.__wrapped__ = fn
     return wrapped
 
 
@@ -150,18 +157,23 @@ def watch_candidate_imports(log):
     """Note what escapes the candidate's modules, however an evaluator imports them (`spec_from_file_location`,
     `__import__`, `import`): their top-level code as it runs, and their functions as the evaluator gets them
     (`module.solve`, `from candidate import solve`). The candidate's own calls between its functions go straight
-    to them (globals), so they cost nothing. Unwatched: a candidate's classes and generators, functions it hands
-    back as values, and programs an evaluator runs by `exec` or in a subprocess."""
+    to them (globals), so they cost nothing. Unwatched: a candidate's classes and generators, functions it makes
+    or hands back later, and programs an evaluator runs by `exec` or in a subprocess."""
     loader = importlib.machinery.SourceFileLoader
     original = loader.exec_module
-    cache = {}
 
-    class WatchedModule(types.ModuleType):
-        def __getattribute__(self, name):
-            value = types.ModuleType.__getattribute__(self, name)
-            if type(value) is types.FunctionType and log.owns(value.__code__.co_filename):
-                return _guarded(value, log, cache)
-            return value
+    def watched_module(wrappers):
+        """A module class whose attribute reads give the wrapper of each function the module defined."""
+
+        class WatchedModule(types.ModuleType):
+            def __getattribute__(self, name, _get=types.ModuleType.__getattribute__, _wrappers=wrappers.get):
+                value = _get(self, name)
+                try:
+                    return _wrappers(value, value)
+                except TypeError:  # an unhashable value: never a function
+                    return value
+
+        return WatchedModule
 
     def exec_module(self, module):
         if not log.owns(getattr(module, "__file__", None)):
@@ -172,7 +184,9 @@ def watch_candidate_imports(log):
             if not log.is_candidates(_importer(sys._getframe(1))):
                 log.note(exc)
             raise
-        module.__class__ = WatchedModule
+        functions = [v for v in vars(module).values() if type(v) is types.FunctionType]
+        wrappers = {f: _guarded(f, log) for f in functions if log.owns(f.__code__.co_filename)}
+        module.__class__ = watched_module(wrappers)
 
     loader.exec_module = exec_module
 
@@ -264,13 +278,14 @@ def run_simple(job):
 
 def run_job(job):
     """The reply to one job, with what the candidate's code raised into ours or the evaluator's (`swallowed`)."""
-    log = EscapeLog(job.get("candidate_files") or [job["program"]])
-    reply = _run(job, log)
+    files = job.get("candidate_files")  # None: record nothing (benchmarks/error_capture_cost.py's "before")
+    log = EscapeLog(files) if files is not None else NoLog()
+    reply = _run(job, log, files is not None)
     swallowed = log.entries(job.get("workdir", "."))
     return {**reply, "swallowed": swallowed} if swallowed and isinstance(reply, dict) else reply
 
 
-def _run(job, log):
+def _run(job, log, watch):
     os.chdir(job.get("workdir", "."))
     sys.path.insert(0, os.path.dirname(job["program"]))
     try:
@@ -290,7 +305,8 @@ def _run(job, log):
         return {**reply, "build_s": native.get("build_s")}
     if job["mode"] == "split":
         return run_split(job, log)  # the harness calls the candidate itself: its own handlers note what escapes
-    watch_candidate_imports(log)
+    if watch:
+        watch_candidate_imports(log)
     return run_simple(job)
 
 
