@@ -6,7 +6,11 @@ them), the problems in benchmarks/problems/ (written for this benchmark and not 
 `evolve init` (`evolve_init`). A folder given to `--keep` that already holds a problem's archive resumes that
 run, which stops at once where it reached its group budget: a run cut off goes on where it stopped. Each problem
 is posed with its own defaults, as a new user would run it. Per problem: new valid children per completion and per 1,000
-tokens, the shares of unchanged, duplicate and unparseable variants, and the best scalar relative to the seed's.
+tokens, the shares of unchanged, duplicate and unparseable variants, and the best scalar relative to the seed's;
+and what the children brought (evolve.yields): children that beat their parent's scalar, per 1,000 tokens (the
+headline), new bests, the share of children evaluated that scored the worst value on every component (`zero`) and
+those that behaved exactly as their parent. `python -m benchmarks.yield_compare BEFORE AFTER` reads two `--keep`
+folders back and compares them.
 
 With `--compare-structured` each problem runs twice from the same seed, `--structured off` then `on` (the
 answer's shape held by a grammar while sampling; a policy that can, llama.cpp by default), and the last line
@@ -39,14 +43,15 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from evolve.archive import Archive, summary_yield
+from evolve.archive import Archive, RunRecord, summary_yield
 from evolve.fitness import signs
 from evolve.group_sampler import structured_by
 from evolve.loop import SearchLoop, run_search
 from evolve.problem import Problem, load_problem
+from evolve.problem.config import ComponentSpec
 from evolve.problem.scaffold import scaffold
 from evolve.runs import RunOptions, open_run
-from evolve.yields import Yield
+from evolve.yields import QualityCounts, Yield, worst_values
 from policies.from_spec import make_policy
 from policies.policy import Policy
 from sandboxes.backends import make_sandbox
@@ -106,7 +111,9 @@ class ProblemYield:
         ratio = f"{best / seed:.3f}" if best is not None and seed else "-"
         return [
             self.name, str(self.groups), str(y.completions), str(y.tokens), str(y.new_valid),
-            f"{y.per_completion:.2f}", f"{y.per_1k_tokens:.2f}", f"{y.unchanged:.0%}", f"{y.duplicate:.0%}",
+            f"{y.per_completion:.2f}", f"{y.per_1k_tokens:.2f}", str(y.quality.beats_parent),
+            f"{y.beats_parent_per_1k_tokens:.2f}", str(y.quality.new_best), f"{y.zero_share:.0%}",
+            str(y.quality.same), f"{y.unchanged:.0%}", f"{y.duplicate:.0%}",
             f"{y.unparseable:.0%}", f"{y.cut_share:.0%}", f"{self.tokens_per_s:.1f}",
             f"{seed:.4g}" if seed is not None else "-", f"{best:.4g}" if best is not None else "-",
             ratio + (" +" if self.improved else ""), f"{self.wall_s:.0f}",
@@ -114,7 +121,8 @@ class ProblemYield:
 
 
 COLUMNS = (
-    "problem", "groups", "compl.", "tokens", "new valid", "/compl.", "/1k tok", "unchanged", "duplicate",
+    "problem", "groups", "compl.", "tokens", "new valid", "/compl.", "/1k tok", "beats_parent", "beats /1k tok",
+    "new bests", "zero share", "same behaviour", "unchanged", "duplicate",
     "unparseable", "cut", "tok/s", "seed", "best", "best/seed", "wall s",
 )  # fmt: skip
 
@@ -147,35 +155,47 @@ def run_problem(
         timer.cancel()
         box.close()
     wall = time.monotonic() - started
-    scored = archive.scored_programs(run.id)
-    valid = [p.scalar for p in scored if p.error_kind is None and p.scalar is not None]
-    summary = archive.summarize(archive.find_run(run.id), signs(problem.components))
-    out = ProblemYield(
-        name=folder.name,
-        yields=summary_yield(summary),
-        seed_scalar=scored[0].scalar if scored else None,
-        best=max(valid) if valid else None,
-        wall_s=wall,
-        groups=archive.count_groups(run.id),
-        reason=reason,
-        tokens_per_s=float(summary.telemetry.get("tokens_per_s") or 0.0),
-    )
+    finished = archive.find_run(run.id) or run  # as the run left it (its state saved)
+    out = stored_yield(folder.name, archive, finished, problem.components, wall, reason)
     archive.close()
     return out
 
 
+def stored_yield(
+    name: str, archive: Archive, run: RunRecord, components: list[ComponentSpec], wall_s: float, reason: str
+) -> ProblemYield:
+    """A run's figures as its archive holds them (what `run_problem` reports, and `benchmarks.yield_compare`
+    reads back from kept archives, those of earlier code included)."""
+    scored = archive.scored_programs(run.id)
+    valid = [p.scalar for p in scored if p.error_kind is None and p.scalar is not None]
+    summary = archive.summarize(run, signs(components), worst_values(components))
+    return ProblemYield(
+        name=name,
+        yields=summary_yield(summary),
+        seed_scalar=scored[0].scalar if scored else None,
+        best=max(valid) if valid else None,
+        wall_s=wall_s,
+        groups=archive.count_groups(run.id),
+        reason=reason,
+        tokens_per_s=float(summary.telemetry.get("tokens_per_s") or 0.0),
+    )
+
+
 def pooled(runs: list[ProblemYield]) -> Yield:
-    """The runs' yields as one: completions, tokens, children, cut completions and variant statuses summed."""
+    """The runs' yields as one: completions, tokens, children, cut completions, variant statuses and what the
+    children brought, summed."""
     ys = [r.yields for r in runs]
     statuses: Counter[str] = Counter()
     for y in ys:
         statuses.update(y.statuses)
+    quality = {f.name: sum(getattr(y.quality, f.name) for y in ys) for f in fields(QualityCounts)}
     return Yield(
         sum(y.completions for y in ys),
         sum(y.tokens for y in ys),
         sum(y.new_valid for y in ys),
         dict(statuses),
         cut=sum(y.cut for y in ys),
+        quality=QualityCounts(**quality),
     )
 
 
@@ -320,7 +340,11 @@ def main(argv: list[str] | None = None) -> int:
         label = compared[0] if compared else "structured"
         print(
             f"yield {label}={mode} children_per_completion={total.per_completion:.2f} "
-            f"children_per_1k_tokens={total.per_1k_tokens:.2f} improved={improved}/{len(done)}"
+            f"children_per_1k_tokens={total.per_1k_tokens:.2f} improved={improved}/{len(done)} "
+            f"beats_parent={total.quality.beats_parent} "
+            f"beats_parent_per_1k_tokens={total.beats_parent_per_1k_tokens:.2f} "
+            f"zero_share={100 * total.zero_share:.1f}% same_behaviour={total.quality.same} "
+            f"new_best={total.quality.new_best}"
         )
     if args.compare_structured:
         print(comparison_line(runs["off"], runs["on"]))

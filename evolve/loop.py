@@ -46,9 +46,9 @@ from evolve.group_sampler import GroupSampler
 from evolve.interrupt import cancel_on
 from evolve.ledger import RunLedger
 from evolve.members import MemberSpec
+from evolve.options import RunOptions
 from evolve.policy_calls import PolicyCalls, PolicyMember, PolicyVersions, TrainStep
 from evolve.problem import Problem
-from evolve.runs import RunOptions
 from evolve.selection import Population, make_selector
 from evolve.stats import LoopStats
 from policies.policy import Policy
@@ -63,18 +63,16 @@ class SearchLoop:
         self,
         problem: Problem,
         archive: Archive,
-        policy: Policy,
+        policies: Policy | Mapping[str, Policy],
         sandbox: Sandbox,
         run: RunRecord,
         options: RunOptions,
-        train_step: TrainStep | None = None,
         *,
-        policies: Mapping[str, Policy] | None = None,
         train_steps: Mapping[str, TrainStep] | None = None,
         untrainable: Mapping[str, str] | None = None,
     ) -> None:
-        """`policy` serves every member of `options.members()` that `policies` (member name → policy) leaves
-        out, so a one-policy run passes just it; `train_step` trains the first member, `train_steps` any."""
+        """`policies`: one policy that serves every member of `options.members()` (a one-policy run passes just
+        it), or each member's by name; `train_steps`: the training step of each member that trains, by name."""
         self.problem, self.archive, self.sandbox = problem, archive, sandbox
         self.run, self.options = run, options
         self.save_every_s = 5.0  # the run's state (elapsed time, counters) written this often besides every commit
@@ -95,18 +93,16 @@ class SearchLoop:
         )
         self.ledger = RunLedger(problem, options, state, ensemble, sandbox.kind)
         steps = dict(train_steps or {})
-        if train_step is not None:
-            steps.setdefault(specs[0].name, train_step)
         self.members: list[PolicyMember] = []
         for i, spec in enumerate(specs):
-            served = (policies or {}).get(spec.name, policy)
+            served = _served(policies, spec.name) if isinstance(policies, Mapping) else policies
             self.members.append(
                 PolicyMember(
                     spec.name,
                     spec.weight,
                     self.bases[spec.name],
                     served,
-                    PolicyCalls(served, self.control),
+                    PolicyCalls(served, self.control.sampling_cut, self.control.interrupted),
                     PolicyVersions(archive, run.id, served, spec.name, first=i == 0),
                     steps.get(spec.name),
                     (untrainable or {}).get(spec.name),
@@ -155,7 +151,7 @@ class SearchLoop:
 
     def finish_generating(self) -> None:
         """Start no further group; what is generated still gets evaluated (fixed-time benchmark runs)."""
-        self.control.finish_generating()
+        self.ledger.finish_generating()
 
     def close_policy(self) -> None:
         """Close the policy, unless Ctrl-C abandoned a call that may still run in its thread: freeing a model under
@@ -194,7 +190,7 @@ class SearchLoop:
     async def group(self, index: int, member: PolicyMember, ask: Ask, arm: str = "base") -> GroupResult | None:
         """One group: sampled, admitted by the ledger, stored, its children queued; None when it was cut short
         (nothing of it is stored). Raises `StageFailure` naming the step that failed."""
-        sampled = await self.sampler.sample(index, member, ask, self.ledger.population)
+        sampled = await self.sampler.sample(index, member, ask, self.ledger.parent_pool(index))
         if sampled is None:
             return None
         admitted = self.ledger.admit(sampled.parsed, sampled.tokens, sampled.cut)
@@ -264,14 +260,13 @@ class SearchLoop:
 
     async def _run_session(self) -> str:
         self.ledger.replay(self.writer.replay())
-        self.stats.groups = self.ledger.groups_started = self.archive.count_groups(self.run.id)
         tasks = [asyncio.create_task(self.flow.evaluate()) for _ in range(self.options.workers)]
         tasks += [asyncio.create_task(t) for t in (self.flow.commit_landed(), self._save_elapsed(), self._watch_time())]
         try:
             if self.stats.evaluations == 0 and not await self._evaluate_seed():
                 return self.control.reason  # Ctrl-C while the seed ran: it stays to be evaluated on resume
             await self._requeue_pending()
-            while self.ledger.may_start_group(self.flow.queue.qsize()):
+            while self.ledger.groups_go_on(self.flow.queue.qsize()):
                 # Training pauses generation, so it needs a single generator; HTTP policies take several.
                 concurrency = min(m.policy.max_concurrency for m in self.members)
                 parallel = 1 if self.training else max(1, min(concurrency, 8))
@@ -282,7 +277,7 @@ class SearchLoop:
             for task in tasks:
                 task.cancel()
             self._save_state()
-        return self.control.outcome()
+        return self.ledger.conclude()
 
     async def _requeue_pending(self) -> None:
         """On resume, after the workers start (the queue is bounded): the variants whose evaluations never landed,
@@ -336,8 +331,7 @@ class SearchLoop:
             return
         while (left := limit - self.stats.elapsed_s) > 0:
             await asyncio.sleep(min(left, 1.0))
-        self.control.finish("time budget reached")
-        self.control.cut_sampling()
+        self.ledger.time_spent()
 
     async def _settle(self) -> None:
         """Wait until every queued child is evaluated (or left pending on stop) and every result committed.
@@ -348,7 +342,7 @@ class SearchLoop:
         await self.flow.drained()
 
     def _interrupt(self) -> None:
-        self.control.interrupt()  # a second Ctrl-C raises KeyboardInterrupt
+        self.ledger.interrupt()  # a second Ctrl-C raises KeyboardInterrupt
         if isinstance(self.sandbox, AbortableSandbox):
             self.sandbox.abort_running()  # kill the candidates running; their outcomes come back aborted
         self.evaluator.abort()  # and the evaluator's score() calls in flight, which may never return by themselves
@@ -365,7 +359,7 @@ class SearchLoop:
                 self._saved(state)
             lost = await asyncio.to_thread(self.keep_session)
             if lost is not None:
-                self.control.fail_systemic(lost)
+                self.ledger.session_lost(lost)
 
     def _save_state(self) -> None:
         state = self.ledger.snapshot()
@@ -376,6 +370,12 @@ class SearchLoop:
         """Keep the run's record in step with what was just written: a loop built on it later resumes from it (a
         record left `running` after a clean end would count a kill that never happened)."""
         self.run = replace(self.run, state=state, status=status or self.run.status)
+
+
+def _served(policies: Mapping[str, Policy], member: str) -> Policy:
+    if member not in policies:
+        raise ValueError(f"no policy for the ensemble member {member!r}: pass one policy, or one per member by name")
+    return policies[member]
 
 
 def run_search(loop: SearchLoop) -> str:

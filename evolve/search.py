@@ -2,8 +2,8 @@
 
 `evolve run` is this function plus flag checks, a live view and an exit code; a library user calls it directly:
 
+    from evolve.options import RunOverrides
     from evolve.problem import load_problem
-    from evolve.runs import RunOverrides
     from evolve.search import build_search
 
     problem = load_problem("problems/circle_packing")
@@ -45,8 +45,9 @@ from evolve.bandit import AllocationError, Allocator
 from evolve.ensemble import COST_UNIT, EnsembleError
 from evolve.loop import SearchLoop, run_search
 from evolve.members import MemberError, MemberSpec, as_options
+from evolve.options import RunOptions, RunOverrides
 from evolve.problem import Problem
-from evolve.runs import RunMismatch, RunOptions, RunOverrides, check_resumable, open_run, resolve_options
+from evolve.runs import RunMismatch, check_resumable, open_run, resolve_options
 from evolve.training import ArchiveTrainer, TrainingUnsupported, restore_latest_adapter
 from policies.core_share import SharesCores
 from policies.from_spec import make_policy
@@ -277,11 +278,10 @@ def build_search(
                 loop = SearchLoop(
                     problem,
                     archive,
-                    members.policies[specs[0].name],
+                    members.policies,
                     sandbox,
                     run_row,
                     resolved,
-                    policies=members.policies,
                     train_steps=members.train_steps,  # type: ignore[arg-type]
                     untrainable=members.untrainable,
                 )

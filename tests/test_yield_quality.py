@@ -5,10 +5,14 @@ never valid; a child whose score vector is its parent's exactly is counted apart
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from rich.console import Console
+from typer.testing import CliRunner
 
 from evolve.archive import summary_yield
+from evolve.cli import app
 from evolve.fitness import signs
 from evolve.loop import run_search
 from evolve.yields import QualityCounts, Scale, worst_values
@@ -44,6 +48,17 @@ def test_a_zero_child_is_not_counted_valid_live_nor_in_the_summary(tmp_path):
         headline = console.export_text().splitlines()[0]
         assert headline.startswith("beat parent") and "(1 of 2 children)" in headline
         assert loop.stats.summary().split("yield ")[1].startswith(f"{live.beats_parent_per_1k_tokens:.2f} beating")
+        # `evolve inspect` (text and JSON) and the report say the same
+        db = str(tmp_path / "a.db")
+        shown = CliRunner().invoke(app, ["inspect", db]).output
+        assert "children that beat their parent 1 of 2 evaluated" in shown and "zero (worst value on every" in shown
+        assert "new bests 1" in shown and "same behaviour as the parent 0" in shown
+        [as_json] = json.loads(CliRunner().invoke(app, ["inspect", db, "--json"]).output)
+        assert as_json["quality"] == {**vars(live.quality)}
+        assert as_json["yields"]["beats_parent"] == 1 and as_json["yields"]["zero_share"] == 0.5
+        assert as_json["yields"]["new_valid"] == 1
+        report = CliRunner().invoke(app, ["report", db]).output
+        assert "children that beat their parent 1 of 2 evaluated" in report
     finally:
         loop.sandbox.close()
         loop.archive.close()

@@ -24,6 +24,7 @@ from evolve.report.export import ProgramLayout, evaluation_lines
 from evolve.report.outdir import OutputError, OutputFolder, write_file
 from evolve.report.queries import export_rows, several_files
 from evolve.runs import unreadable_config
+from evolve.yields import worst_values
 
 RunOpt = Annotated[int | None, typer.Option("--run", callback=row_id, help="run id (default: the latest)")]
 
@@ -60,6 +61,21 @@ def run_signs(run: RunRecord) -> dict[str, float]:
     return signs(run_components(run))
 
 
+def run_worst(run: RunRecord) -> dict[str, float]:
+    """Each component's worst value for a stored run, which a `zero` child scores on all (evolve.yields)."""
+    return worst_values(run_components(run))
+
+
+def quality_line(y: dict) -> str:
+    """What the children brought (a summary's `yields`), the headline first, as `inspect` and the report say it."""
+    return (
+        f"children that beat their parent {y['beats_parent']} of {y['children_evaluated']} evaluated: "
+        f"{y['beats_parent_per_completion']:.2f} per completion, {y['beats_parent_per_1k_tokens']:.2f} per 1k "
+        f"tokens; better on a component {y['improves_component']}, new bests {y['new_best']}; zero (worst value on "
+        f"every component, not valid) {y['zero']} ({y['zero_share']:.0%}); same behaviour as the parent {y['same']}"
+    )
+
+
 def arm_line(r: dict) -> str:
     """One member's or ask arm's record (evolve.archive.arms) as `inspect` and the Markdown report print it."""
     rate = r["valid_per_1k_tokens"]
@@ -78,7 +94,8 @@ def inspect(db: DbArg, as_json: Annotated[bool, typer.Option("--json")] = False)
     """Per run: counts, errors by kind, yield, per ensemble member and ask arm its groups and what they brought,
     best per component and scalar, islands, policy versions."""
     archive = open_archive(db)
-    summaries = [archive.summarize(run, run_signs(readable_run(archive, run))) for run in archive.runs()]
+    runs = [readable_run(archive, run) for run in archive.runs()]
+    summaries = [archive.summarize(run, run_signs(run), run_worst(run)) for run in runs]
     if as_json:
         print(json.dumps([asdict(s) for s in summaries], default=str))
         return
@@ -105,6 +122,7 @@ def inspect(db: DbArg, as_json: Annotated[bool, typer.Option("--json")] = False)
             console.print(f"  {t['tokens']} tokens ({t['tokens_per_s'] or 0:.1f}/s while sampling)", highlight=False)
         if t.get("build_s_mean") is not None:
             console.print(f"  builds {t['builds']}: mean {t['build_s_mean']:.3f} s each", highlight=False)
+        console.print(f"  {quality_line(y)}", highlight=False)
         console.print(
             f"  yield {y['new_valid']} new valid children: {y['per_completion']:.2f} per completion, "
             f"{y['per_1k_tokens']:.2f} per 1k tokens; variants unchanged {y['unchanged']:.0%}, "

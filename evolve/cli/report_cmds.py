@@ -36,9 +36,9 @@ def markdown_report(archive: Archive, run: RunRecord) -> str:
     """A run's Markdown summary. Every stored text in it (names, statuses, paths, the best program's code) is
     written inert (evolve/cli/common.py): a name cannot open a link or a table cell, the code cannot close its
     block, and no escape sequence reaches a terminal that shows the report."""
-    from evolve.cli.archive_cmds import arm_line, run_signs
+    from evolve.cli.archive_cmds import arm_line, quality_line, run_signs, run_worst
 
-    s = archive.summarize(run, run_signs(run))
+    s = archive.summarize(run, run_signs(run), run_worst(run))
     md = markdown_text
     lines = [
         f"# {md(s.problem)}: run {s.run_id} ({md(s.status)})",
@@ -46,6 +46,7 @@ def markdown_report(archive: Archive, run: RunRecord) -> str:
         f"{s.evaluations} evaluations of {s.programs} programs from {s.groups} groups ({s.completions} "
         f"completions) in {s.elapsed_s:.0f} s.",
         "",
+        f"- {md(quality_line(s.yields))}",
         f"- variants by parse status: {md(s.variants)}",
         f"- evaluation errors by kind: {md(s.errors or 'none')}",
         f"- programs per island: {md(s.islands)}",
