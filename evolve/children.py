@@ -16,7 +16,7 @@ from evolve.archive import GroupOutcome, ScoredProgram
 from evolve.archive.records import VariantRow
 from evolve.problem.outcome import EvalOutcome
 from evolve.prompts import ParsedVariant
-from evolve.selection import Member
+from evolve.selection import RankedProgram
 
 
 @dataclass(frozen=True)
@@ -85,7 +85,7 @@ class GroupResult:
     """One stored group: its new children (to be queued), the parent they came from, and how its variants parsed."""
 
     index: int  # the group's number in the run (it seeds the group's sampling)
-    parent: Member
+    parent: RankedProgram
     island: int
     children: list[Child]
     statuses: Counter[str]  # variant status → count over the group

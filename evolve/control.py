@@ -1,12 +1,15 @@
 """Run control: why a run stops, Ctrl-C, cutting the group being sampled, and the evaluation budget, in one place.
 
-The ledger asks it whether a group may start and a child may be evaluated (`reserve`), gives back what stored
-nothing (`release`), and says when a goal is reached (`finish`, `cut_sampling`). The stop reason has one writer, so
-the first reason given is the one the run reports (Ctrl-C excepted: it always says "interrupted", and why when a
-policy update was abandoned).
+The ledger asks it whether a group may start (`group_refusal`, a query) and takes an evaluation from the budget
+(`reserve`), gives back what stored nothing (`release`), and says when a goal is reached (`finish`,
+`cut_sampling`). The stop reason has one writer, so the first reason given is the one the run reports (Ctrl-C
+excepted: it always says "interrupted", and why when a policy update was abandoned).
 
-It is part of the run's ledger (evolve/ledger.py), which alone changes it, on the loop's thread; the signal
-handler's `interrupt` runs there too, and worker threads only read (`interrupt_requested`).
+It is part of the run's ledger (evolve/ledger.py), which alone calls its commands, on the loop's thread (the
+signal handler asks the ledger to `interrupt`). Stages are handed its events to stop on (`sampling_cut`,
+`interrupted`) and its thread-safe check (`interrupt_requested`), never the object itself; tests/
+test_ledger_writers.py reads the code to keep it so. Its queries (`group_refusal`, `may_start_group`,
+`reserved`, `status`, `stop_reason`) write nothing.
 """
 
 from __future__ import annotations
@@ -31,9 +34,11 @@ class RunControl:
         max_groups: int | None = None,
         max_time_s: float | None = None,
         elapsed_s: Callable[[], float] = lambda: 0.0,
+        evaluations: Callable[[], int] = lambda: 0,
     ) -> None:
+        """`evaluations`: how many the archive holds (the ledger's count, read here, never kept twice)."""
         self.max_evaluations, self.max_groups, self.max_time_s = max_evaluations, max_groups, max_time_s
-        self._elapsed_s = elapsed_s
+        self._elapsed_s, self._evaluations = elapsed_s, evaluations
         self.stop = asyncio.Event()  # no further group starts; what is queued is still evaluated unless abandoned
         self.interrupted = asyncio.Event()  # Ctrl-C: a generation in flight is abandoned too
         self._interrupted_seen = threading.Event()  # the same, for worker threads: a policy update between samples
@@ -41,9 +46,8 @@ class RunControl:
         self.no_more_groups = False  # finish_generating(): no group starts, what is queued is evaluated
         self.abandon = False  # leave queued children pending (Ctrl-C, systemic failure)
         self.systemic: str | None = None  # the one line that stopped the run, when a failure repeated
-        self.reserved = 0  # evaluations committed plus those in flight
+        self.in_flight = 0  # evaluations taken from the budget and not yet counted or given back
         self._reason = ""
-        self._on_cut: list[Callable[[], None]] = []
 
     # ---- the stop reason (its one writer is `_settle`) --------------------------------------------------
     @property
@@ -96,58 +100,59 @@ class RunControl:
         self.no_more_groups = True
         self.budget_spent("time budget reached")
 
-    def on_cut(self, listener: Callable[[], None]) -> None:
-        """Call `listener` whenever sampling is cut (an in-process policy is told to stop between tokens)."""
-        self._on_cut.append(listener)
-
     def cut_sampling(self) -> None:
-        """End the groups being sampled (they are not stored) instead of waiting for children past the goal."""
+        """End the groups being sampled (they are not stored) instead of waiting for children past the goal; the
+        policy calls in flight wait on `sampling_cut` (evolve/policy_calls.py) and stop."""
         self.sampling_cut.set()
-        for listener in self._on_cut:
-            listener()
 
     # ---- the evaluation budget --------------------------------------------------------------------------
-    def start_from(self, evaluations: int) -> None:
-        """A session starts with the evaluations the archive already holds counted against the budget."""
-        self.reserved = evaluations
+    @property
+    def reserved(self) -> int:
+        """Evaluations the archive holds plus those in flight: what the budget is measured against."""
+        return self._evaluations() + self.in_flight
 
     def reserve(self, *, force: bool = False) -> bool:
         """Take one evaluation from the budget; False (nothing taken) once it is spent or the run abandons its
         queue. `force`: the seed, which is always scored."""
         if not force and (self.abandon or self.reserved >= self.max_evaluations):
             return False
-        self.reserved += 1
+        self.in_flight += 1
         return True
 
     def release(self, count: int = 1) -> None:
-        """Give back evaluations that stored nothing (aborted, duplicates, a failed commit)."""
-        self.reserved -= count
+        """End reservations: their evaluations were counted, or stored nothing (aborted, duplicates, a failed
+        commit) and go back to the budget."""
+        self.in_flight -= count
 
-    def counted(self, evaluations: int) -> None:
-        """The archive holds `evaluations` now: record the budget as the reason once they reach it."""
-        if evaluations >= self.max_evaluations:
+    def counted(self) -> None:
+        """The archive's evaluations changed: record the budget as the reason once they reach it."""
+        if self._evaluations() >= self.max_evaluations:
             self.budget_spent("evaluation budget reached")
 
-    def budget_left(self) -> bool:
+    def group_refusal(self, groups_started: int, queued: int) -> str | None:
+        """Why no further group may start (time, evaluations counting queued children, the group budget), or None
+        when one may. "" when the refusal needs no reason of its own (stopped already, or the queue holds the rest
+        of the budget: it may still shrink). A query: the ledger records a returned reason (`budget_spent`)."""
+        if self.no_more_groups:
+            return ""
+        if self.max_groups is not None and groups_started >= self.max_groups:
+            return "group budget reached"
         if self.stop.is_set():
-            return False
+            return ""
         if self.max_time_s is not None and self._elapsed_s() >= self.max_time_s:
-            self.budget_spent("time budget reached")
-            return False
-        return self.reserved < self.max_evaluations
+            return "time budget reached"
+        if self.reserved + queued >= self.max_evaluations:
+            return ""
+        return None
 
     def may_start_group(self, groups_started: int, queued: int) -> bool:
-        """Budget left for another group: time, evaluations (counting queued children), and the group budget."""
-        if self.no_more_groups:
-            return False
-        if self.max_groups is not None and groups_started >= self.max_groups:
-            self.budget_spent("group budget reached")
-            return False
-        return self.budget_left() and self.reserved + queued < self.max_evaluations
+        """Budget left for another group (a query; see `group_refusal`)."""
+        return self.group_refusal(groups_started, queued) is None
 
     # ---- how the session ended --------------------------------------------------------------------------
-    def outcome(self) -> str:
-        """What `run()` returns once the session's work is done."""
+    def conclude(self) -> str:
+        """What `run()` returns once the session's work is done; the evaluation budget is the reason when no other
+        was given (a command: it settles the reason)."""
         if self.systemic:
             return f"stopped: {self.systemic}"
         self._settle("evaluation budget reached")

@@ -29,6 +29,7 @@ from evolve.control import StageFailure
 from evolve.ensemble import estimated_tokens
 from evolve.filetree import file_spans
 from evolve.fitness import raw_scores
+from evolve.options import RunOptions
 from evolve.policy_calls import PolicyMember
 from evolve.problem import Problem
 from evolve.problem.blocks import has_markers
@@ -43,8 +44,7 @@ from evolve.prompts import (
     resolve_edit_format,
     safe_blocks,
 )
-from evolve.runs import RunOptions
-from evolve.selection import Member, Population, Selector, pick_parent
+from evolve.selection import PoolView, RankedProgram, Selector, pick_parent
 from policies.answer_grammar import LINE_COMMENTS, AnswerShape
 from policies.policy import Generated, Policy, SamplingParams, StructuredSampling
 
@@ -82,8 +82,8 @@ class SampledGroup:
     before `GroupSampler.store` writes it."""
 
     index: int
-    parent: Member
-    inspirations: list[Member]
+    parent: RankedProgram
+    inspirations: list[RankedProgram]
     island: int
     prompted: Prompted
     params: SamplingParams
@@ -124,7 +124,8 @@ def parse_texts(
 
 class GroupSampler:
     """Makes one group at a time for a run: reads the archive, calls the policy, writes the group. It holds no run
-    state: the population it picks from comes with each call, and what happened goes back as records."""
+    state: the pool it picks from comes with each call as a detached view (`PoolView`), and what happened goes back
+    as records."""
 
     def __init__(
         self,
@@ -140,14 +141,15 @@ class GroupSampler:
         self.problem, self.archive, self.run_id, self.options = problem, archive, run_id, options
         self.selector, self.interrupted = selector, interrupted
 
-    async def sample(self, index: int, member: PolicyMember, ask: Ask, population: Population) -> SampledGroup | None:
-        """Prompt, sample and parse group `index` as `member` asks it; None when the sampling was cut short (nothing
-        of it is kept). Raises `StageFailure` naming the step that failed."""
+    async def sample(self, index: int, member: PolicyMember, ask: Ask, pool: PoolView) -> SampledGroup | None:
+        """Pick a parent from `pool` (its island's programs, `RunLedger.parent_pool`), prompt, sample and parse
+        group `index` as `member` asks it; None when the sampling was cut short (nothing of it is kept). Raises
+        `StageFailure` naming the step that failed."""
         stage = "prompt"
         try:
             rng = np.random.default_rng([self.options.seed, index])
-            island = index % len(population.islands)
-            chosen = pick_parent(population, self.selector, rng, island, self.problem.config.search.inspirations)
+            island = pool.island.index
+            chosen = pick_parent(pool, self.selector, rng, self.problem.config.search.inspirations)
             parent, inspirations = chosen.parent, chosen.inspirations
             prompted = await asyncio.to_thread(self.prompt, parent, inspirations, ask, structured_by(member.policy))
             stage = "sample"
@@ -247,7 +249,9 @@ class GroupSampler:
             sampled.index, parent, sampled.island, children, counts, member.name, arm, spent, sampled.version
         )
 
-    def prompt(self, parent: Member, inspirations: list[Member], ask: Ask, held: tuple[str, ...] = ()) -> Prompted:
+    def prompt(
+        self, parent: RankedProgram, inspirations: list[RankedProgram], ask: Ask, held: tuple[str, ...] = ()
+    ) -> Prompted:
         """The prompt for a parent: the group's archive reads and its prompt, done together (on a worker thread,
         by `sample`) so that the event loop goes on meanwhile. `held`: the edit formats whose answers the policy
         holds to their shape (`structured_by`); the shape is decided here, so that the prompt asks for its lead
@@ -320,7 +324,7 @@ class GroupSampler:
         """A resumed variant that makes no child (a duplicate now, or no longer parsing): its status is stored."""
         self.archive.set_variant(resumed.pending.variant_id, status=status)
 
-    def _scores_of(self, m: Member) -> dict[str, float]:
+    def _scores_of(self, m: RankedProgram) -> dict[str, float]:
         return raw_scores(self.problem.components, m.oriented)
 
     def _params(self, rng: np.random.Generator, ask: Ask, prompted: Prompted) -> SamplingParams:

@@ -4,9 +4,14 @@ The population, the code index (what makes a variant a duplicate), the counters,
 ensemble's record and every stop rule live here. The stages (sampling a group, evaluating a child, writing
 programs) hold none of it: each returns a record of what happened, and the loop, on its own event-loop thread,
 applies that record here (`admit`, `group_charged`, `group_queued`, `committed`, `incident`, ...) and asks
-whether another group may start (`next_group`) and why the run stops (`control.reason`). Readers elsewhere (the
-live view, the report) read; nothing else writes, so no two writers can interleave and the order of events is the
-order of the loop's calls.
+for the next group (`next_group`). What the loop itself decides (Ctrl-C, the time limit, a lost session, the end
+of a benchmark's generating) it asks of the ledger by name too (`interrupt`, `time_spent`, `session_lost`,
+`finish_generating`, `conclude`), so the counters, the budgets and the stop reason have this one writer; its
+`RunControl` is changed from here only. Readers elsewhere (the live view, the report) read; queries here
+(`may_start_group`, `training_due`, `parent_pool`, `snapshot`'s reads) write nothing. tests/test_ledger_writers.py
+reads the code of evolve/, policies/ and sandboxes/ and fails on a call to a mutator of the ledger, its control,
+population, counters or stop rules from any other module, so no two writers can interleave and the order of
+events is the order of the loop's calls.
 """
 
 from __future__ import annotations
@@ -21,9 +26,9 @@ from evolve.children import Admitted, Child, GroupResult, HashedVariant, KnownCo
 from evolve.control import RunControl, StageFailure
 from evolve.ensemble import Choice, Ensemble
 from evolve.fitness import oriented_by_name, raw_scores, signs, solved
+from evolve.options import RunOptions
 from evolve.problem import Problem
-from evolve.runs import RunOptions
-from evolve.selection import Member, Population
+from evolve.selection import PoolView, Population, RankedProgram
 from evolve.stats import LoopStats
 from evolve.stopping import FailureStreaks, Patience, Stall
 from evolve.yields import QualityTally, Scale, worst_values
@@ -69,11 +74,12 @@ class RunLedger:
             max_groups=options.max_groups,
             max_time_s=options.max_time_s,
             elapsed_s=lambda: self.stats.elapsed_s,
+            evaluations=lambda: self.stats.evaluations,  # held once, in the counters
         )
         self.stall, self.patience = Stall(options.stall_groups), Patience(options.patience)
         self.streaks = FailureStreaks(options.max_failures)
         self.state = state
-        self.groups_started = 0
+        self.session_groups_started = 0  # groups given an index this session (stored, failed or in flight)
         # Counted across sessions: an update that a stop abandoned runs after the resume's first group.
         self.groups_since_train = state.groups_since_train
         # Children admitted from a group still being stored or queued: pending work, so that groups finished
@@ -84,16 +90,34 @@ class RunLedger:
         self.stats.arms = ensemble.lines()
 
     # ---- groups -----------------------------------------------------------------------------------------
+    @property
+    def groups_started(self) -> int:
+        """The run's groups given an index, earlier sessions' stored ones included (the group budget counts them)."""
+        return self.stats.prior_groups + self.session_groups_started
+
     def may_start_group(self, queued: int) -> bool:
-        """Budget left for another group: time, evaluations (queued children counted), the group budget."""
+        """Budget left for another group: time, evaluations (queued children counted), the group budget. A query:
+        `groups_go_on` is the command that records which budget ran out."""
         return self.control.may_start_group(self.groups_started, queued)
 
+    def groups_go_on(self, queued: int) -> bool:
+        """Whether another group may start; when a budget ran out (time, groups), its reason is recorded."""
+        refusal = self.control.group_refusal(self.groups_started, queued)
+        if refusal:
+            self.control.budget_spent(refusal)
+        return refusal is None
+
     def next_group(self, queued: int) -> int | None:
-        """The index of the next group, or None when no budget is left for one."""
-        if not self.may_start_group(queued):
+        """The index of the next group, claimed, or None when no budget is left for one (its reason recorded)."""
+        if not self.groups_go_on(queued):
             return None
-        index, self.groups_started = self.groups_started, self.groups_started + 1
+        index = self.groups_started
+        self.session_groups_started += 1
         return index
+
+    def parent_pool(self, index: int) -> PoolView:
+        """The pool group `index` picks its parent from (its island's, by the index), detached from the population."""
+        return self.population.view(index % len(self.population.islands))
 
     def choose(self, index: int) -> Choice:
         return self.ensemble.choose(index)
@@ -161,7 +185,6 @@ class RunLedger:
         self._unqueued(-len(group.children))
         self.population.group_done(group.parent.id, group.cost.completions, len(group.children))
         self.groups_since_train += 1
-        self.stats.groups += 1
         self.stats.session_groups += 1
         self.stall.observe(group.produced, bool(pending + self.unqueued), group.statuses)
         if self.stall.stalled:
@@ -186,19 +209,20 @@ class RunLedger:
 
     def replay(self, scored: ScoredRun) -> None:
         """The archive's programs and groups, at the start of a session: population (its parents' spent streaks
-        too), code index, counters, budget."""
+        too), code index, counters, budget (the evaluations counted are the budget's too, and the groups stored
+        are what the group budget and the counters start from)."""
         for row in scored.programs:
             ok = row.error_kind is None and row.scalar is not None
             self.stats.quality.known(row.id, row.scores, row.scalar, ok)  # parents and best of this session's
-            member = self.population.member(
+            ranked = self.population.ranked(
                 row.id, row.island, row.generation, row.scores, row.scalar or 0.0, row.code_length
             )
-            self.population.add(member if ok else None)
-            self._count(member, row.error_kind)
+            self.population.add(ranked if ok else None)
+            self._count(ranked, row.error_kind)
         for group in scored.groups:
             self.population.group_done(group.parent_id, group.completions, group.new_programs)
         self.known.load(scored.code_index)
-        self.control.start_from(self.stats.evaluations)
+        self.stats.prior_groups = len(scored.groups)
 
     def seed_claimed(self, seed: Child) -> None:
         self.known.claim([seed.digest])
@@ -216,16 +240,16 @@ class RunLedger:
         it, and the stop rules that read scores (target, patience, solved, the evaluation budget)."""
         child, outcome = stored.child, stored.outcome
         self.known.stored(child.digest, stored.program_id)
+        self.control.release()  # its reservation ends: counted below, or (stored meanwhile) given back
         if not stored.created:
-            self.control.release()
             return
-        member = self.population.member(
+        ranked = self.population.ranked(
             stored.program_id, child.island, child.generation, outcome.scores, stored.scalar, len(child.code)
         )
-        self.population.add(member if outcome.ok else None)
+        self.population.add(ranked if outcome.ok else None)
         self.stats.session_evaluations += 1
         best_before = self.stats.best_scalar
-        self._count(member, outcome.error_kind)
+        self._count(ranked, outcome.error_kind)
         tally = self.stats.quality
         if child.parent_id is None:
             tally.known(stored.program_id, outcome.scores, stored.scalar, outcome.ok)
@@ -241,7 +265,7 @@ class RunLedger:
             self.control.cut_sampling()
         if self.patience.exhausted(self.stats.evaluations):
             self.control.finish(f"patience: no new best scalar in {self.options.patience} evaluations")
-        self.control.counted(self.stats.evaluations)
+        self.control.counted()
 
     def _credit(self, child: Child, scalar: float, program_id: int, best_before: float | None) -> None:
         """A new valid child: its member and ask get its value (the seed and pre-ensemble children name none)."""
@@ -254,13 +278,13 @@ class RunLedger:
         )
         self.stats.arms = self.ensemble.lines()
 
-    def _count(self, member: Member, error_kind: str | None) -> None:
+    def _count(self, ranked: RankedProgram, error_kind: str | None) -> None:
         self.stats.evaluations += 1
         if error_kind is None:
             components = self.problem.components
-            self.stats.record_best(member.id, member.scalar, oriented_by_name(components, member.oriented))
-            self.patience.observe(self.stats.evaluations, member.scalar)
-            if self.options.stop_when_solved and solved(components, raw_scores(components, member.oriented)):
+            self.stats.record_best(ranked.id, ranked.scalar, oriented_by_name(components, ranked.oriented))
+            self.patience.observe(self.stats.evaluations, ranked.scalar)
+            if self.options.stop_when_solved and solved(components, raw_scores(components, ranked.oriented)):
                 self.control.finish("solved: every component reached its best declared bound")
                 self.control.cut_sampling()
         self.stats.island_sizes = [isl.size for isl in self.population.islands]
@@ -286,6 +310,28 @@ class RunLedger:
             )
             self.control.fail_systemic(line)
         return IncidentSeen(failure.stage, kind, str(failure.exc) or repr(failure.exc), line)
+
+    # ---- what the loop decides, recorded here ------------------------------------------------------------
+    def finish_generating(self) -> None:
+        """Start no further group; what is generated still gets evaluated (fixed-time benchmark runs)."""
+        self.control.finish_generating()
+
+    def time_spent(self) -> None:
+        """`--max-time` ran out: no group starts, and the one being sampled is cut (not stored)."""
+        self.control.finish("time budget reached")
+        self.control.cut_sampling()
+
+    def interrupt(self) -> None:
+        """Ctrl-C or SIGTERM: stop now, leave queued children pending; a second one raises KeyboardInterrupt."""
+        self.control.interrupt()
+
+    def session_lost(self, line: str) -> None:
+        """Another session took the problem's lock: stop at once, as a repeated failure does."""
+        self.control.fail_systemic(line)
+
+    def conclude(self) -> str:
+        """Why the session ended, settled (the evaluation budget when no other reason was given)."""
+        return self.control.conclude()
 
     # ---- training ---------------------------------------------------------------------------------------
     def training_due(self) -> bool:

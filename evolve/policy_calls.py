@@ -3,18 +3,19 @@ archive row of the policy version that wrote them; `PolicyMember` bundles both f
 
 An HTTP policy (`AsyncPolicy`) is awaited on the event loop and cancelled on a cut; an in-process one runs in a
 daemon thread and is told to stop between tokens, but only while one of its calls is in flight (a request that
-found none would end its next, unrelated call).
+found none would end its next, unrelated call). Both wait on events they are handed (the run's `sampling_cut` and
+`interrupted`): a stage holds no part of the run's ledger and registers nowhere.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from evolve.archive import Archive
 from evolve.ask_arms import Ask
-from evolve.control import RunControl
 from evolve.interrupt import cancel_on, until_interrupted
 from policies.policy import AsyncPolicy, Generated, Interruptible, Policy, PolicyError, SamplingParams
 
@@ -24,32 +25,40 @@ TrainStep = Callable[[Callable[[], bool]], Any]
 
 
 class PolicyCalls:
-    """Sampling that honours the run control's cut; registers itself to be told of one."""
+    """Sampling that stops when the run cuts it (`cut`: Ctrl-C, the goal reached, the time spent) and stops being
+    waited for on Ctrl-C (`interrupted`); both events are the run's, set by its ledger alone."""
 
-    def __init__(self, policy: Policy, control: RunControl) -> None:
-        self.policy, self.control = policy, control
+    def __init__(self, policy: Policy, cut: asyncio.Event, interrupted: asyncio.Event) -> None:
+        self.policy, self.cut, self.interrupted = policy, cut, interrupted
         self.in_flight = 0  # policy calls under way
         self.abandoned = False  # Ctrl-C stopped waiting for a call whose thread may still be in a forward pass
-        control.on_cut(self.interrupt)
 
     def interrupt(self) -> None:
         """Tell an in-process policy to stop between tokens, only while a call is in flight; HTTP calls are
-        cancelled through `sampling_cut`."""
+        cancelled through `cut`."""
         if self.in_flight and isinstance(self.policy, Interruptible) and not isinstance(self.policy, AsyncPolicy):
             self.policy.interrupt()
+
+    async def _interrupt_on_cut(self) -> None:
+        """Waits beside one in-process call, and tells the policy to stop once the cut comes (cancelled when the
+        call ends first)."""
+        await self.cut.wait()
+        self.interrupt()
 
     async def sample(self, prompt: str, params: SamplingParams, n: int) -> list[Generated] | None:
         """The group's completions; None when Ctrl-C came first (the call is abandoned, not waited for) or the
         goal was reached (an HTTP call is cancelled; an in-process one ends at its next token)."""
-        cut = self.control.sampling_cut
+        cut = self.cut
         if cut.is_set():
             return None
         self.in_flight += 1
+        watcher = None
         try:
             if isinstance(self.policy, AsyncPolicy):  # HTTP policies: many groups in flight at once
                 return await cancel_on(cut, self.policy.agenerate(prompt, params, n))
+            watcher = asyncio.ensure_future(self._interrupt_on_cut())
             try:
-                group = await until_interrupted(self.control.interrupted, self.policy.generate, prompt, params, n)
+                group = await until_interrupted(self.interrupted, self.policy.generate, prompt, params, n)
             except Exception:
                 self._withdraw_unseen_interrupt(None)
                 raise
@@ -61,12 +70,14 @@ class PolicyCalls:
             return group
         finally:
             self.in_flight -= 1
+            if watcher is not None:
+                watcher.cancel()
 
     def _check_not_interrupted_uncut(self, group: list[Generated]) -> None:
         """Only the cut sends an interrupt, so a call that came back interrupted without one is a fault of the
         policy (a request left over from an earlier search on the same object): an incident that costs this
         group, never a silent "cut" (the loop would start the next group at once, and spin on a stuck policy)."""
-        if not self.control.sampling_cut.is_set() and any(c.finish_reason == "interrupted" for c in group):
+        if not self.cut.is_set() and any(c.finish_reason == "interrupted" for c in group):
             raise PolicyError(
                 f"{type(self.policy).__name__} ended a group as interrupted although the run did not cut it"
             )
@@ -75,7 +86,7 @@ class PolicyCalls:
         """A call that came back (or raised) after the cut without honouring it had ended before it looked: the
         request it was sent is still set and would end the policy's next, unrelated call, so withdraw it. The
         cut is the only sender during a call: `interrupt` runs only once `sampling_cut` is set."""
-        if not self.control.sampling_cut.is_set() or not isinstance(self.policy, Interruptible):
+        if not self.cut.is_set() or not isinstance(self.policy, Interruptible):
             return
         if not (group and any(c.finish_reason == "interrupted" for c in group)):
             self.policy.withdraw_interrupt()

@@ -37,7 +37,7 @@ class LoopStats:
     evaluations: int = 0  # all evaluations of the run, earlier sessions included
     session_evaluations: int = 0
     tokens: int = 0  # this session's
-    groups: int = 0  # all groups of the run, earlier sessions included
+    prior_groups: int = 0  # groups stored by earlier sessions of the run
     session_groups: int = 0
     completions: int = 0  # this session's
     cut: int = 0  # this session's completions that stopped at their token budget
@@ -61,6 +61,11 @@ class LoopStats:
     # What this session's children brought (beat their parent, zero, same behaviour, new best): the ledger feeds
     # it each scored program, the archive's summary counts the same from the stored evaluations.
     quality: QualityTally = field(default_factory=QualityTally)
+
+    @property
+    def groups(self) -> int:
+        """All groups of the run, earlier sessions included (the count is held once: the parts it adds up)."""
+        return self.prior_groups + self.session_groups
 
     @property
     def session_s(self) -> float:

@@ -9,7 +9,8 @@ calls a part makes inside itself, or that a library part makes to its own helper
 an entry into engine code from the thread pool (`asyncio.to_thread`) or from a thread the engine started.
 
 `python -m tests.path_trace` prints the table that docs/architecture.md holds; tests/test_architecture_path.py
-fails when the two differ.
+fails when the two differ. It describes; it does not enforce: who may change run state is checked on the code's
+syntax, every module, by tests/test_ledger_writers.py.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ import pytest
 from evolve.archive import Archive
 from evolve.problem.config import ComponentSpec
 from evolve.report.aggregate import pareto_front, running_best
-from evolve.selection.population import FeatureSpace, Member
+from evolve.selection.population import FeatureSpace, RankedProgram
 from tests.report_run import HOSTILE, add_policy_update, make_report_run
 
 
@@ -51,7 +51,8 @@ def test_vectorised_cells_match_the_loops_cells() -> None:
     for features in (["code_length", "score"], ["a", "b"], ["score"]):
         space = FeatureSpace(features, components)
         members = [
-            Member(i, 0, 0, rng.normal(size=2), float(rng.normal()), int(rng.integers(1, 5000))) for i in range(300)
+            RankedProgram(i, 0, 0, rng.normal(size=2), float(rng.normal()), int(rng.integers(1, 5000)))
+            for i in range(300)
         ]
         cells = space.cells(
             np.array([m.code_length for m in members]),

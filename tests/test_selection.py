@@ -19,7 +19,7 @@ def _population(vectors: list[list[float]], islands: int = 1, interval: int = 10
     )
     for i, v in enumerate(vectors, 1):
         scores = {f"c{d}": x for d, x in enumerate(v)}
-        pop.add(pop.member(i, 0, 0, scores, float(np.mean(v)), code_length=100 * i))
+        pop.add(pop.ranked(i, 0, 0, scores, float(np.mean(v)), code_length=100 * i))
     return pop
 
 
@@ -61,7 +61,7 @@ def test_pool_stays_bounded_as_the_archive_grows():
 def test_ring_migration_copies_elites_to_the_next_island_only():
     pop = Population(COMPONENTS, islands=3, features=["score"], migration_interval=3, migration_size=1)
     for i, island in enumerate([0, 1, 2], 1):
-        pop.add(pop.member(i, island, 0, {"c0": i / 10, "c1": 0.0, "c2": 0.0}, i / 10, 10))
+        pop.add(pop.ranked(i, island, 0, {"c0": i / 10, "c1": 0.0, "c2": 0.0}, i / 10, 10))
     assert pop.migrations == 1
     ids = [{m.id for m in isl.pool()} for isl in pop.islands]
     assert ids == [{1, 3}, {2, 1}, {3, 2}]
@@ -69,7 +69,7 @@ def test_ring_migration_copies_elites_to_the_next_island_only():
 
 def test_failed_programs_count_for_migration_but_never_enter_a_pool():
     pop = Population(COMPONENTS, islands=2, features=["score"], migration_interval=2, migration_size=1)
-    pop.add(pop.member(1, 0, 0, {"c0": 0.5, "c1": 0.5, "c2": 0.5}, 0.5, 10))
+    pop.add(pop.ranked(1, 0, 0, {"c0": 0.5, "c1": 0.5, "c2": 0.5}, 0.5, 10))
     pop.add(None)
     assert pop.migrations == 1
     assert [m.id for m in pop.islands[1].pool()] == [1]
@@ -81,7 +81,7 @@ def test_minimized_components_are_oriented():
         ComponentSpec(name="acc", fail_value=0.0),
     ]
     pop = Population(comps, islands=1, features=["loss"], migration_interval=100, migration_size=1)
-    m = pop.member(1, 0, 0, {"loss": 2.0, "acc": 0.5}, 0.0, 10)
+    m = pop.ranked(1, 0, 0, {"loss": 2.0, "acc": 0.5}, 0.0, 10)
     assert list(m.oriented) == [-2.0, 0.5]
 
 

@@ -24,13 +24,13 @@ def _population(weight: float) -> Population:
         COMPONENTS, islands=1, features=["score"], migration_interval=1000, migration_size=1, spent_weight=weight
     )
     for i, value in enumerate([0.2, 0.5, 0.9], 1):  # program 3 is the best: the tournament always takes it
-        pop.add(pop.member(i, 0, 0, {"c0": value, "c1": value}, value, 10))
+        pop.add(pop.ranked(i, 0, 0, {"c0": value, "c1": value}, value, 10))
     return pop
 
 
 def _picks(pop: Population, count: int = 800) -> Counter[int]:
     rng = np.random.default_rng(0)
-    return Counter(pick_parent(pop, TournamentSelector(k=3), rng, 0, 0).parent.id for _ in range(count))
+    return Counter(pick_parent(pop.view(0), TournamentSelector(k=3), rng, 0).parent.id for _ in range(count))
 
 
 def test_a_parent_of_spent_groups_is_picked_less_often_and_a_group_that_yields_restores_it():
@@ -53,7 +53,7 @@ def test_without_spent_groups_or_with_weight_one_the_picks_are_exactly_the_selec
     rng_a, rng_b = np.random.default_rng(5), np.random.default_rng(5)
     island = plain.islands[0]
     mixed = _population(1.0).islands[0]
-    ours = [pick_parent(plain, TournamentSelector(k=2), rng_a, 0, 0) for _ in range(50)]
+    ours = [pick_parent(plain.view(0), TournamentSelector(k=2), rng_a, 0) for _ in range(50)]
     theirs = [TournamentSelector(k=2).pick(mixed, rng_b) for _ in range(50)]
     assert [p.parent.id for p in ours] == [m.id for m in theirs]  # no extra draw moved the stream
     assert island.pool() == plain.islands[0].pool()

@@ -1,62 +1,80 @@
-"""benchmarks.yield_compare on archives kept by two real tiny runs of benchmarks.yield's `run_problem` (the real
-loop, process sandbox and SQLite archives; replayed completions stand in for the model, so the figures are
-known): before, the completions make a child at the worst value of both components and one that beats the
-seed; after, two that beat it (both solve it: the second ties the first, so one new best)."""
+"""`benchmarks/yield.py --compare-structured`: each problem sampled twice from one seed, free then held to the
+answer's shape by llama.cpp's grammar (a tiny GGUF made on the spot), and a last line whose figures are those of
+the two archives it kept."""
 
 from __future__ import annotations
 
 import importlib
+import json
 import re
+import sqlite3
 
-from benchmarks import yield_compare
-from policies.policy import Generated
-from policies.replay import ReplayPolicy
-from tests.helpers import write_square_problem
-from tests.test_loop_parts import FOUR, SQUARE, answer
+import pytest
 
-_yield = importlib.import_module("benchmarks.yield")  # `yield` is a keyword
-ZERO = "def solve(x):\n    return -1\n"
-TOKENS = 50  # each replayed completion reports this many token ids, as a model's would
+from evolve.yields import UNPARSEABLE
 
+bench = importlib.import_module("benchmarks.yield")  # `yield` is a keyword
 
-class CountedReplay(ReplayPolicy):
-    """Replayed completions that carry token ids, so that the per-1k-token figures have tokens to divide by."""
-
-    def generate(self, prompt, params, n):
-        return [Generated(g.text, list(range(TOKENS)), None, "stop", 0) for g in super().generate(prompt, params, n)]
+pytestmark = pytest.mark.slow
 
 
-def keep(folder, problem, texts):
-    policy = CountedReplay(texts)
-    r = _yield.run_problem(problem, policy, "replay", 1, 120.0, 0, "process", folder, {"group_size": 1})
-    policy.close()
-    return r
+def archive_figures(db) -> tuple[float, float, list]:
+    """Unparseable share, new valid children per 1k tokens and each completion's stored `structured`."""
+    con = sqlite3.connect(db)
+    statuses = dict(con.execute("SELECT status, COUNT(*) FROM variants GROUP BY status").fetchall())
+    bad = sum(statuses.get(s, 0) for s in UNPARSEABLE) / sum(statuses.values())
+    tokens = con.execute("SELECT SUM(tokens) FROM prompts").fetchone()[0]
+    valid = con.execute(
+        "SELECT COUNT(*) FROM programs p JOIN evaluations e ON e.program_id = p.id "
+        "WHERE p.parent_id IS NOT NULL AND e.error_kind IS NULL"
+    ).fetchone()[0]
+    shapes = [json.loads(s)["structured"] for (s,) in con.execute("SELECT sampling FROM completions")]
+    return bad, 1000 * valid / tokens, shapes
 
 
-def test_two_kept_folders_compare_per_problem_and_in_one_line(tmp_path, capsys):
-    problem = write_square_problem(tmp_path / "square")
-    before, after = tmp_path / "before", tmp_path / "after"
-    before.mkdir(), after.mkdir()
-    ran = keep(before, problem, [answer(ZERO, FOUR)])
-    keep(after, problem, [answer(SQUARE, "def solve(x):\n    return x**2\n")])  # one new best: they tie
-    assert ran.yields.quality.zero == 1 and ran.yields.new_valid == 1
-    assert yield_compare.main([str(before), str(after)]) == 0
-    out = capsys.readouterr().out
-    line = out.strip().splitlines()[-1]
-    read = yield_compare.kept_runs(before)["square"].yields
-    assert read.quality == ran.yields.quality  # read back from the kept archive as the run counted it
-    tokens_before, tokens_after = read.tokens, yield_compare.kept_runs(after)["square"].yields.tokens
-    assert re.fullmatch(
-        r"improvement beats_parent_per_1k_tokens_before=(\S+) after=(\S+) zero_share_before=50\.0% "
-        r"after=0\.0% new_best_before=1 after=1",
-        line,
-    ), line
-    assert tokens_before == tokens_after == TOKENS  # one group of one completion each
-    assert line.startswith("improvement beats_parent_per_1k_tokens_before=20.000 after=40.000 ")
-    assert "beats_parent" in out and "zero share" in out and "same behaviour" in out and "new bests" in out
+def shape_failures(db) -> int:
+    """Variants whose answer had no shape to read (`parse_error`: a variant missing, no fenced code)."""
+    return sqlite3.connect(db).execute("SELECT COUNT(*) FROM variants WHERE status = 'parse_error'").fetchone()[0]
 
 
-def test_a_folder_without_archives_is_one_clear_line(tmp_path, capsys):
-    assert yield_compare.main([str(tmp_path), str(tmp_path / "nowhere")]) == 2
-    err = capsys.readouterr().err
-    assert err.startswith("yield_compare: ") and "no archive with a run" in err and len(err.splitlines()) == 1
+def test_compare_structured_runs_each_problem_off_then_on_and_reports_the_archives(tmp_path, tiny_gguf, capsys):
+    keep = tmp_path / "kept"
+    argv = ["--compare-structured", "--problems", "minimizer", "--groups", "1", "--policy", f"llama:{tiny_gguf}"]
+    # The shape alone: the tiny model was taught answers without a lead comment; held to one, it wrote noise after
+    # it (11 of 12 variants syntax errors, 1 ok; free: 10 unparseable, 2 ok), which says nothing about the shape.
+    argv += ["--lead-comment", "off"]
+    assert bench.main([*argv, "--keep", str(keep)]) == 0
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    figures = dict(re.findall(r"(\w+)=([^ ]+)", last))
+    assert last.startswith("structured ") and set(figures) == {
+        "unparseable_off", "unparseable_on", "children_per_1k_tokens_off", "children_per_1k_tokens_on",
+        "tok_s_off", "tok_s_on", "under_one_child_per_completion_on",
+    }  # fmt: skip
+    off, on = archive_figures(keep / "off" / "minimizer.db"), archive_figures(keep / "on" / "minimizer.db")
+    assert float(figures["unparseable_off"].rstrip("%")) == pytest.approx(100 * off[0], abs=0.05)
+    assert float(figures["unparseable_on"].rstrip("%")) == pytest.approx(100 * on[0], abs=0.05)
+    assert float(figures["children_per_1k_tokens_off"]) == pytest.approx(off[1], abs=0.005)
+    assert float(figures["children_per_1k_tokens_on"]) == pytest.approx(on[1], abs=0.005)
+    assert float(figures["tok_s_off"]) > 0 and float(figures["tok_s_on"]) > 0
+    assert off[2] and all(shape is None for shape in off[2])  # off: free text
+    assert on[2] and all(shape and shape["variants"] >= 1 for shape in on[2])  # on: each row held to a shape
+    # the tiny model writes noise: free, some of its answers lose their shape (a variant missing, no fenced code);
+    # held, none does, and what is left unparseable is the noise inside a held fence (a syntax error)
+    assert shape_failures(keep / "off" / "minimizer.db") > 0
+    assert shape_failures(keep / "on" / "minimizer.db") == 0
+
+
+def test_compare_structured_refuses_a_policy_without_a_grammar(tmp_path, tiny_model_dir, capsys):
+    """An OpenAI-compatible server that ignores the grammar field (the tests' loopback one) holds nothing: the
+    comparison would measure free text twice."""
+    from tests.openai_server import LoopbackServer
+
+    server = LoopbackServer(tiny_model_dir).start()
+    try:
+        spec = f"openai:{server.url}@{server.model_name}"
+        argv = ["--compare-structured", "--problems", "minimizer", "--policy", spec, "--keep", str(tmp_path)]
+        assert bench.main(argv) == 2
+    finally:
+        server.stop()
+    assert "cannot hold its answers to a grammar" in capsys.readouterr().err
+    assert [path for path, _ in server.requests] == ["/v1/chat/completions"]  # the probe alone: nothing sampled

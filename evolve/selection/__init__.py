@@ -1,6 +1,6 @@
 """Parent selection over islands of MAP-Elites grids, using the whole score vector."""
 
-from evolve.selection.population import Island, Member, Population
+from evolve.selection.population import Island, PoolView, Population, RankedProgram
 from evolve.selection.selectors import (
     LexicaseSelector,
     Parentage,
@@ -14,9 +14,10 @@ from evolve.selection.selectors import (
 __all__ = [
     "Island",
     "LexicaseSelector",
-    "Member",
     "Parentage",
+    "PoolView",
     "Population",
+    "RankedProgram",
     "ScalarizationSelector",
     "Selector",
     "TournamentSelector",

@@ -21,7 +21,10 @@ LENGTH_BINS = 16
 
 
 @dataclass(eq=False)
-class Member:
+class RankedProgram:
+    """An evaluated program as selection ranks it: its oriented score vector, scalar view and code length (an
+    ensemble's member is another thing: evolve.members)."""
+
     id: int
     island: int
     generation: int
@@ -49,7 +52,7 @@ class FeatureSpace:
         self._bounds: list[tuple[float | None, float | None]] = [b or (None, None) for b in oriented_bounds(components)]
         self._scalar_bounds: tuple[float | None, float | None] = scalar_bounds(components) or (None, None)
 
-    def cell(self, m: Member) -> tuple[int, ...]:
+    def cell(self, m: RankedProgram) -> tuple[int, ...]:
         out = []
         for name in self.names:
             if name == "code_length":
@@ -86,13 +89,13 @@ class FeatureSpace:
 class Island:
     index: int
     features: FeatureSpace
-    grid: dict[tuple[int, ...], Member] = field(default_factory=dict)
-    champions: dict[int, Member] = field(default_factory=dict)
+    grid: dict[tuple[int, ...], RankedProgram] = field(default_factory=dict)
+    champions: dict[int, RankedProgram] = field(default_factory=dict)
     size: int = 0  # programs that were offered to this island (its own children and migrants)
-    _pool: list[Member] | None = None
+    _pool: list[RankedProgram] | None = None
     _matrix: np.ndarray | None = None
 
-    def add(self, m: Member) -> None:
+    def add(self, m: RankedProgram) -> None:
         self.size += 1
         cell = self.features.cell(m)
         held = self.grid.get(cell)
@@ -108,10 +111,10 @@ class Island:
         if changed:
             self._pool = self._matrix = None
 
-    def pool(self) -> list[Member]:
+    def pool(self) -> list[RankedProgram]:
         """Grid elites plus component champions, each once, in a stable order."""
         if self._pool is None:
-            seen: dict[int, Member] = {m.id: m for m in self.grid.values()}
+            seen: dict[int, RankedProgram] = {m.id: m for m in self.grid.values()}
             seen.update({m.id: m for m in self.champions.values()})
             self._pool = sorted(seen.values(), key=lambda m: m.id)
         return self._pool
@@ -121,13 +124,13 @@ class Island:
             self._matrix = np.stack([m.oriented for m in self.pool()]) if self.pool() else np.zeros((0, 0))
         return self._matrix
 
-    def subset(self, members: list[Member]) -> Island:
+    def subset(self, members: list[RankedProgram]) -> Island:
         """A view of some of this island's pool, for one pick (nothing is added to it)."""
         view = Island(self.index, self.features)
         view._pool = members
         return view
 
-    def best(self, k: int) -> list[Member]:
+    def best(self, k: int) -> list[RankedProgram]:
         return sorted(self.pool(), key=lambda m: (-m.scalar, m.id))[:k]
 
 
@@ -153,16 +156,17 @@ class Population:
         self.migration_size = migration_size
         self.added = 0
         self.migrations = 0
-        self.first: Member | None = None
-        self.best: Member | None = None
+        self.first: RankedProgram | None = None
+        self.best: RankedProgram | None = None
 
-    def member(
+    def ranked(
         self, program_id: int, island: int, generation: int, scores: dict[str, float], scalar: float, code_length: int
-    ) -> Member:
+    ) -> RankedProgram:
+        """A stored program as this population ranks it (nothing is added: `add` does that)."""
         vector = oriented_array(self.components, scores)
-        return Member(program_id, island % len(self.islands), generation, vector, scalar, code_length)
+        return RankedProgram(program_id, island % len(self.islands), generation, vector, scalar, code_length)
 
-    def add(self, m: Member | None) -> None:
+    def add(self, m: RankedProgram | None) -> None:
         """Record one evaluated program (None for a failed one: it counts for migration timing only)."""
         self.added += 1
         if m is not None:
@@ -182,12 +186,41 @@ class Population:
         else:
             self.spent[parent_id] = self.spent.get(parent_id, 0) + 1
 
-    def rested(self, island: Island, rng: np.random.Generator) -> Island:
+    def view(self, island_index: int) -> PoolView:
+        """One island's pool as a pick sees it, copied off this population: what the group sampler is handed, so
+        that no stage holds (or can change) the live population. Bounded by the island's pool, never the archive."""
+        island = self.islands[island_index]
+        pool = island.pool()
+        spent = {m.id: self.spent[m.id] for m in pool if m.id in self.spent}
+        return PoolView(island.subset(list(pool)), self.first, spent, self.spent_weight)
+
+    def _migrate(self) -> None:
+        """Ring migration: each island sends copies of its best to the next one."""
+        outgoing = [isl.best(self.migration_size) for isl in self.islands]
+        for i, members in enumerate(outgoing):
+            for m in members:
+                self.islands[(i + 1) % len(self.islands)].add(m)
+        self.migrations += 1
+
+
+@dataclass(frozen=True)
+class PoolView:
+    """One island's pool at the moment of a pick, detached from the live population: the island's programs, the
+    seed (`first`, the fallback of an island with none), and how many spent groups in a row each pool member had
+    (`Population.group_done`)."""
+
+    island: Island
+    first: RankedProgram | None
+    spent: dict[int, int]
+    spent_weight: float
+
+    def rested(self, rng: np.random.Generator) -> Island:
         """The island as one pick sees it. A small model asked again from the same parent mostly writes again what
         it wrote before (docs/yield.md: most of its copies), so a parent whose last groups were spent takes part
         with probability `spent_weight` per such group, and the selector chooses among the others; the least spent
         stay when none is drawn. Unchanged (and no draw made) while no member of the island is spent, so a run
         whose groups all yield picks exactly as the selector alone would."""
+        island = self.island
         pool = island.pool()
         streaks = [self.spent.get(m.id, 0) for m in pool]
         if self.spent_weight >= 1.0 or not any(streaks):
@@ -197,11 +230,3 @@ class Population:
             fewest = min(streaks)
             kept = [m for m, n in zip(pool, streaks, strict=True) if n == fewest]
         return island if len(kept) == len(pool) else island.subset(kept)
-
-    def _migrate(self) -> None:
-        """Ring migration: each island sends copies of its best to the next one."""
-        outgoing = [isl.best(self.migration_size) for isl in self.islands]
-        for i, members in enumerate(outgoing):
-            for m in members:
-                self.islands[(i + 1) % len(self.islands)].add(m)
-        self.migrations += 1

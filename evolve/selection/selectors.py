@@ -7,13 +7,13 @@ from typing import Protocol
 
 import numpy as np
 
-from evolve.selection.population import Island, Member, Population
+from evolve.selection.population import Island, PoolView, RankedProgram
 
 
 class Selector(Protocol):
     name: str
 
-    def pick(self, island: Island, rng: np.random.Generator) -> Member: ...
+    def pick(self, island: Island, rng: np.random.Generator) -> RankedProgram: ...
 
 
 class LexicaseSelector:
@@ -25,7 +25,7 @@ class LexicaseSelector:
 
     name = "lexicase"
 
-    def pick(self, island: Island, rng: np.random.Generator) -> Member:
+    def pick(self, island: Island, rng: np.random.Generator) -> RankedProgram:
         pool, scores = island.pool(), island.matrix()
         alive = np.arange(len(pool))
         eps = np.median(np.abs(scores - np.median(scores, axis=0)), axis=0)
@@ -42,7 +42,7 @@ class ScalarizationSelector:
 
     name = "scalarization"
 
-    def pick(self, island: Island, rng: np.random.Generator) -> Member:
+    def pick(self, island: Island, rng: np.random.Generator) -> RankedProgram:
         pool, scores = island.pool(), island.matrix()
         lo, hi = scores.min(axis=0), scores.max(axis=0)
         unit = (scores - lo) / np.where(hi > lo, hi - lo, 1.0)
@@ -59,7 +59,7 @@ class TournamentSelector:
     def __init__(self, k: int = 3) -> None:
         self.k = k
 
-    def pick(self, island: Island, rng: np.random.Generator) -> Member:
+    def pick(self, island: Island, rng: np.random.Generator) -> RankedProgram:
         pool = island.pool()
         entrants = rng.choice(len(pool), size=min(self.k, len(pool)), replace=False)
         return max((pool[int(i)] for i in entrants), key=lambda m: (m.scalar, -m.id))
@@ -82,22 +82,20 @@ def make_selector(name: str, n_components: int) -> Selector:
 class Parentage:
     """The parent a prompt asks to improve and the programs shown beside it."""
 
-    parent: Member
-    inspirations: list[Member]
+    parent: RankedProgram
+    inspirations: list[RankedProgram]
 
 
-def pick_parent(
-    population: Population, selector: Selector, rng: np.random.Generator, island_index: int, inspirations: int
-) -> Parentage:
-    """A parent from the island by the selector (parents of spent groups less often: `Population.rested`), and up
-    to `inspirations` others (the island's best first, then drawn at random). An island with no valid program yet
-    falls back to the seed."""
-    island = population.islands[island_index]
+def pick_parent(pool: PoolView, selector: Selector, rng: np.random.Generator, inspirations: int) -> Parentage:
+    """A parent from the island's pool by the selector (parents of spent groups less often: `PoolView.rested`),
+    and up to `inspirations` others (the island's best first, then drawn at random). An island with no valid
+    program yet falls back to the seed. It reads a detached view (`Population.view`), never the live population."""
+    island = pool.island
     if not island.pool():
-        if population.first is None:
+        if pool.first is None:
             raise LookupError("no program has scored yet: the seed failed its evaluation (see `evolve show`)")
-        return Parentage(population.first, [])
-    parent = selector.pick(population.rested(island, rng), rng)
+        return Parentage(pool.first, [])
+    parent = selector.pick(pool.rested(rng), rng)
     others = [m for m in island.pool() if m.id != parent.id]
     k = min(inspirations, len(others))
     elite = [m for m in island.best(1) if m.id != parent.id][:k]
