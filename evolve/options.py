@@ -82,6 +82,15 @@ class RunOptions:
     max_time_s: float | None = option(
         None, "wall-clock budget in seconds, summed over resumes", flag="max-time", on_resume=True
     )
+    timeout_s: float | None = option(
+        None,
+        "seconds one evaluation may take, over the problem's [limits] timeout_s (default: the problem's, else 10 x "
+        "the seed's time, 10 to 300 s: evolve/problem/timeout_rule.py)",
+        flag="timeout",
+        low=0.1,
+        high=86_400,
+        on_resume=True,
+    )
     target: float | None = option(None, "stop once the best scalar view reaches this", on_resume=True)
     seed: int = option(0, "seeds selection and sampling, group by group", low=0, high=SQL_INT_MAX)  # runs.seed
     edit_format: str = table_option("edit_format", choices=EDIT_FORMATS)

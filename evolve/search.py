@@ -47,6 +47,7 @@ from evolve.loop import SearchLoop, run_search
 from evolve.members import MemberError, MemberSpec, as_options
 from evolve.options import RunOptions, RunOverrides
 from evolve.problem import Problem
+from evolve.problem.timeout_rule import RunTimeout
 from evolve.runs import RunMismatch, check_resumable, open_run, resolve_options
 from evolve.training import ArchiveTrainer, TrainingUnsupported, restore_latest_adapter
 from policies.core_share import SharesCores
@@ -286,6 +287,7 @@ def build_search(
                     untrainable=members.untrainable,
                 )
                 loop.keep_session = session_lock.keep
+                loop.timeout = RunTimeout(problem, resolved.timeout_s, archive, run_row)
                 policies_opened.pop_all()
             opened.callback(loop.close_policy)
         except SETUP_ERRORS as exc:

@@ -159,6 +159,10 @@ def _announce(search: Search, problem: Problem) -> None:
         said = f"option {name}: {old!r} -> {new!r} (given on this resume; recorded with the run)"
         console.print(printable(said, lines=False), highlight=False, markup=False)
     console.print(f"isolation: {printable(search.sandbox.isolation(), lines=False)}", highlight=False, markup=False)
+    timeout = search.loop.timeout
+    if timeout is not None:  # the line of a timeout the seed's time settles comes when the seed is scored
+        timeout.announce = lambda line: console.print(printable(line, lines=False), highlight=False, markup=False)
+        console.print(printable(timeout.opening_line(), lines=False), highlight=False, markup=False)
     members = search.loop.members
     for member in members:
         policy = member.policy
