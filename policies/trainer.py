@@ -104,6 +104,11 @@ class UpdateStats:
     tokens: int = 0
     optimizer_steps: int = 0
     skipped: dict[str, int] = field(default_factory=dict)
+    # Each epoch's share of tokens whose ratio the clip held, in order. The first epoch's first minibatch runs at
+    # ratio 1 (its old logprobs are its own), so a one-epoch update of one minibatch never clips: PPO there is
+    # REINFORCE. Later epochs over the same batch are what let the clip act (issue 61: 10 of 154 updates clipped).
+    epoch_clip_fractions: list[float] = field(default_factory=list)
+    epoch_kl: list[float] = field(default_factory=list)  # each epoch's mean k3 KL per token to the base model
 
 
 def ppo_clip_loss(
@@ -242,6 +247,7 @@ class PolicyTrainer:
         self.model.train()
         totals = {"loss": 0.0, "clipped": 0.0, "kl": 0.0, "is": 0.0, "tokens": 0}
         for order in orders:
+            at_start = dict(totals)
             for start in range(0, len(order), self.config.minibatch):
                 chunk = [samples[i] for i in order[start : start + self.config.minibatch]]
                 n_tokens = sum(len(s.completion_ids) for s in chunk)
@@ -251,6 +257,9 @@ class PolicyTrainer:
                 torch.nn.utils.clip_grad_norm_([p for p in self.model.parameters() if p.requires_grad], 1.0)
                 self.optimizer.step()
                 stats.optimizer_steps += 1
+            seen = max(totals["tokens"] - at_start["tokens"], 1)
+            stats.epoch_clip_fractions.append((totals["clipped"] - at_start["clipped"]) / seen)
+            stats.epoch_kl.append((totals["kl"] - at_start["kl"]) / seen)
         self.model.eval()
         _release_freed_memory()
         count = max(totals["tokens"], 1)
@@ -315,7 +324,7 @@ class PolicyTrainer:
             delta = ref - new
             kl = torch.exp(delta) - delta - 1.0  # k3 estimator, >= 0
             loss = loss + self.config.kl_coef * kl.sum()
-            totals["kl"] += float(kl.sum())
+            totals["kl"] += float(kl.detach().sum())
         totals["loss"] += float(per_token.detach().sum())
         totals["clipped"] += float(clipped.sum())
         totals["is"] += float(is_weight.sum())
