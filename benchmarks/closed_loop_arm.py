@@ -24,8 +24,9 @@ import numpy as np
 from evolve.archive import Archive
 from evolve.fitness import oriented_array, oriented_bounds, scalar_bounds, signs
 from evolve.loop import SearchLoop, run_search
+from evolve.options import RunOptions
 from evolve.problem import Problem, load_problem
-from evolve.runs import RunOptions, open_run
+from evolve.runs import open_run
 from evolve.search import train_config
 from evolve.training import ArchiveTrainer, restore_latest_adapter
 from policies.from_spec import make_policy

@@ -36,8 +36,9 @@ from evolve.archive import Archive, summary_yield
 from evolve.fitness import signs
 from evolve.loop import SearchLoop, run_search
 from evolve.members import MemberSpec
+from evolve.options import RunOptions
 from evolve.problem import load_problem
-from evolve.runs import RunOptions, open_run
+from evolve.runs import open_run
 from policies.from_spec import make_policy
 from policies.policy import Policy
 from sandboxes.backends import make_sandbox

@@ -41,9 +41,10 @@ from rich.table import Table
 from evolve.archive import Archive
 from evolve.fitness import scalar_view
 from evolve.loop import SearchLoop, run_search
+from evolve.options import RunOptions
 from evolve.problem import Problem, load_problem
 from evolve.prompts import PromptInputs, ShownProgram, build_prompt, completion_stop, parse_completion
-from evolve.runs import RunOptions, open_run
+from evolve.runs import open_run
 from evolve.training import ArchiveTrainer
 from policies.policy import SamplingParams
 from policies.tiny import build_taught_model

@@ -47,10 +47,11 @@ from evolve.archive import Archive, RunRecord, summary_yield
 from evolve.fitness import signs
 from evolve.group_sampler import structured_by
 from evolve.loop import SearchLoop, run_search
+from evolve.options import RunOptions
 from evolve.problem import Problem, load_problem
 from evolve.problem.config import ComponentSpec
 from evolve.problem.scaffold import scaffold
-from evolve.runs import RunOptions, open_run
+from evolve.runs import open_run
 from evolve.yields import QualityCounts, Yield, worst_values
 from policies.from_spec import make_policy
 from policies.policy import Policy

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from evolve.problem.config import SearchSection
+
 TEMPERATURE_STEP = 0.2
 MAX_TEMPERATURE = 1.3
 ASK_ARMS = ("base", "hotter", "template", "full")
@@ -32,7 +34,7 @@ class Ask:
     edit_format: str  # auto | diff | full
     temperature: float
     template: str  # standard | directed (evolve.prompts.TEMPLATES)
-    top_p: float = 0.95
+    top_p: float = SearchSection.model_fields["top_p"].default  # [search]'s
 
     def describe(self) -> str:
         return f"{self.edit_format} edits, temperature {self.temperature:.2g}, {self.template} prompt"

@@ -18,12 +18,15 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any
+from typing import Any, get_args
 
-from evolve.prompts import TEMPLATES
+from evolve.problem.config import MEMBER_IDENTITY, PolicyMemberSection, member_setting_error
 
-EDIT_FORMATS = ("auto", "diff", "full")
-SAMPLING_KEYS = ("temperature", "top_p", "template", "edit_format")  # what makes a member sample differently
+# What makes a member sample differently: `[[search.policies]]`'s keys (evolve/problem/config.py) but its identity
+SAMPLING_KEYS = tuple(k for k in PolicyMemberSection.model_fields if k not in MEMBER_IDENTITY)
+NUMBER_KEYS = tuple(  # what `--policy SPEC[key=value]` reads as a number
+    k for k, f in PolicyMemberSection.model_fields.items() if float in (f.annotation, *get_args(f.annotation))
+)
 COMMAND_LINE_KEYS = ("name", "weight", *SAMPLING_KEYS)  # what `--policy SPEC[key=value,...]` may set
 
 
@@ -49,18 +52,10 @@ class MemberSpec:
     def __post_init__(self) -> None:
         if not self.spec:
             raise MemberError("a policy member needs a spec, e.g. embedded or replay:FILE")
-        if not self.weight > 0:
-            raise MemberError(f"member {self.spec}: weight {self.weight} must be > 0")
-        if self.temperature is not None and not self.temperature > 0:
-            raise MemberError(f"member {self.spec}: temperature {self.temperature} must be > 0")
-        if self.top_p is not None and not 0 < self.top_p <= 1:
-            raise MemberError(f"member {self.spec}: top_p {self.top_p} must be in (0, 1]")
-        if self.template is not None and self.template not in TEMPLATES:
-            raise MemberError(f"member {self.spec}: template {self.template!r}; use one of {', '.join(TEMPLATES)}")
-        if self.edit_format is not None and self.edit_format not in EDIT_FORMATS:
-            raise MemberError(
-                f"member {self.spec}: edit_format {self.edit_format!r}; use one of {', '.join(EDIT_FORMATS)}"
-            )
+        for key in ("weight", *SAMPLING_KEYS):  # bounds and choices as `[[search.policies]]` declares them
+            said = member_setting_error(key, getattr(self, key))
+            if said:
+                raise MemberError(f"member {self.spec}: {said}")
         if not self.name:
             object.__setattr__(self, "name", self.default_name())
 
@@ -106,7 +101,7 @@ def parse_member(text: str) -> MemberSpec:
 
 
 def _typed(text: str, key: str, value: str) -> Any:
-    if key in ("weight", "temperature", "top_p"):
+    if key in NUMBER_KEYS:
         try:
             return float(value)
         except ValueError:

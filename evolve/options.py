@@ -13,14 +13,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import MISSING, Field, asdict, dataclass, field, fields, make_dataclass, replace
+from dataclasses import MISSING, Field, asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
 from evolve.ask_arms import ASK_ARMS
 from evolve.bandit import ALLOCATIONS, COST_UNIT
-from evolve.members import EDIT_FORMATS, MemberError, MemberSpec, members_from
-from evolve.problem.config import SearchSection, TrainingSection
+from evolve.members import MemberError, MemberSpec, members_from
+from evolve.problem.config import EDIT_FORMATS, SearchSection, TrainingSection
 from evolve.problem.errors import ProblemError
 from evolve.problem.seed_files import folder_file
 from evolve.prompts.builder import OTHERS_VIEWS
@@ -28,6 +28,7 @@ from policies.advantages import METHODS as TRAIN_METHODS
 from policies.policy import PolicyError
 from policies.shaping import NORMALISATIONS
 from policies.spec import PolicySpec
+from policies.trainer import TrainConfig
 from sandboxes.process_slots import UID_RANGE
 
 _SEARCH, _TRAINING = SearchSection(), TrainingSection()
@@ -150,7 +151,7 @@ class RunOptions:
     allow_weak_sandbox: bool = option(
         False, "run a split-form problem although candidates could read its expected answers"
     )
-    learning_rate: float = option(2e-5, "LoRA learning rate")
+    learning_rate: float = option(TrainConfig.learning_rate, "LoRA learning rate")
     adapters_dir: str | None = option(None, "where adapters go (default: next to the archive)")
     trainer_model: str | None = option(None, "local dir or hub id of the served base model (vllm:/openai: policies)")
     patience: int | None = option(
@@ -236,31 +237,70 @@ def option_default(name: str) -> Any:
     return f.default_factory() if f.default is MISSING else f.default  # type: ignore[misc]
 
 
-def _given(self: Any) -> dict[str, Any]:
-    """The options given, by name. `policy` and `policies` are two views of the members: either given alone sets
-    the other (one policy is a one-member list; a list's first member is `policy`)."""
-    chosen = {k: v for k, v in asdict(self).items() if v is not None}
-    if "policies" in chosen and chosen["policies"] and "policy" not in chosen:
-        chosen["policy"] = chosen["policies"][0]["spec"]
-    if "policy" in chosen and "policies" not in chosen:
-        chosen["policies"] = []
-    return chosen
+@dataclass(frozen=True)
+class RunOverrides:
+    """What one `evolve run`/`resume` (or a library call) gives, each `RunOptions` field as `TYPE | None`, None being
+    "not given". A new run takes it over the problem's `[search]` and the defaults; a resume takes the stored options
+    and records each given value that differs as an override. Written out so that a type checker sees its fields;
+    tests/test_options_once.py fails when it and `RunOptions` differ by a field, its place or its type."""
 
+    workers: int | None = None
+    group_size: int | None = None
+    variants: int | None = None
+    max_evaluations: int | None = None
+    max_time_s: float | None = None
+    timeout_s: float | None = None
+    target: float | None = None
+    seed: int | None = None
+    edit_format: str | None = None
+    temperature: float | None = None
+    max_new_tokens: int | None = None
+    fit_tokens_to_code: bool | None = None
+    structured: str | None = None
+    lead_comment: bool | None = None
+    copy_guard: bool | None = None
+    fixed_code: bool | None = None
+    others_view: str | None = None
+    recent_children: int | None = None
+    spent_parent_weight: float | None = None
+    policy: str | None = None
+    train_every: int | None = None
+    train_method: str | None = None
+    top_p: float | None = None
+    sandbox: str | None = None
+    allow_weak_sandbox: bool | None = None
+    learning_rate: float | None = None
+    adapters_dir: str | None = None
+    trainer_model: str | None = None
+    patience: int | None = None
+    stop_when_solved: bool | None = None
+    max_failures: int | None = None
+    stall_groups: int | None = None
+    template: str | None = None
+    max_groups: int | None = None
+    policies: list[dict[str, Any]] | None = None
+    trust_problem_urls: bool | None = None
+    allocation: str | None = None
+    asks: str | None = None
+    bandit_cost: str | None = None
+    skip_zero_advantage: bool | None = None
+    lazy_penalty: float | None = None
+    reward_normalisation: str | None = None
 
-def _of(cls: type, options: RunOptions) -> Any:
-    """Every option given: a `RunOptions` taken whole (on resume, each field that differs is an override)."""
-    return cls(**asdict(options))
+    def given(self) -> dict[str, Any]:
+        """The options given, by name. `policy` and `policies` are two views of the members: either given alone sets
+        the other (one policy is a one-member list; a list's first member is `policy`)."""
+        chosen = {k: v for k, v in asdict(self).items() if v is not None}
+        if "policies" in chosen and chosen["policies"] and "policy" not in chosen:
+            chosen["policy"] = chosen["policies"][0]["spec"]
+        if "policy" in chosen and "policies" not in chosen:
+            chosen["policies"] = []
+        return chosen
 
-
-# What one `evolve run`/`resume` (or a library call) gives; None is "not given". A new run takes it over the
-# problem's `[search]` and the defaults; a resume takes the stored options and records each given value that
-# differs as an override. Made from `RunOptions`, field for field.
-RunOverrides = make_dataclass(
-    "RunOverrides",
-    [(f.name, f"{f.type} | None", field(default=None)) for f in fields(RunOptions)],
-    frozen=True,
-    namespace={"given": _given, "of": classmethod(_of), "__module__": __name__},
-)
+    @classmethod
+    def of(cls, options: RunOptions) -> RunOverrides:
+        """Every option given: a `RunOptions` taken whole (on resume, each field that differs is an override)."""
+        return cls(**asdict(options))
 
 
 def _one_of(choices: tuple[str, ...]) -> str:
@@ -279,13 +319,14 @@ def _bounds(info: OptionMeta) -> str:
     return f"give a value >= {low}" if low is not None else f"give a value <= {high}"
 
 
-def invalid_value(values: Mapping[str, Any]) -> str | None:
-    """The first given value outside its option's choices or bounds, as the one line a command fails with."""
+def invalid_value(values: Mapping[str, Any], spelled: Mapping[str, str] | None = None) -> str | None:
+    """The first given value outside its option's choices or bounds, as the one line a command fails with (naming
+    the flag as the command spells it: `spelled`, by field name, where that is not `evolve run`'s flag)."""
     for f in fields(RunOptions):
         info, value = meta(f), values.get(f.name)
         if value is None or isinstance(value, bool):
             continue
-        flag = f"--{info.flag or f.name.replace('_', '-')}"
+        flag = f"--{(spelled or {}).get(f.name) or info.flag or f.name.replace('_', '-')}"
         if info.choices and value not in info.choices:
             return f"{flag} {value}: use {_one_of(info.choices)}"
         if isinstance(value, float) and not math.isfinite(value):

@@ -19,24 +19,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 from evolve.archive import Archive, ArchiveError, RunRecord
-from evolve.options import DEFAULT_POLICY, TRAIN_METHODS, RunOptions, RunOverrides, option_default
+from evolve.options import DEFAULT_POLICY, RunOptions, RunOverrides
 from evolve.problem import Problem
 from evolve.problem.config import FitnessSection
 from evolve.problem.fingerprint import changes, is_file_hashes, legacy_fingerprint
-
-__all__ = [  # the options model lives in evolve.options; a run's identity uses it
-    "DEFAULT_POLICY",
-    "TRAIN_METHODS",
-    "RunMismatch",
-    "RunOptions",
-    "RunOverrides",
-    "check_resumable",
-    "open_run",
-    "option_default",
-    "resolve_options",
-    "stored_options",
-]
-
 
 FILES = "problem_files"  # the run config's key of its problem folder's per-file hashes (path -> sha256)
 OLD_CHECK = "problem.toml and the evaluator"  # what an archive from before per-file hashes had hashed

@@ -25,7 +25,7 @@ import numpy as np
 
 from policies.advantages import make_estimator
 from policies.cpu_dtype import slow_bf16
-from policies.shaping import select
+from policies.shaping import LAZY_PENALTY, NORMALISATION, SKIP_ZERO_ADVANTAGE, select
 from policies.shared_prompt import SharedPrompt, completion_logprobs, completions_after, run_prompt
 from policies.training_groups import TrainingGroup
 
@@ -71,9 +71,9 @@ class TrainConfig:
     # Reward shaping and batch selection for a model that mostly copies (policies/shaping.py explains each):
     # leave zero-advantage groups and completions out; the reward of an echo or duplicate (0: off, scored as a
     # failure); "bounds" or "group" (each component stretched to [0, 1] over its group) before scalarising.
-    skip_zero_advantage: bool = True
-    lazy_penalty: float = 0.0
-    reward_normalisation: str = "bounds"
+    skip_zero_advantage: bool = SKIP_ZERO_ADVANTAGE
+    lazy_penalty: float = LAZY_PENALTY
+    reward_normalisation: str = NORMALISATION
 
     def as_dict(self) -> dict[str, Any]:
         return {**asdict(self), "target_modules": list(self.target_modules)}

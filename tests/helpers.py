@@ -101,8 +101,9 @@ def square_run(tmp_path: Path, **options: object) -> tuple:
     Returns (problem, archive, run, options); keyword arguments override RunOptions fields.
     """
     from evolve.archive import Archive
+    from evolve.options import RunOptions
     from evolve.problem import load_problem
-    from evolve.runs import RunOptions, open_run
+    from evolve.runs import open_run
 
     base: dict[str, object] = dict(
         workers=2,

@@ -235,9 +235,9 @@ def test_a_program_of_several_files_is_held_to_headers_of_its_editable_files_and
     header the prompt shows and that file's blocks or edits; a header of the fixed file, or of a file the program
     does not have, is refused where its name goes wrong; what is taken parses into changed children."""
     from evolve.group_sampler import answer_shape
+    from evolve.options import RunOptions
     from evolve.problem import load_problem
     from evolve.prompts.tree_view import program_blocks
-    from evolve.runs import RunOptions
     from policies.answer_grammar import file_header
 
     seed = load_problem(Path(__file__).resolve().parents[1] / "problems" / "knapsack_files").seed_code

@@ -15,9 +15,9 @@ from typer.testing import CliRunner, Result
 
 from evolve.bandit import Allocator, ArmView
 from evolve.members import MemberError, MemberSpec, as_stored, parse_member
+from evolve.options import RunOptions, RunOverrides
 from evolve.problem import load_problem
 from evolve.problem.samples import write_problem
-from evolve.runs import RunOptions, RunOverrides
 from evolve.search import SearchSetupError, build_search
 
 COUNT_TOML = """

@@ -7,10 +7,11 @@ from pathlib import Path
 
 from evolve.archive import Archive
 from evolve.loop import SearchLoop, run_search
+from evolve.options import RunOptions
 from evolve.problem import load_problem
 from evolve.prompts import PromptInputs, build_prompt
 from evolve.prompts.fixed_code import fixed_code_view
-from evolve.runs import RunOptions, open_run
+from evolve.runs import open_run
 from policies.replay import ReplayPolicy
 from sandboxes.process import ProcessSandbox
 from tests.helpers import SQUARE_TOML, db_rows, write_problem

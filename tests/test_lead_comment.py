@@ -11,9 +11,9 @@ import pytest
 
 from evolve.archive import code_hash
 from evolve.group_sampler import answer_shape
+from evolve.options import RunOptions
 from evolve.prompts import parse_completion
 from evolve.prompts.builder import PromptInputs, build_prompt
-from evolve.runs import RunOptions
 from policies.answer_grammar import AnswerShape
 from tests.helpers import SQUARE_SEED
 

@@ -18,10 +18,10 @@ from typing import Any, ClassVar
 
 import pytest
 
+from evolve.options import RunOverrides
 from evolve.problem import ProblemError, load_problem
 from evolve.problem.openevolve_config import read_config
 from evolve.problem.scaffold import scaffold
-from evolve.runs import RunOverrides
 from evolve.search import SearchSetupError, build_search
 from tests.helpers import GOOD_SEED, SPLIT_EVAL, db_rows, write_problem
 

@@ -144,7 +144,8 @@ def run_children(tmp_path: Path, folder: Path, children: list[str]) -> tuple[str
     (its budget is that many groups). Returns why it stopped, its archive and the policy."""
     from evolve.archive import Archive
     from evolve.loop import SearchLoop, run_search
-    from evolve.runs import RunOptions, open_run
+    from evolve.options import RunOptions
+    from evolve.runs import open_run
 
     problem = load_problem(folder)
     archive = Archive(tmp_path / "a.db")

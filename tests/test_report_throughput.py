@@ -12,10 +12,11 @@ from evolve.archive import Archive
 from evolve.archive.clock import utcnow
 from evolve.archive.inserts import CompletionRecord, GroupTelemetry
 from evolve.archive.models import Program, Run
+from evolve.options import RunOptions
 from evolve.problem import load_problem
 from evolve.report.aggregate import spread
 from evolve.report.build import build_views
-from evolve.runs import RunOptions, open_run
+from evolve.runs import open_run
 from tests.helpers import write_square_problem
 
 

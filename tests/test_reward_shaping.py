@@ -9,8 +9,9 @@ from typer.testing import CliRunner
 
 from evolve.archive import Archive
 from evolve.cli import app
+from evolve.options import RunOverrides
 from evolve.problem import load_problem
-from evolve.runs import RunOverrides, open_run, resolve_options
+from evolve.runs import open_run, resolve_options
 from evolve.search import train_config
 from policies.advantages import GRPO, VPO, vpo_advantages
 from policies.shaping import Selected, group_normalise, select, shape_rewards

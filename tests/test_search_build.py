@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from evolve.options import RunOptions, RunOverrides
 from evolve.problem import load_problem
-from evolve.runs import RunOptions, RunOverrides
 from evolve.search import SearchSetupError, build_search
 from sandboxes.process_slots import LOCK_DIR
 from tests.helpers import write_square_problem

@@ -26,8 +26,9 @@ import httpx
 import pytest
 
 from evolve.archive import Archive
+from evolve.options import RunOptions
 from evolve.problem import load_problem
-from evolve.runs import RunOptions, open_run
+from evolve.runs import open_run
 from tests.helpers import KNOWN, store_program, write_square_problem
 
 HUGE = "99999999999999999999999999"  # past SQL's 64-bit integers: the driver cannot even bind it

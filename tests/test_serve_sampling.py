@@ -16,8 +16,9 @@ from sqlalchemy import update
 from evolve.archive import Archive
 from evolve.archive.clock import utcnow
 from evolve.archive.models import SamplingProgressRow
+from evolve.options import RunOptions
 from evolve.problem import load_problem
-from evolve.runs import RunOptions, open_run
+from evolve.runs import open_run
 from evolve.sampling_feed import feed_sampling
 from policies.policy import SamplingProgress
 from tests.helpers import write_square_problem

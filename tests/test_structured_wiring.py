@@ -97,8 +97,9 @@ def test_a_program_of_several_files_asks_for_headers_of_the_files_it_may_change(
     """knapsack_files: the shape names lib/params.py and lib/ranking.py (not the fixed solver.py); the stored
     sampling says so, and the held answers become children."""
     from evolve.archive import Archive
+    from evolve.options import RunOptions
     from evolve.problem import load_problem
-    from evolve.runs import RunOptions, open_run
+    from evolve.runs import open_run
 
     problem = load_problem(Path(__file__).resolve().parents[1] / "problems" / "knapsack_files")
     archive = Archive(tmp_path / "a.db")

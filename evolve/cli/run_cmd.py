@@ -23,9 +23,8 @@ from evolve.fitness import raw_scores, score_text
 from evolve.group_sampler import structured_by
 from evolve.loop import SearchLoop
 from evolve.members import MemberError, MemberSpec, as_options, parse_member
-from evolve.options import invalid_value
+from evolve.options import DEFAULT_POLICY, RunOverrides, invalid_value, option_default
 from evolve.problem import Problem
-from evolve.runs import DEFAULT_POLICY, RunOverrides, option_default
 from evolve.sampling_feed import feed_sampling
 from evolve.search import Search, SearchSetupError, build_search
 from evolve.stats import LiveLines
@@ -258,24 +257,10 @@ def _report(search: Search, reason: str, problem: Problem) -> None:
         os._exit(0)
 
 
-def _run_own(
-    problem_dir: Annotated[Path, typer.Argument(metavar="PROBLEM")],
-    db: Annotated[
-        str | None, typer.Option(help=f"archive path or SQLAlchemy URL {default_note('runs/NAME.db')}")
-    ] = None,
-    policy: Annotated[list[str] | None, typer.Option(help=f"{POLICY_HELP} {default_note(DEFAULT_POLICY)}")] = None,
-) -> None: ...
-
-
-def _resume_own(
-    db: Annotated[str, typer.Argument(help="archive path or SQLAlchemy URL")],
-    run_id: Annotated[int | None, typer.Option("--run", callback=row_id, help="run id (default: the latest)")] = None,
-    policy: Annotated[list[str] | None, typer.Option(help=POLICY_HELP)] = None,
-) -> None: ...
-
-
-def _own(stub: object) -> list[inspect.Parameter]:
-    return list(inspect.signature(stub, eval_str=True).parameters.values())  # type: ignore[arg-type]
+def _own(command: object) -> list[inspect.Parameter]:
+    """The command's own parameters (what it declares itself); the options come as `**flags` (option_flags)."""
+    parameters = inspect.signature(command, eval_str=True).parameters.values()  # type: ignore[arg-type]
+    return [p for p in parameters if p.kind is not p.VAR_KEYWORD]
 
 
 def _given(policy: list[str] | None, flags: dict[str, Any]) -> RunOverrides:
@@ -287,7 +272,14 @@ def _given(policy: list[str] | None, flags: dict[str, Any]) -> RunOverrides:
     return RunOverrides(**_members(policy), **flags)
 
 
-def run(problem_dir: Path, db: str | None = None, policy: list[str] | None = None, **flags: Any) -> None:
+def run(
+    problem_dir: Annotated[Path, typer.Argument(metavar="PROBLEM")],
+    db: Annotated[
+        str | None, typer.Option(help=f"archive path or SQLAlchemy URL {default_note('runs/NAME.db')}")
+    ] = None,
+    policy: Annotated[list[str] | None, typer.Option(help=f"{POLICY_HELP} {default_note(DEFAULT_POLICY)}")] = None,
+    **flags: Any,
+) -> None:
     """Run (or resume) an evolutionary search. A resume reuses the options the run was started with; a flag
     given again overrides its stored value (recorded with the run). Ctrl-C stops cleanly."""
     given = _given(policy, flags)
@@ -338,7 +330,12 @@ def start_search(problem: Problem, given: RunOverrides, db: str | None, run_id: 
         raise typer.Exit(1)
 
 
-def resume(db: str, run_id: int | None = None, policy: list[str] | None = None, **flags: Any) -> None:
+def resume(
+    db: Annotated[str, typer.Argument(help="archive path or SQLAlchemy URL")],
+    run_id: Annotated[int | None, typer.Option("--run", callback=row_id, help="run id (default: the latest)")] = None,
+    policy: Annotated[list[str] | None, typer.Option(help=POLICY_HELP)] = None,
+    **flags: Any,
+) -> None:
     """Resume a run from the archive alone: its problem folder and every option are stored with it."""
     given = _given(policy, flags)
     check_given(given)
@@ -353,5 +350,5 @@ def resume(db: str, run_id: int | None = None, policy: list[str] | None = None, 
 
 
 def register(app: typer.Typer) -> None:
-    app.command()(with_flags(run, _own(_run_own), option_parameters("run")))
-    app.command()(with_flags(resume, _own(_resume_own), option_parameters("resume")))
+    app.command()(with_flags(run, _own(run), option_parameters("run")))
+    app.command()(with_flags(resume, _own(resume), option_parameters("resume")))

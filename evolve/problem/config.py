@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from typing import Any, Literal
+from typing import Any, Literal, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
@@ -182,9 +182,15 @@ class LimitsSection(_Strict):
     max_file_mb: int = Field(default=8, ge=1)  # largest file it may write
 
 
+EditFormat = Literal["auto", "diff", "full"]
+EDIT_FORMATS: tuple[str, ...] = get_args(EditFormat)
+
+
 class PolicyMemberSection(_Strict):
     """`[[search.policies]]`: one member of the run's ensemble (see evolve.members); unset settings come from
-    `[search]` and the run's options."""
+    `[search]` and the run's options. The one declaration of a member's keys, bounds and choices: a
+    `MemberSpec` (`--policy SPEC[key=value,...]`, a stored run's member) is checked by `member_setting_error`, and
+    takes its sampling keys from here."""
 
     spec: str = Field(min_length=1, description="a policy spec, as --policy takes it")
     name: str | None = Field(default=None, min_length=1, description="unique in the run; default: spec+settings")
@@ -192,7 +198,28 @@ class PolicyMemberSection(_Strict):
     temperature: float | None = Field(default=None, gt=0)
     top_p: float | None = Field(default=None, gt=0, le=1)
     template: Literal["standard", "directed"] | None = None
-    edit_format: Literal["auto", "diff", "full"] | None = None
+    edit_format: EditFormat | None = None
+
+
+MEMBER_IDENTITY = ("spec", "name", "weight")  # the rest of a member's keys say how it samples
+
+
+def member_setting_error(key: str, value: Any) -> str | None:
+    """Why `value` cannot be a member's `key` by `PolicyMemberSection`'s bounds and choices (`weight 0 must be >
+    0`, `template 'x'; use one of standard, directed`), or None: one line, whichever way the member was given."""
+    if value is None:
+        return None
+    info = PolicyMemberSection.model_fields[key]
+    choices = next((get_args(t) for t in get_args(info.annotation) if get_origin(t) is Literal), ())
+    if choices and value not in choices:
+        return f"{key} {value!r}; use one of {', '.join(choices)}"
+    gt = next((m.gt for m in info.metadata if getattr(m, "gt", None) is not None), None)
+    le = next((m.le for m in info.metadata if getattr(m, "le", None) is not None), None)
+    if gt is not None and le is not None and not gt < value <= le:
+        return f"{key} {value} must be in ({gt}, {le}]"
+    if gt is not None and not value > gt:
+        return f"{key} {value} must be > {gt}"
+    return None
 
 
 class SearchSection(_Strict):
