@@ -60,11 +60,6 @@ from policies.training_groups import TrainingGroup
 SKIP_ZERO_ADVANTAGE = True
 LAZY_PENALTY = 0.0
 NORMALISATION = "bounds"
-# The shaping defaults, written here once: the trainer's config (policies/trainer.py) and the run's options read
-# them (`[training]`, below the policies in the engine's layers, is checked equal by tests/test_options_once.py).
-SKIP_ZERO_ADVANTAGE = True
-LAZY_PENALTY = 0.0
-NORMALISATION = "bounds"
 NORMALISATIONS = ("bounds", "group", "improvement")
 EPS = 1e-9
 # The reward of a wasted answer under "improvement", per component: minus the median gain of the valid children
