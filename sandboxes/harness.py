@@ -30,6 +30,7 @@ def _on_alarm(signum, frame):
 # KINDS_SENT most frequent sent; texts cut. Messages are made only from the exception's plain-data args by its
 # builtin base class, so a candidate's own __str__, __repr__ or args property never runs in here.
 KINDS_HELD, KINDS_SENT, MESSAGE_CAP, TYPE_CAP, FILE_CAP, WALK_CAP = 64, 8, 300, 100, 200, 10000
+CODE_CAP = 120  # of the candidate's line that raised, as its file reads when the job ends
 _PLAIN = (str, int, float, bool, type(None))
 _BUILTIN_ERRORS = tuple(v for v in vars(builtins).values() if isinstance(v, type) and issubclass(v, BaseException))
 _TYPE_NAME = type.__dict__["__name__"].__get__
@@ -131,8 +132,25 @@ def _entry(key, count, workdir):
         "message": _clean(message, MESSAGE_CAP),
         "file": where,
         "line": line,
+        "code": _source_line(path, line),
         "count": count,
     }
+
+
+def _source_line(path, line):
+    """The text of `line` in the candidate's file (a model reads code without line numbers), or None."""
+    if path is None or line is None or line < 1:
+        return None
+    try:
+        with open(path, encoding="utf-8", errors="replace") as source:
+            for number, text in enumerate(source, start=1):
+                if number == line:
+                    return _clean(text, CODE_CAP) or None
+                if number > line:
+                    break
+    except OSError:
+        return None
+    return None
 
 
 def _guarded(fn, log):

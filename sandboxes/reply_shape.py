@@ -19,7 +19,7 @@ from evolve.problem.outcome import SWALLOWED_CAP, ErrorKind
 # What a sandbox may say went wrong; `scorer` is the engine's own verdict on the evaluator, never the sandbox's.
 SANDBOX_KINDS = frozenset(kind.value for kind in ErrorKind) - {"scorer"}
 SIMPLE_KEYS = ("scores", "feedback", "incomplete", "stages")
-SWALLOWED_KEYS = frozenset({"type", "message", "file", "line", "count"})
+SWALLOWED_KEYS = frozenset({"type", "message", "file", "line", "code", "count"})
 
 
 def malformed(reply: Any, case_names: list[str] | None) -> str | None:
@@ -94,7 +94,7 @@ def _simple(reply: dict[str, Any]) -> str | None:
 
 def _swallowed(entries: Any) -> str | None:
     """What the candidate's code raised into the evaluator's (absent when nothing did): at most SWALLOWED_CAP
-    entries {type: text, message: text, file: text or null, line: n >= 0 or null, count: n >= 1}."""
+    entries {type: text, message: text, file: text or null, line: n >= 0 or null, code: text or null, count: n >= 1}."""
     if entries is None:
         return None
     if not isinstance(entries, list):
@@ -103,11 +103,11 @@ def _swallowed(entries: Any) -> str | None:
         return f"the reply names {len(entries)} swallowed errors, more than the {SWALLOWED_CAP} a harness sends"
     for entry in entries:
         if not isinstance(entry, dict) or set(entry) != SWALLOWED_KEYS:
-            return "the reply has a swallowed error that is not {type, message, file, line, count}"
+            return "the reply has a swallowed error that is not {type, message, file, line, code, count}"
         texts = isinstance(entry["type"], str) and isinstance(entry["message"], str)
         file, line, count = entry["file"], entry["line"], entry["count"]
-        if not texts or not (file is None or isinstance(file, str)):
-            return "the reply has a swallowed error whose type, message or file is not text"
+        if not texts or not all(v is None or isinstance(v, str) for v in (file, entry["code"])):
+            return "the reply has a swallowed error whose type, message, file or code is not text"
         if not (line is None or (_integer(line) and 0 <= line < 2**31)) or not (_integer(count) and 1 <= count < 2**53):
             return "the reply has a swallowed error whose line or count is not a whole number in range"
     return None

@@ -237,7 +237,13 @@ def storable(outcome: EvalOutcome) -> EvalOutcome:
     for stage in outcome.stages or ():
         stage["metrics"] = {text(k): v for k, v in stage.get("metrics", {}).items()}
     outcome.swallowed = [
-        replace(e, type=text(e.type), message=text(e.message), file=None if e.file is None else text(e.file))
+        replace(
+            e,
+            type=text(e.type),
+            message=text(e.message),
+            file=None if e.file is None else text(e.file),
+            code=None if e.code is None else text(e.code),
+        )
         for e in outcome.swallowed
     ]
     outcome.swallowed = most_frequent(outcome.swallowed)  # a visible escape is longer than what it replaced

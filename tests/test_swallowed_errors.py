@@ -47,7 +47,7 @@ def evaluate(program_path):
 BROKEN = "def solve(x):\n    return fooo * x\n"  # NameError on line 3 of the program (the block's second line)
 HALF_BROKEN = "def solve(x):\n    if x % 2:\n        return [][x]\n    return x * x\n"  # IndexError on odd x: 3 times
 EXACT = "def solve(x):\n    return x * x\n"
-NAME_ERROR_LINE = "NameError: name 'fooo' is not defined (line 3, 6 times)"
+NAME_ERROR_LINE = "NameError: name 'fooo' is not defined (line 3, 6 times) at `return fooo * x`"
 
 
 def _openevolve_folder(root: Path) -> Path:
@@ -132,21 +132,31 @@ def test_a_swallowed_name_error_reaches_the_archive_show_and_the_next_prompt(tmp
     rows = _stored(db)
     assert rows[BROKEN][1:3] == ({"combined_score": 0.0, "close": 0.0}, None)
     [entry] = rows[BROKEN][3]
-    assert {k: entry[k] for k in ("type", "message", "line", "count")} == {
+    assert {k: entry[k] for k in ("type", "message", "line", "code", "count")} == {
         "type": "NameError",
         "message": "name 'fooo' is not defined",
         "line": 3,
+        "code": "return fooo * x",
         "count": 6,
     }
     assert rows[HALF_BROKEN][3] == [
-        {"type": "IndexError", "message": "list index out of range", "file": entry["file"], "line": 4, "count": 3}
+        {
+            "type": "IndexError",
+            "message": "list index out of range",
+            "file": entry["file"],
+            "line": 4,
+            "code": "return [][x]",
+            "count": 3,
+        }
     ]
     assert rows[EXACT][1:] == ({"combined_score": 1.0, "close": 1.0}, None, None)  # honest: nothing recorded
     assert rows["seed"][3] is None
 
     prompt = _next_prompt(db, broken_id)
     assert f"- {NAME_ERROR_LINE}" in prompt, prompt
-    assert "- IndexError: list index out of range (line 4, 3 times)" in _next_prompt(db, rows[HALF_BROKEN][0])
+    assert "- IndexError: list index out of range (line 4, 3 times) at `return [][x]`" in _next_prompt(
+        db, rows[HALF_BROKEN][0]
+    )
     assert "raised that the evaluator caught" not in _next_prompt(db, rows[EXACT][0])
 
 
@@ -228,6 +238,7 @@ def test_split_form_records_what_escapes_into_the_harness_only(sandbox, tmp_path
             "message": "name 'undefined_name' is not defined",
             "file": "seed.py",
             "line": 3,
+            "code": "return undefined_name + x",
             "count": 1,
         }
     ]
@@ -290,9 +301,11 @@ def test_floods_and_forgeries_stay_bounded_and_honest_programs_stay_exact(sandbo
         if name.startswith("a thousand"):
             assert len(shown) == 8 and all(e.type == "ValueError" for e in outcome.swallowed), shown
         if name.startswith("a message whose __str__ raises"):
-            assert shown == ["Bad: hidden (line 6, 6 times)"], shown
+            assert shown == ["Bad: hidden (line 6, 6 times) at `raise Bad('hidden')`"], shown
         if name.startswith("a message whose __str__ and"):
-            assert shown == ["Loop: (a message that is not plain text) (line 8, 6 times)"], shown
+            assert shown == ["Loop: (a message that is not plain text) (line 8, 6 times) at `raise Loop(Loop())`"], (
+                shown
+            )
         if name.startswith("a class name"):
             assert {e.type for e in outcome.swallowed} == {"Fake - NameError: forged (line 1, 99 times)", "Liar"}
             assert all(e.count == 3 for e in outcome.swallowed), shown
@@ -319,16 +332,24 @@ def forging(swallowed: str) -> str:
     )
 
 
-ENTRY = '{"type": "E", "message": "m", "file": None, "line": 1, "count": 1}'
+ENTRY = {"type": "E", "message": "m", "file": None, "line": 1, "code": None, "count": 1}
+
+
+def entries(**changed: object) -> str:
+    """One entry of `swallowed`, as Python source, with `changed` fields (a key of None's value: removed)."""
+    return repr([{**ENTRY, **changed}])
+
+
 FORGED_SWALLOWED = {
     "not a list": '"NameError"',
-    "too many entries": f"[{ENTRY}] * 9",
-    "an entry with an extra key": '[{"type": "E", "message": "m", "file": None, "line": 1, "count": 1, "x": 1}]',
-    "a count of zero": '[{"type": "E", "message": "m", "file": None, "line": 1, "count": 0}]',
-    "a count that is a boolean": '[{"type": "E", "message": "m", "file": None, "line": 1, "count": True}]',
-    "a line that is text": '[{"type": "E", "message": "m", "file": None, "line": "1", "count": 1}]',
-    "a message that is a list": '[{"type": "E", "message": ["m"], "file": None, "line": 1, "count": 1}]',
-    "a huge count": '[{"type": "E", "message": "m", "file": None, "line": 1, "count": 10 ** 400}]',
+    "too many entries": f"[{ENTRY!r}] * 9",
+    "an entry with an extra key": entries(x=1),
+    "a count of zero": entries(count=0),
+    "a count that is a boolean": entries(count=True),
+    "a line that is text": entries(line="1"),
+    "a message that is a list": entries(message=["m"]),
+    "code that is a number": entries(code=7),
+    "a huge count": f"[{{**{ENTRY!r}, 'count': 10 ** 400}}]",
 }
 
 
@@ -338,10 +359,12 @@ def test_a_forged_swallowed_field_of_the_wrong_shape_is_bad_output(sandbox, simp
         assert outcome.error_kind == ErrorKind.BAD_OUTPUT and "swallowed" in (outcome.error or ""), name
         assert outcome.swallowed == [] and outcome.scores == {"combined_score": 0.0, "close": 0.0}, name
     # well shaped but huge texts: cut to their caps, the candidate's own record only
-    big = '[{"type": "T" * 10**5, "message": "\\udcff" + "M" * 10**5, "file": "f" * 10**4, "line": 1, "count": 7}]'
+    big = "[{'type': 'T' * 10**5, 'message': '\\udcff' + 'M' * 10**5, 'file': 'f' * 10**4, 'line': 1,"
+    big += " 'code': 'c' * 10**4, 'count': 7}]"
     outcome = sandbox.evaluate(simple_problem, forging(big))
     [entry] = outcome.swallowed
-    assert (len(entry.type), len(entry.message), entry.count) == (100, 300, 7) and entry.message.encode("utf-8")
+    assert (len(entry.type), len(entry.message), len(entry.code or ""), entry.count) == (100, 300, 120, 7)
+    assert entry.message.encode("utf-8")
     for code, want in ((EXACT, {"combined_score": 1.0, "close": 1.0}),):
         assert (sandbox.evaluate(simple_problem, code).scores, sandbox.evaluate(simple_problem, code).swallowed) == (
             want,
@@ -350,11 +373,11 @@ def test_a_forged_swallowed_field_of_the_wrong_shape_is_bad_output(sandbox, simp
 
 
 def test_the_reply_check_names_what_is_wrong_with_swallowed():
-    ok = {"scores": {"a": 1.0}, "swallowed": [json.loads(ENTRY.replace("None", "null"))]}
+    ok = {"scores": {"a": 1.0}, "swallowed": [dict(ENTRY)]}
     assert malformed(ok, None) is None
     assert malformed({**ok, "swallowed": {"a": 1}}, None) == "the reply's swallowed errors are an object, not a list"
     split = {"outputs": {"c0": {"ok": 4}}, "swallowed": [{"type": "E"}]}
-    assert "not {type, message, file, line, count}" in (malformed(split, ["c0"]) or "")
+    assert "not {type, message, file, line, code, count}" in (malformed(split, ["c0"]) or "")
     crash = {"kind": "crash", "error": "x", "swallowed": [{**ok["swallowed"][0], "line": -1}]}
     assert "line or count" in (malformed(crash, ["c0"]) or "")
 

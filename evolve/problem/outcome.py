@@ -36,6 +36,7 @@ NAME_CAP = 100
 STAGES_CAP = 16  # stages kept, each with at most METRICS_CAP numbers
 SWALLOWED_CAP = 8  # distinct errors the candidate's code raised into the evaluator's, the most frequent
 SWALLOWED_MESSAGE_CAP = 300
+SWALLOWED_CODE_CAP = 120
 
 
 @dataclass(frozen=True)
@@ -51,30 +52,39 @@ class SwallowedError:
     file: str | None
     line: int | None
     count: int
+    code: str | None = None  # the text of that line, stripped (a prompt shows code without line numbers)
 
     def shown(self, name_file: bool = False) -> str:
         """One line as the prompt and `evolve show` print it: `NameError: name 'foo' is not defined (line 12,
-        5 times)`; `name_file`: say which of the program's files (a program of several files)."""
+        5 times) at `y = foo * x``; `name_file`: say which of the program's files (a program of several files)."""
         where = "" if self.line is None else f"line {self.line}"
         if name_file and self.file is not None:
             where = f"{self.file} {where}".strip()
         times = "once" if self.count == 1 else f"{self.count} times"
         head = f"{self.type}: {self.message}" if self.message else self.type
-        return f"{head} ({where + ', ' if where else ''}{times})"
+        return f"{head} ({where + ', ' if where else ''}{times})" + (f" at `{self.code}`" if self.code else "")
 
     def as_dict(self) -> dict[str, Any]:
-        return {"type": self.type, "message": self.message, "file": self.file, "line": self.line, "count": self.count}
+        return {
+            "type": self.type,
+            "message": self.message,
+            "file": self.file,
+            "line": self.line,
+            "code": self.code,
+            "count": self.count,
+        }
 
     @classmethod
     def from_dict(cls, value: dict[str, Any]) -> SwallowedError:
         """From a stored or replied entry whose shape was checked (`sandboxes/reply_shape.py`); cut to its caps."""
-        file = value.get("file")
+        file, code = value.get("file"), value.get("code")
         return cls(
             str(value["type"])[:NAME_CAP],
             str(value["message"])[:SWALLOWED_MESSAGE_CAP],
             None if file is None else str(file)[: NAME_CAP * 2],
             value.get("line"),
             int(value["count"]),
+            None if code is None else str(code)[:SWALLOWED_CODE_CAP],
         )
 
 
@@ -136,7 +146,15 @@ def swallowed_lines(stored: Any, name_file: bool = True) -> list[str]:
 def most_frequent(entries: list[SwallowedError]) -> list[SwallowedError]:
     """At most SWALLOWED_CAP entries, the most frequent first, their texts cut."""
     ranked = sorted(entries, key=lambda e: -e.count)[:SWALLOWED_CAP]
-    return [replace(e, type=e.type[:NAME_CAP], message=e.message[:SWALLOWED_MESSAGE_CAP]) for e in ranked]
+    return [
+        replace(
+            e,
+            type=e.type[:NAME_CAP],
+            message=e.message[:SWALLOWED_MESSAGE_CAP],
+            code=None if e.code is None else e.code[:SWALLOWED_CODE_CAP],
+        )
+        for e in ranked
+    ]
 
 
 def _named_numbers(values: dict[Any, Any]) -> dict[str, Any]:
