@@ -137,7 +137,8 @@ def test_yield_shares_and_rates():
     )
     assert y.per_completion == 0.75 and y.per_1k_tokens == 1.5
     assert (y.unchanged, y.duplicate, y.unparseable) == (4 / 12, 2 / 12, 2 / 12)
-    assert y.line().startswith("0.75 new valid children per completion, 1.50 per 1k tokens; variants unchanged 33%")
+    assert y.line().startswith("0.00 beating their parent per 1k tokens")  # the headline first (issue 59)
+    assert "; 0.75 new valid children per completion, 1.50 per 1k tokens; variants unchanged 33%" in y.line()
     assert Yield().per_completion == 0.0 and Yield().unparseable == 0.0
 
 
@@ -156,11 +157,11 @@ def test_live_view_and_summary_show_yield_and_the_current_ask():
     stats.parse.update({"ok": 3, "unchanged": 6, "duplicate": 1, "parse_error": 2})
     stats.ask = "embedded: full edits, temperature 1, directed prompt (hotter)"
     stats.arms = ["ask hotter: 3 groups (60%), 2 new valid, 1 improved, 4 copies, 0.50/1k tokens"]
-    assert "yield 0.50 new valid children per completion, 2.00 per 1k tokens; variants unchanged 50%" in stats.summary()
+    assert "0.50 new valid children per completion, 2.00 per 1k tokens; variants unchanged 50%" in stats.summary()
     console = Console(width=200, record=True)
     console.print(stats.render())
     text = console.export_text()
-    assert "0.50/completion, 2.00/1k tokens" in text and "unchanged 50%, duplicate 8%, unparseable 17%" in text
+    assert "0.50 valid/completion, 2.00/1k tokens" in text and "unchanged 50%, duplicate 8%, unparseable 17%" in text
     assert "embedded: full edits, temperature 1, directed prompt (hotter)" in text
     assert "ask hotter: 3 groups (60%), 2 new valid, 1 improved, 4 copies" in text
 
