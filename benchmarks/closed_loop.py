@@ -57,6 +57,28 @@ from benchmarks.closed_loop_arm import ArmResult, ArmSettings, best_known, run_a
 from benchmarks.closed_loop_report import report
 from evolve.problem import load_problem
 
+KIND = "experiment"
+SMOKE_ARGS = (
+    "--problems",
+    "minimizer",
+    "--seeds",
+    "1",
+    "--groups",
+    "1",
+    "--arms",
+    "none,vpo",
+    "--held-out-groups",
+    "0",
+    "--policy",
+    "transformers:{tiny_model}",
+    "--max-new-tokens",
+    "16",
+    "--group-size",
+    "2",
+    "--work",
+    "{scratch}",
+)  # a run of seconds (python -m benchmarks --smoke)
+
 ROOT = Path(__file__).resolve().parent.parent
 CANDIDATES = ("minimizer", "tour_heuristic", "durations", "spread_points", "bin_packing")
 HELD_OUT = "roman_numerals"
@@ -211,6 +233,8 @@ def main() -> None:
     ap.add_argument("--keep-zero-advantage", action="store_true")
     ap.add_argument("--held-out-groups", type=int, default=ArmSettings.held_out_groups)
     ap.add_argument("--work", type=Path, default=WORK, help="results.json and the arms' archives (resumed from)")
+    ap.add_argument("--max-new-tokens", type=int, default=None, help="smoke runs only (default: the problem's)")
+    ap.add_argument("--group-size", type=int, default=None, help="smoke runs only (default: the problem's)")
     args = ap.parse_args()
     torch.set_num_threads(len(os.sched_getaffinity(0)))  # the trainer's threads: the cores this process may use
     settings = ArmSettings(
@@ -222,6 +246,8 @@ def main() -> None:
         lazy_penalty=args.lazy_penalty,
         reward_normalisation=args.reward_normalisation,
         held_out_groups=args.held_out_groups,
+        max_new_tokens=args.max_new_tokens,
+        group_size=args.group_size,
     )
     results_path = args.work / "results.json"
     if args.report:

@@ -51,6 +51,9 @@ class ArmSettings:
     reward_normalisation: str = "group"
     workers: int = 2
     held_out_groups: int = 1  # k = groups x G x m answers of the final policy on the held-out problem; 0: none
+    # None: the problem's own (the study's). Set only for a smoke run, so that a tiny model's group takes seconds.
+    max_new_tokens: int | None = None
+    group_size: int | None = None
 
 
 @dataclass
@@ -138,6 +141,8 @@ def arm_options(problem: Problem, arm: str, seed: int, s: ArmSettings) -> RunOpt
         skip_zero_advantage=s.skip_zero_advantage,
         lazy_penalty=s.lazy_penalty,
         reward_normalisation=s.reward_normalisation,
+        max_new_tokens=s.max_new_tokens,  # None: the problem's own
+        group_size=s.group_size,
     )
 
 
@@ -164,7 +169,9 @@ def run_arm(folder: Path, arm: str, seed: int, s: ArmSettings, work: Path, held_
         )
         step = trainer.step
     seconds["load"] = time.monotonic() - started
-    loop = SearchLoop(problem, archive, policy, sandbox, run, options, step)
+    # The loop takes each training member's step by name: the arm's one policy is the run's one member
+    train_steps = {} if step is None else {options.members()[0].name: step}
+    loop = SearchLoop(problem, archive, policy, sandbox, run, options, train_steps=train_steps)
     started = time.monotonic()
     reason = run_search(loop)
     if loop.control.interrupted.is_set():  # Ctrl-C or SIGTERM: the arm is not done; its archive resumes it

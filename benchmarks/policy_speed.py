@@ -14,11 +14,13 @@ prefilled once in float32 and decoded in bfloat16 (the default without llama.cpp
 is made before the first group is timed.
 
 The plans' last line compares the default plan (`llama` where it imports, else `twin`) with `twin`, both in the
-steady state: `policy_speed baseline_tok_s=... default_tok_s=... ratio=...`. Run it on a quiet machine.
+steady state: `policy_speed baseline_tok_s=... default_tok_s=... ratio=...` (without both plans, the plans'
+own rates: `policy_speed twin_first_tok_s=... ...`). Run it on a quiet machine. `--model DIR` samples another
+model (the smoke run's tiny one, `--plans twin`).
 
 `--structured PROBLEMS` then samples llama.cpp's plain sampler beside the same sampler held to the answer's
 grammar, on the first group of each problem (`benchmarks.structured_speed`), and ends with its own line:
-`structured plain_tok_s=... grammar_tok_s=... ratio=... plain_parseable=...% grammar_parseable=...% ...`.
+`structured_speed plain_tok_s=... grammar_tok_s=... ratio=... plain_parseable=...% grammar_parseable=...% ...`.
 `--plans ""` runs that comparison alone.
 
 Usage: python -m benchmarks.policy_speed [--model embedded] [--problem problems/roman_numerals] [--g 4]
@@ -41,6 +43,9 @@ from benchmarks.group_prompts import group_prompts
 from policies.policy import SamplingParams, chat_token_ids
 from policies.prefill import PromptPrefill
 from policies.transformers_policy import TransformersPolicy
+
+KIND = "speed"
+SMOKE_ARGS = ("--model", "{tiny_model}", "--plans", "twin", "--groups", "2", "--g", "2", "--max-new-tokens", "8")  # a run of seconds (python -m benchmarks --smoke)
 
 
 def _policy(model: str, plan: str) -> TransformersPolicy:
@@ -173,6 +178,8 @@ def _plans(args: argparse.Namespace) -> None:
     if "twin" in steady and default in steady:
         baseline, chosen = steady["twin"], steady[default]
         print(f"policy_speed baseline_tok_s={baseline:.1f} default_tok_s={chosen:.1f} ratio={chosen / baseline:.2f}")
+    else:  # no baseline among the plans run (the smoke run's twin alone): the plans' own rates
+        print("policy_speed " + " ".join(summary))
 
 
 if __name__ == "__main__":

@@ -8,12 +8,14 @@ a placeholder, filled in here just before the run:
   saved in a cache folder, so a benchmark that samples or trains runs real forward passes in milliseconds
   instead of the embedded 0.5B model's seconds. Untaught, it writes no valid program: a smoke run checks that
   the benchmark runs end to end and prints its result line, not what it finds.
-- `{study}`: the closed-loop study's folder with its archives unpacked (study_archives.py).
+- `{study}`: the closed-loop study's folder with its archives unpacked (study_archives.py);
+- `{scratch}`: a fresh empty folder, for a benchmark that writes its work somewhere (left in the temp folder).
 """
 
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 from benchmarks.study_archives import study_folder
@@ -36,7 +38,11 @@ def tiny_model_dir() -> Path:
     return target
 
 
-PLACEHOLDERS = {"{tiny_model}": tiny_model_dir, "{study}": study_folder}
+def scratch_dir() -> Path:
+    return Path(tempfile.mkdtemp(prefix="benchmark-smoke-"))
+
+
+PLACEHOLDERS = {"{tiny_model}": tiny_model_dir, "{study}": study_folder, "{scratch}": scratch_dir}
 
 
 def filled(args: tuple[str, ...]) -> list[str]:
