@@ -129,3 +129,15 @@ def db_url(request, tmp_path):
     if request.param == "sqlite":
         return str(tmp_path / "a.db")
     return request.getfixturevalue("postgres_cluster").new_database()
+
+
+@pytest.fixture(scope="module")
+def initialised(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder made by `evolve init` in a subprocess, as a user makes one, once per module: the unattended-run tests
+    copy it (`evolve init` writes the same folder every time; another subprocess would only import the engine again)."""
+    from tests.unattended_runs import evolve
+
+    folder = tmp_path_factory.mktemp("init") / "demo"
+    made = evolve("init", str(folder))
+    assert made.returncode == 0, made.stderr[-2000:]
+    return folder
