@@ -7,7 +7,8 @@ unchanged quantised base weights.
 
 The whole-model writer exists so that tests can run llama.cpp on a tiny model made on the spot (no download):
 float32 tensors, the tokenizer's vocabulary as a byte-level BPE vocabulary (llama.cpp needs one to load; the
-policy tokenises with the transformers tokenizer anyway, so token ids are the same on both sides).
+policy tokenises with the transformers tokenizer anyway, so token ids are the same on both sides), and its chat
+template, so that the file alone carries its tokenizer as a published GGUF does (`policies.gguf_tokenizer`).
 """
 
 from __future__ import annotations
@@ -81,7 +82,7 @@ def _add_vocabulary(writer: Any, tokenizer: Any, vocab_size: int) -> None:
     if not merges:  # llama.cpp refuses a BPE vocabulary without merges; one merge of two byte tokens is harmless
         merges = [f"{tokens[0]} {tokens[1]}"]
     writer.add_tokenizer_model("gpt2")
-    writer.add_tokenizer_pre("default")
+    writer.add_tokenizer_pre("qwen2" if _splits_as_qwen2(backend.get("pre_tokenizer")) else "default")
     writer.add_token_list(tokens)
     writer.add_token_types(types)
     writer.add_token_merges(merges)
@@ -89,6 +90,21 @@ def _add_vocabulary(writer: Any, tokenizer: Any, vocab_size: int) -> None:
         writer.add_eos_token_id(tokenizer.eos_token_id)
     if tokenizer.pad_token_id is not None and tokenizer.pad_token_id < vocab_size:
         writer.add_pad_token_id(tokenizer.pad_token_id)
+    if getattr(tokenizer, "chat_template", None):
+        writer.add_chat_template(tokenizer.chat_template)
+
+
+def _splits_as_qwen2(pre_tokenizer: Any) -> bool:
+    """Whether a tokenizer.json pre-tokenizer splits text with Qwen2's pattern (written as the `qwen2` pre-tokenizer,
+    so that a reader of the GGUF splits as the model's merges were learned)."""
+    from transformers.models.qwen2.tokenization_qwen2 import PRETOKENIZE_REGEX
+
+    if isinstance(pre_tokenizer, dict):
+        pattern = pre_tokenizer.get("pattern")
+        if isinstance(pattern, dict) and pattern.get("Regex") == PRETOKENIZE_REGEX:
+            return True
+        return any(_splits_as_qwen2(p) for p in pre_tokenizer.get("pretokenizers") or [])
+    return False
 
 
 def write_lora_gguf(adapter_dir: Path, target: Path, n_blocks: int) -> Path:

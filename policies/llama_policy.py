@@ -96,12 +96,13 @@ class LlamaPolicy:
 
     @classmethod
     def load(cls, spec: str) -> LlamaPolicy:
-        """`embedded`, or a GGUF file whose directory holds a transformers tokenizer (and, to train, the same
-        model as a transformers checkpoint)."""
+        """`embedded`, or a GGUF file: its tokenizer is the transformers one in its folder where there is one, else
+        the one the file holds (`policies.gguf_tokenizer`); to train, its folder holds the same model as a
+        transformers checkpoint."""
         from policies.embedded import EMBEDDED_NAME, embedded_gguf, embedded_model_dir
+        from policies.gguf_tokenizer import model_tokenizer
 
         try:
-            from transformers import AutoTokenizer
             from transformers.utils import logging as hf_logging
         except ImportError as exc:
             raise PolicyError(f"the llama policy tokenises with transformers ({exc})") from None
@@ -115,10 +116,7 @@ class LlamaPolicy:
             if not gguf.is_file():
                 raise PolicyError(f"llama:{spec}: no such GGUF file; use llama:embedded or llama:PATH.gguf")
             source, name, trainer = gguf.parent, gguf.name, str(gguf.parent)
-        try:
-            tokenizer = AutoTokenizer.from_pretrained(source)
-        except (OSError, ValueError) as exc:
-            raise PolicyError(f"no tokenizer next to {gguf}: {str(exc).splitlines()[0]}") from None
+        tokenizer = model_tokenizer(Path(source), gguf)  # the files beside the GGUF, else the one it holds
         return cls(gguf, tokenizer, name, trainer, end_of_turn_ids(Path(source), tokenizer))
 
     # ---- Interruptible ----------------------------------------------------------------------------------
