@@ -25,6 +25,8 @@ to its shape, issue 37): run once with it on and once off (the default, as the e
 Usage: python -m benchmarks.yield [--groups 6] [--problems roman_numerals,durations] [--max-time 600]
        python -m benchmarks.yield --compare-structured [--groups 6] [--keep results/yield]
        python -m benchmarks.yield --policy llama:embedded [--lead-comment on]
+Smoke run (python -m benchmarks --smoke): one group of minimizer by a tiny untaught model, `--max-new-tokens 16
+--group-size 2` (both None otherwise: the problem's own).
 """
 
 from __future__ import annotations
@@ -56,6 +58,12 @@ from evolve.yields import QualityCounts, Yield, worst_values
 from policies.from_spec import make_policy
 from policies.policy import Policy
 from sandboxes.backends import make_sandbox
+
+KIND = "experiment"
+SMOKE_ARGS = (  # a run of seconds (python -m benchmarks --smoke): a tiny model, one group
+    "--groups", "1", "--problems", "minimizer", "--policy", "transformers:{tiny_model}",
+    "--max-new-tokens", "16", "--group-size", "2",
+)  # fmt: skip
 
 ROOT = Path(__file__).resolve().parent.parent
 FIRST = ("roman_numerals", "bin_packing", "circle_packing")  # the order of the tables in docs/yield.md
@@ -274,6 +282,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--compare-structured", action="store_true", help="each problem with --structured off, then on")
     ap.add_argument("--lead-comment", default="off", choices=("on", "off"), help="the `# Change: ...` lead line")
     ap.add_argument("--compare", default=None, help="OPTION=A,B: each problem under each value of a run option")
+    # For a smoke run (python -m benchmarks --smoke), so that a tiny model's group takes seconds: None, the problem's
+    ap.add_argument("--max-new-tokens", type=int, default=None, help="cap per completion (default: the problem's)")
+    ap.add_argument("--group-size", type=int, default=None, help="G (default: the problem's)")
     args = ap.parse_args(argv)
     if args.compare and args.compare_structured:
         print("--compare and --compare-structured: give one of them", file=sys.stderr)
@@ -295,6 +306,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{spec} cannot hold its answers to a grammar; give a policy that can (llama:...)", file=sys.stderr)
         return 2
     base = {"others_view": args.others_view, "lead_comment": args.lead_comment == "on"}
+    base |= {"max_new_tokens": args.max_new_tokens, "group_size": args.group_size}  # None: not given
     if args.compare_structured:
         modes = {mode: base | {"structured": mode} for mode in ("off", "on")}
     elif compared:
