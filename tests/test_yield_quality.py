@@ -59,6 +59,12 @@ def test_a_zero_child_is_not_counted_valid_live_nor_in_the_summary(tmp_path):
         assert as_json["yields"]["new_valid"] == 1
         report = CliRunner().invoke(app, ["report", db]).output
         assert "children that beat their parent 1 of 2 evaluated" in report
+        from evolve.report.build import build_views  # the HTML report's summary line reads it
+
+        assert (
+            "beating their parent per 1k tokens (1 of 2 evaluated"
+            in build_views(loop.archive, loop.run).meta["quality"]
+        )
     finally:
         loop.sandbox.close()
         loop.archive.close()

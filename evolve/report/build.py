@@ -7,7 +7,8 @@ from datetime import UTC, datetime
 
 import numpy as np
 
-from evolve.archive import Archive, RunRecord
+from evolve.archive import Archive, RunRecord, summary_yield
+from evolve.fitness import signs
 from evolve.report import queries
 from evolve.report.aggregate import (
     Views,
@@ -22,6 +23,7 @@ from evolve.report.aggregate import (
     version_view,
 )
 from evolve.report.token_spans import token_spans
+from evolve.yields import worst_values
 
 MAX_LINEAGE_ROOTS = 6
 
@@ -73,6 +75,8 @@ def build_views(archive: Archive, run: RunRecord) -> Views:
         "completions": len(tokens),
         "elapsed_s": run.state.elapsed_s or t_end,
         "generated_at": datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC"),
+        # what the children brought, as `evolve inspect` counts it (evolve.yields): the run's headline figure
+        "quality": summary_yield(archive.summarize(run, signs(specs), worst_values(specs))).quality_line(),
     }
     return Views(
         meta=meta,

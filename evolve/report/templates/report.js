@@ -31,7 +31,8 @@
     const m = data.meta;
     const best = m.best_scalar == null ? "none yet" : m.best_scalar.toPrecision(6) + " (program " + m.best_id + ")";
     text("status", "(" + m.status + ")");
-    text("summary", m.evaluations + " evaluations, " + m.completions + " completions, " + m.islands +
+    text("summary", (m.quality ? "children " + m.quality + ". " : "") + m.evaluations + " evaluations, " +
+      m.completions + " completions, " + m.islands +
       " islands, best scalar " + best + ", errors " + JSON.stringify(m.errors) + ", answers " +
       JSON.stringify(m.variants));
   }
