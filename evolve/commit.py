@@ -10,8 +10,8 @@ from collections.abc import Sequence
 from evolve.archive import Archive
 from evolve.archive.batch import NewProgram
 from evolve.archive.records import EvaluationRecord
-from evolve.children import EvaluationResult, ScoredRun, StoredChild
 from evolve.fitness import scalar_view
+from evolve.handoffs import EvaluationResult, ScoredRun, StoredChild
 from evolve.problem import Problem
 from evolve.problem.config import ComponentSpec
 

@@ -12,8 +12,8 @@ import asyncio
 from dataclasses import dataclass
 
 from evolve.archive.clock import utcnow
-from evolve.children import Child, EvaluationResult
 from evolve.control import StageFailure
+from evolve.handoffs import Child, EvaluationResult
 from evolve.problem import Problem
 from evolve.problem.outcome import ErrorKind, EvalOutcome
 from sandboxes.sandbox import AsyncSandbox, Sandbox

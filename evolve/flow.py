@@ -14,10 +14,10 @@ import asyncio
 import contextlib
 
 from evolve.archive import Archive
-from evolve.children import Child, EvaluationResult
 from evolve.commit import COMMIT_BATCH, ProgramWriter
 from evolve.control import StageFailure
 from evolve.evaluation import Evaluator
+from evolve.handoffs import Child, EvaluationResult
 from evolve.ledger import RunLedger
 
 

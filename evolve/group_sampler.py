@@ -24,11 +24,11 @@ from evolve.archive import Archive, CompletionRecord, GroupTelemetry, code_hash
 from evolve.archive.clock import utcnow
 from evolve.archive.records import PendingVariant
 from evolve.ask_arms import Ask
-from evolve.children import Admitted, Child, GroupCost, GroupResult, HashedVariant
 from evolve.control import StageFailure
 from evolve.ensemble import estimated_tokens
 from evolve.filetree import file_spans
 from evolve.fitness import raw_scores
+from evolve.handoffs import Admitted, Child, GroupCost, GroupResult, HashedVariant
 from evolve.options import RunOptions
 from evolve.policy_calls import PolicyMember
 from evolve.problem import Problem

@@ -8,7 +8,7 @@ for the next group (`next_group`). What the loop itself decides (Ctrl-C, the tim
 of a benchmark's generating) it asks of the ledger by name too (`interrupt`, `time_spent`, `session_lost`,
 `finish_generating`, `conclude`), so the counters, the budgets and the stop reason have this one writer; its
 `RunControl` is changed from here only. Readers elsewhere (the live view, the report) read; queries here
-(`may_start_group`, `training_due`, `parent_pool`, `snapshot`'s reads) write nothing. tests/test_ledger_writers.py
+(`may_start_group`, `training_due`, `parent_pool`, `groups_started`) write nothing. tests/test_ledger_writers.py
 reads the code of evolve/, policies/ and sandboxes/ and fails on a call to a mutator of the ledger, its control,
 population, counters or stop rules from any other module, so no two writers can interleave and the order of
 events is the order of the loop's calls.
@@ -22,10 +22,11 @@ from dataclasses import dataclass
 
 from evolve.archive import code_hash
 from evolve.archive.records import RunState, VariantRow
-from evolve.children import Admitted, Child, GroupResult, HashedVariant, KnownCode, NewVariant, ScoredRun, StoredChild
+from evolve.code_index import CodeIndex
 from evolve.control import RunControl, StageFailure
 from evolve.ensemble import Choice, Ensemble
 from evolve.fitness import oriented_by_name, raw_scores, signs, solved
+from evolve.handoffs import Admitted, Child, GroupResult, HashedVariant, NewVariant, ScoredRun, StoredChild
 from evolve.options import RunOptions
 from evolve.problem import Problem
 from evolve.selection import PoolView, Population, RankedProgram
@@ -59,7 +60,7 @@ class RunLedger:
             migration_size=search.migration_size,
             spent_weight=options.spent_parent_weight,
         )
-        self.known = KnownCode()
+        self.known = CodeIndex()
         self.stats = LoopStats(
             problem.component_names,
             options.max_evaluations,

@@ -1,14 +1,14 @@
-"""The search loop: select → prompt → sample a group → parse → evaluate → commit, with the stages overlapped.
+"""The search loop: pick -> prompt -> sample -> parse -> admit -> store -> queue for each group, and evaluate ->
+commit for each child, with the stages overlapped (docs/architecture.md, "One child through the engine").
 
 Every fact of the run (population, code index, counters, budget, the ensemble's record, every stop rule) lives in
-one `RunLedger` (evolve.ledger), which only the loop changes, on its own event-loop thread. The stages hold none
-of it; each returns a record that the loop applies to the ledger:
-- `GroupSampler` (evolve.group_sampler): a `SampledGroup` (prompted, sampled, parsed); the ledger admits it (duplicates
-  marked, new children claimed), then the sampler stores it and returns a `GroupResult`;
-- `Evaluator` (evolve.evaluation): an `Evaluated` child (its result, or the sandbox failure it cost);
-- `ProgramWriter` (evolve.commit): a `StoredChild` per committed result.
-The children's queue, evaluation workers and committer are the loop's own (evolve/flow.py). No stage holds a
-reference to another stage or to the loop, and none calls back.
+one `RunLedger` (evolve.ledger), which only the loop changes, on its event-loop thread, through the ledger's named
+commands (Ctrl-C, the time limit and a lost session included). The stages hold none of it: each is handed values
+and returns a record (evolve/handoffs.py) that the loop applies to the ledger: the `GroupSampler` a `SampledGroup`
+(picked from the pool it is handed, prompted, sampled, parsed), which the ledger admits before the sampler stores
+it as a `GroupResult`; the `Evaluator` an `Evaluated` child; the `ProgramWriter` a `StoredChild` per result. The
+children's queue, evaluation workers and committer are the loop's own (evolve/flow.py). No stage holds a reference
+to another stage, the loop or the ledger, and none calls back (tests/test_ledger_writers.py).
 
 Every prompt, completion and parsed variant is committed before its children are evaluated, so a run killed at any
 moment resumes by re-parsing the variants whose evaluations never landed.
@@ -36,20 +36,19 @@ from dataclasses import replace
 
 from evolve.archive import Archive, RunRecord, RunState, code_hash
 from evolve.ask_arms import Ask, apply_arm, ask_arms
-from evolve.children import Child, GroupResult
 from evolve.commit import ProgramWriter
 from evolve.control import RunControl, StageFailure
 from evolve.ensemble import Ensemble
 from evolve.evaluation import Evaluator
 from evolve.flow import ChildFlow, note_incident
 from evolve.group_sampler import GroupSampler
+from evolve.handoffs import Child, GroupResult
 from evolve.interrupt import cancel_on
 from evolve.ledger import RunLedger
 from evolve.members import MemberSpec
 from evolve.options import RunOptions
 from evolve.policy_calls import PolicyCalls, PolicyMember, PolicyVersions, TrainStep
 from evolve.problem import Problem
-from evolve.problem.timeout_rule import RunTimeout
 from evolve.selection import Population, make_selector
 from evolve.stats import LoopStats
 from policies.policy import Policy
@@ -60,9 +59,6 @@ ENGINE_THREADS = 12  # worker threads beside evaluations: generators (8 at most)
 
 
 class SearchLoop:
-    # The run's timeout (evolve/problem/timeout_rule.py), set by build_search; None: the problem's limits as loaded.
-    timeout: RunTimeout | None = None
-
     def __init__(
         self,
         problem: Problem,
@@ -323,8 +319,6 @@ class SearchLoop:
         if result is None:
             self.ledger.release()
             return False
-        if self.timeout is not None:  # a problem without a timeout takes one from its seed's time
-            self.timeout.seed_scored(result.outcome)
         await self.flow.commit([result])
         return True
 

@@ -31,7 +31,7 @@ WRITERS: dict[tuple[str, str], frozenset[str]] = {
     ("evolve.control", "RunControl"): LEDGER_SIDE,
     ("evolve.selection.population", "Population"): LEDGER_SIDE,
     ("evolve.stats", "LoopStats"): LEDGER_SIDE,
-    ("evolve.children", "KnownCode"): LEDGER_SIDE,
+    ("evolve.code_index", "CodeIndex"): LEDGER_SIDE,
     ("evolve.ensemble", "Ensemble"): LEDGER_SIDE,
     ("evolve.stopping", "Stall"): LEDGER_SIDE,
     ("evolve.stopping", "Patience"): LEDGER_SIDE,

@@ -9,7 +9,7 @@ import asyncio
 import sqlite3
 
 from evolve.archive import code_hash
-from evolve.children import Child
+from evolve.handoffs import Child
 from evolve.loop import SearchLoop, run_search
 from policies.replay import ReplayPolicy
 from sandboxes.process import ProcessSandbox

@@ -329,7 +329,7 @@ def test_an_interrupt_while_a_group_is_parsed_drops_the_group_and_ends_the_resum
     import sqlite3
 
     from evolve.archive import code_hash
-    from evolve.children import Child
+    from evolve.handoffs import Child
     from evolve.loop import SearchLoop
     from policies.replay import ReplayPolicy
     from sandboxes.process import ProcessSandbox

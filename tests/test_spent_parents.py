@@ -7,8 +7,8 @@ from collections import Counter
 
 import numpy as np
 
-from evolve.children import ScoredRun
 from evolve.commit import ProgramWriter
+from evolve.handoffs import ScoredRun
 from evolve.loop import SearchLoop, run_search
 from evolve.problem.config import ComponentSpec
 from evolve.selection import Population, TournamentSelector, pick_parent

@@ -1,14 +1,17 @@
-"""What flows between the loop's parts, as named records: a child, the group that made it, its evaluation.
+"""The hand-offs of the engine: every record that passes from one part of the loop to another, in the order a
+child meets them (docs/architecture.md, "One child through the engine").
 
-A child is parsed by the group sampler, queued for the evaluation stage, scored, and handed to the commit stage;
-each hand-over is one of these records, so that a reader of any part sees what it receives without following
-tuples back to where they were packed.
+A group's completions are parsed into `HashedVariant`s; the ledger admits them (`Admitted`: each variant's row,
+its new ones as `NewVariant`s); the store makes each new one a `Child` (with its variant row) in a `GroupResult`;
+the evaluation stage scores a `Child` into an `EvaluationResult`; the commit stage stores it and says what became
+of it (`StoredChild`), which the ledger applies. A session starts from a `ScoredRun`. Each hand-over is one of
+these records, so that a reader of any part sees what it receives without following tuples back to where they
+were packed.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -119,33 +122,3 @@ class StoredChild:
     scalar: float
     program_id: int
     created: bool
-
-
-class KnownCode:
-    """The run's normalised-code hashes, each with its program id (None while that child is queued or under
-    evaluation): what makes a variant a duplicate. The sampler claims a hash when it parses a new child, the commit
-    stage fills in the id once the program is stored, and a group that failed to store gives its claims back."""
-
-    def __init__(self) -> None:
-        self._ids: dict[str, int | None] = {}
-
-    def __contains__(self, digest: object) -> bool:
-        return digest in self._ids
-
-    def program(self, digest: str) -> int | None:
-        """The stored program with this code, if it is stored yet."""
-        return self._ids.get(digest)
-
-    def claim(self, digests: Iterable[str]) -> None:
-        self._ids.update(dict.fromkeys(digests))
-
-    def stored(self, digest: str, program_id: int) -> None:
-        self._ids[digest] = program_id
-
-    def forget(self, digests: Iterable[str]) -> None:
-        for digest in digests:
-            self._ids.pop(digest, None)
-
-    def load(self, ids: Mapping[str, int]) -> None:
-        """Start from what the archive holds (a resume)."""
-        self._ids = dict(ids)
