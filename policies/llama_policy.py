@@ -96,10 +96,17 @@ class LlamaPolicy:
 
     @classmethod
     def load(cls, spec: str) -> LlamaPolicy:
-        """`embedded`, or a GGUF file: its tokenizer is the transformers one in its folder where there is one, else
-        the one the file holds (`policies.gguf_tokenizer`); to train, its folder holds the same model as a
-        transformers checkpoint."""
-        from policies.embedded import EMBEDDED_NAME, embedded_gguf, embedded_model_dir
+        """`embedded`, `embedded-1.5b` (the strong model's extra), or a GGUF file: its tokenizer is the transformers
+        one in its folder where there is one, else the one the file holds (`policies.gguf_tokenizer`); to train, its
+        folder holds the same model as a transformers checkpoint."""
+        from policies.embedded import (
+            EMBEDDED_NAME,
+            STRONG_NAME,
+            STRONG_SPEC,
+            embedded_gguf,
+            embedded_model_dir,
+            strong_gguf,
+        )
         from policies.gguf_tokenizer import model_tokenizer
 
         try:
@@ -111,10 +118,15 @@ class LlamaPolicy:
             shipped = embedded_gguf()
             gguf = requantize_q8_0(shipped, shipped.with_name("model-q8_0.gguf"))
             source, name, trainer = embedded_model_dir(), EMBEDDED_NAME, "embedded"
+        elif spec == STRONG_SPEC:  # sampled as shipped (Q4_K_M); its tokenizer is the GGUF's
+            gguf = strong_gguf()
+            source, name, trainer = gguf.parent, STRONG_NAME, str(gguf.parent)
         else:
             gguf = Path(spec)
             if not gguf.is_file():
-                raise PolicyError(f"llama:{spec}: no such GGUF file; use llama:embedded or llama:PATH.gguf")
+                raise PolicyError(
+                    f"llama:{spec}: no such GGUF file; use llama:embedded, llama:{STRONG_SPEC} or llama:PATH.gguf"
+                )
             source, name, trainer = gguf.parent, gguf.name, str(gguf.parent)
         tokenizer = model_tokenizer(Path(source), gguf)  # the files beside the GGUF, else the one it holds
         return cls(gguf, tokenizer, name, trainer, end_of_turn_ids(Path(source), tokenizer))

@@ -18,9 +18,11 @@ BACKENDS = ("embedded", "llama", "transformers", "vllm", "openai", "vllm-local",
 HTTP_BACKENDS = ("vllm", "openai")
 # Backends whose argument is a file or folder on this machine (transformers' only when it exists: else a hub id).
 LOCAL_PATH_BACKENDS = ("replay", "llama", "transformers")
+EMBEDDED_ARGUMENTS = ("embedded", "embedded-1.5b")  # the shipped models a local backend names, not files
 USAGE = (
-    "use embedded, llama:embedded, llama:PATH.gguf, transformers:embedded, transformers:DIR_OR_HUB_ID, "
-    "vllm:URL[@MODEL], vllm:URL1,URL2,...[@MODEL], openai:URL@MODEL, vllm-local:MODEL or replay:FILE"
+    "use embedded, llama:embedded, llama:embedded-1.5b, llama:PATH.gguf, transformers:embedded, "
+    "transformers:DIR_OR_HUB_ID, vllm:URL[@MODEL], vllm:URL1,URL2,...[@MODEL], openai:URL@MODEL, vllm-local:MODEL "
+    "or replay:FILE"
 )
 
 
@@ -58,7 +60,7 @@ class PolicySpec:
         """The file or folder on this machine the spec may name, as written (a transformers argument may be a hub
         id instead), or None: what a spec from a problem folder must keep inside that folder."""
         arg = self.argument
-        return arg if self.backend in LOCAL_PATH_BACKENDS and arg and arg != "embedded" else None
+        return arg if self.backend in LOCAL_PATH_BACKENDS and arg and arg not in EMBEDDED_ARGUMENTS else None
 
     def anchored(self, cwd: Path | None = None) -> PolicySpec:
         """The spec with a relative file or folder argument made absolute against `cwd` (the working directory).
@@ -67,7 +69,7 @@ class PolicySpec:
         (`evolve resume DB` from anywhere): `replay:demo.json` stored as given was looked up there and not found.
         """
         arg = self.argument
-        if self.backend not in LOCAL_PATH_BACKENDS or not arg or arg == "embedded" or os.path.isabs(arg):
+        if self.backend not in LOCAL_PATH_BACKENDS or not arg or arg in EMBEDDED_ARGUMENTS or os.path.isabs(arg):
             return self
         path = Path(os.path.abspath((cwd or Path.cwd()) / os.path.expanduser(arg)))
         if self.backend == "transformers" and not path.exists():  # a hub id such as Qwen/Qwen2.5-Coder-0.5B-Instruct
