@@ -10,8 +10,9 @@ no group starts after it; the group being sampled finishes and queued children a
 The ask is fixed (`asks = "base"`), so the arms differ only in who samples each group; the stall rule is off, so
 only the time ends a run. Per problem: the best scalar's gain over the seed's, (best - seed) / |seed|, and new
 valid children per 1,000 tokens. The last line is
-`ensemble bandit=G±S uniform=G±S best_single=G±S improved=K/N`: the mean gain over problems (± its spread over
-seeds), and on how many of the N problems the bandit's mean gain beat both uniform's and the best single's.
+`ensemble_allocation bandit=G±S uniform=G±S best_single=G±S improved=K/N`: the mean gain over problems (± its
+spread over seeds), and on how many of the N problems the bandit's mean gain beat both uniform's and the best
+single's.
 
 Usage: python -m benchmarks.ensemble_allocation [--problems roman_numerals,durations] [--max-time 120] [--seeds 0,1]
        [--policy embedded] [--singles 0,1,2,3] [--group-size 2] [--max-new-tokens 256]
@@ -42,6 +43,12 @@ from evolve.runs import open_run
 from policies.from_spec import make_policy
 from policies.policy import Policy
 from sandboxes.backends import make_sandbox
+
+KIND = "experiment"
+SMOKE_ARGS = (  # a run of seconds (python -m benchmarks --smoke): a tiny model, one problem, about a group an arm
+    "--problems", "durations", "--max-time", "1", "--singles", "0", "--policy", "transformers:{tiny_model}",
+    "--group-size", "2", "--max-new-tokens", "16",
+)  # fmt: skip
 
 DEFAULT_PROBLEMS = "roman_numerals,durations"
 PROBLEM_DIRS: list[Path] = importlib.import_module("benchmarks.yield").PROBLEM_DIRS  # `yield` is a keyword
@@ -185,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
         over_seeds = [statistics.fmean(v[i] for v in gains[arm].values()) for i in range(len(seeds))]
         mean, spread = mean_and_spread(over_seeds)
         said.append(f"{arm}={mean:.4f}±{spread:.4f}")
-    print(f"ensemble {' '.join(said)} improved={improved}/{len(wanted)}")
+    print(f"ensemble_allocation {' '.join(said)} improved={improved}/{len(wanted)}")
     return 0
 
 

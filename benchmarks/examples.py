@@ -10,7 +10,8 @@ the seconds spent sampling. The last line is `examples progress=K/N`: of the N r
 a program better than the seed.
 
 Usage: python -m benchmarks.examples [--examples roman_numerals_c,knapsack_files] [--sandboxes process,docker]
-       [--max-time 300] [--seed 0] [--policy embedded] [--keep DIR]
+       [--max-time 300] [--seed 0] [--policy embedded] [--keep DIR] [--max-new-tokens N] [--group-size G]
+`--max-new-tokens`, `--group-size`: the smoke run's (a tiny model's group of seconds); the problem's own otherwise.
 """
 
 from __future__ import annotations
@@ -33,6 +34,12 @@ from evolve.fitness import signs
 from evolve.problem import load_problem
 from policies.from_spec import make_policy
 from policies.policy import Policy
+
+KIND = "experiment"
+SMOKE_ARGS = (  # a run of seconds (python -m benchmarks --smoke): a tiny model, about one group
+    "--examples", "knapsack_files", "--sandboxes", "process", "--max-time", "1",
+    "--policy", "transformers:{tiny_model}", "--max-new-tokens", "16", "--group-size", "2",
+)  # fmt: skip
 
 _yield = importlib.import_module("benchmarks.yield")  # `yield` is a keyword
 EXAMPLES = {
@@ -127,7 +134,8 @@ def measured(folder: Path, sandbox: str, archive: Archive, wall_s: float, reason
 
 def run_example(folder: Path, sandbox: str, policy: Policy, args: argparse.Namespace, work: Path) -> ExampleRun:
     """One fresh run of `folder` in `sandbox` (yield's run_problem, with no group budget), then its row."""
-    done = _yield.run_problem(folder, policy, args.policy, None, args.max_time, args.seed, sandbox, work)
+    sampling = {"max_new_tokens": args.max_new_tokens, "group_size": args.group_size}  # None: the problem's own
+    done = _yield.run_problem(folder, policy, args.policy, None, args.max_time, args.seed, sandbox, work, sampling)
     wall_s, reason = done.wall_s, done.reason
     archive = Archive(_yield.archive_file(work, load_problem(folder)), create=False)
     try:
@@ -177,6 +185,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--policy", default="embedded")
     ap.add_argument("--keep", type=Path, default=None, help="keep the archives in this folder (default: discard)")
+    # For a smoke run (python -m benchmarks --smoke), so that a tiny model's group takes seconds
+    ap.add_argument("--max-new-tokens", type=int, default=None, help="cap per completion (default: the problem's)")
+    ap.add_argument("--group-size", type=int, default=None, help="G (default: the problem's)")
     args = ap.parse_args(argv)
     try:
         return run_all(args)

@@ -4,16 +4,27 @@ the two archives it kept."""
 
 from __future__ import annotations
 
-import importlib
 import json
+import os
 import re
 import sqlite3
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
 from evolve.yields import UNPARSEABLE
 
-bench = importlib.import_module("benchmarks.yield")  # `yield` is a keyword
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run_yield(*argv: str) -> subprocess.CompletedProcess[str]:
+    """`python -m benchmarks.yield ARGV` as a user runs it (tests import nothing from benchmarks/)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    cmd = [sys.executable, "-m", "benchmarks.yield", *argv]
+    return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900, check=False)
+
 
 pytestmark = pytest.mark.slow
 
@@ -37,14 +48,15 @@ def shape_failures(db) -> int:
     return sqlite3.connect(db).execute("SELECT COUNT(*) FROM variants WHERE status = 'parse_error'").fetchone()[0]
 
 
-def test_compare_structured_runs_each_problem_off_then_on_and_reports_the_archives(tmp_path, tiny_gguf, capsys):
+def test_compare_structured_runs_each_problem_off_then_on_and_reports_the_archives(tmp_path, tiny_gguf):
     keep = tmp_path / "kept"
     argv = ["--compare-structured", "--problems", "minimizer", "--groups", "1", "--policy", f"llama:{tiny_gguf}"]
     # The shape alone: the tiny model was taught answers without a lead comment; held to one, it wrote noise after
     # it (11 of 12 variants syntax errors, 1 ok; free: 10 unparseable, 2 ok), which says nothing about the shape.
     argv += ["--lead-comment", "off"]
-    assert bench.main([*argv, "--keep", str(keep)]) == 0
-    last = capsys.readouterr().out.strip().splitlines()[-1]
+    ran = run_yield(*argv, "--keep", str(keep))
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    last = ran.stdout.strip().splitlines()[-1]
     figures = dict(re.findall(r"(\w+)=([^ ]+)", last))
     assert last.startswith("structured ") and set(figures) == {
         "unparseable_off", "unparseable_on", "children_per_1k_tokens_off", "children_per_1k_tokens_on",
@@ -64,7 +76,7 @@ def test_compare_structured_runs_each_problem_off_then_on_and_reports_the_archiv
     assert shape_failures(keep / "on" / "minimizer.db") == 0
 
 
-def test_compare_structured_refuses_a_policy_without_a_grammar(tmp_path, tiny_model_dir, capsys):
+def test_compare_structured_refuses_a_policy_without_a_grammar(tmp_path, tiny_model_dir):
     """An OpenAI-compatible server that ignores the grammar field (the tests' loopback one) holds nothing: the
     comparison would measure free text twice."""
     from tests.openai_server import LoopbackServer
@@ -73,8 +85,9 @@ def test_compare_structured_refuses_a_policy_without_a_grammar(tmp_path, tiny_mo
     try:
         spec = f"openai:{server.url}@{server.model_name}"
         argv = ["--compare-structured", "--problems", "minimizer", "--policy", spec, "--keep", str(tmp_path)]
-        assert bench.main(argv) == 2
+        refused = run_yield(*argv)
     finally:
         server.stop()
-    assert "cannot hold its answers to a grammar" in capsys.readouterr().err
+    assert refused.returncode == 2, refused.stderr[-3000:]
+    assert "cannot hold its answers to a grammar" in refused.stderr
     assert [path for path, _ in server.requests] == ["/v1/chat/completions"]  # the probe alone: nothing sampled

@@ -9,10 +9,9 @@ import importlib
 import re
 
 from benchmarks import yield_compare
+from benchmarks.checks.square import FOUR, SQUARE, answer, write_square_problem
 from policies.policy import Generated
 from policies.replay import ReplayPolicy
-from tests.helpers import write_square_problem
-from tests.test_loop_parts import FOUR, SQUARE, answer
 
 _yield = importlib.import_module("benchmarks.yield")  # `yield` is a keyword
 ZERO = "def solve(x):\n    return -1\n"

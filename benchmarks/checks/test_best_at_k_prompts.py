@@ -43,16 +43,21 @@ def test_each_prompt_is_sampled_as_the_run_sampled_it_its_answer_held_to_the_sam
     a real archive, give the same decoding but the seed (and the copy guard's list: copies are counted here)."""
     from dataclasses import replace
 
-    from evolve.archive import Archive, CompletionRecord
+    from evolve.archive import Archive, CompletionRecord, NewProgram
+    from evolve.archive.records import EvaluationRecord
+    from evolve.problem.samples import write_problem
     from policies.answer_grammar import AnswerShape
     from policies.policy import SamplingParams
-    from tests.helpers import store_program, write_square_problem
 
-    folder = write_square_problem(tmp_path / "sq")
+    folder = write_problem(tmp_path / "sq")
     archive = Archive(tmp_path / "a.db")
     run = archive.create_run("sq", str(folder), "fp", {"options": {"max_new_tokens": 512}}, 0)
-    evaluation = {"scores": {"c0": 0.5}, "scalar": 0.5, "duration_s": 0.01}
-    parent, _ = store_program(archive, run.id, "def solve(x):\n    return x\n", evaluation=evaluation)
+    evaluation = EvaluationRecord(
+        scores={"c0": 0.5}, scalar=0.5, duration_s=0.01, error_kind=None, error=None, sandbox="check"
+    )
+    [(parent, _)] = archive.add_evaluated_programs(
+        run.id, [NewProgram("def solve(x):\n    return x\n", None, 0, 0, None, evaluation)], False
+    )
     shape = AnswerShape(3, "full", "python", "#", ("a.py", "lib/b.py"))
     sampled = SamplingParams(0.7, 0.9, 768, 12345, 40, ("</variant 3>",), shape, ("def solve(x): ...",))
     stored = {**sampled.as_dict(), "edit_format": "full", "template": "directed"}  # as the loop stores a group
