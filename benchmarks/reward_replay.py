@@ -255,10 +255,11 @@ def report(archives: list[StoredArchive], rewards: dict[str, dict[str, object]])
 SMOKE_PROBLEM = "minimizer"
 
 
-def smoke_archive(path: Path) -> Path:
-    """A tiny untrained archive of minimizer: a parent and 3 groups of 4 two-answer completions whose answers are a
-    child that beats the parent, one that is worse, one that scores as the parent (a docstring edit), a copy and
-    an unparseable answer: each kind the replay tells apart."""
+def smoke_archive(path: Path, parents: int = 1) -> Path:
+    """A tiny untrained archive of minimizer: `parents` parents and max(3, parents) groups (group g asks parent
+    g mod parents) of 4 two-answer completions whose answers are a child that beats the parent, one that is worse,
+    one that scores as the parent (a docstring edit), a copy and an unparseable answer: each kind the replay tells
+    apart. benchmarks/improve_at_k.py's smoke run trains on it too."""
     from evolve.archive import CompletionRecord, NewProgram
     from evolve.archive.records import EvaluationRecord
 
@@ -270,10 +271,14 @@ def smoke_archive(path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     archive = Archive(path)
     try:
-        run = archive.create_run(SMOKE_PROBLEM, "smoke", "smoke", {"options": {"variants": 2}}, 0)
+        folder = str(problem_folder(SMOKE_PROBLEM).resolve())
+        options = {"variants": 2, "max_new_tokens": 24}
+        run = archive.create_run(SMOKE_PROBLEM, folder, "smoke", {"options": options}, 0)
         version = archive.add_policy_version(run_id=run.id, base_model="smoke", number=0)
-        [(parent, _)] = archive.add_evaluated_programs(run.id, [NewProgram("x = 0", None, 0, 0, None, evaluation(0.5))])
-        for g in range(3):
+        seeds = [NewProgram(f"x{i} = 0", None, 0, 0, None, evaluation(0.5)) for i in range(parents)]
+        parent_ids = [pid for pid, _ in archive.add_evaluated_programs(run.id, seeds)]
+        for g in range(max(3, parents)):
+            parent = parent_ids[g % parents]
             answers = [("ok", 0.5 + 0.01 * (g + 1)), ("ok", 0.4), ("ok", 0.5), ("duplicate", None)]
             completions = [CompletionRecord("c", [1, 2, 3], [-0.1, -0.2, -0.3], "stop", version) for _ in answers]
             variant_ids = archive.add_group(

@@ -1,0 +1,316 @@
+"""Does training on an archive make the policy better at improving parents it never trained on, beyond the noise of
+training itself?
+
+Protocol (issue 61). From an untrained arm's archive (`--db`): its parents in run order, every third one held out
+(up to `--held-out`), the others' groups the training set (up to `--train-parents` parents; the held-out parents'
+groups are deleted from each training copy, so no update sees them). Each method of `--methods` (none, grpo, vpo)
+is trained `--trainings` times independently (training t seeds the trainer's shuffling and weights with t) for
+`--steps` updates on a copy of the archive, with the run's policy (`--policy`) and the given shaping
+(`--reward-normalisation`, improvement by default), PPO `--epochs` and `--kl`; "none" is not trained. Then every
+policy samples K completions (`--k`) per held-out parent with the parent's stored decoding; training t's samples use
+the seeds 1000 * t + prompt index for every method, so methods differ in their weights alone. Each new variant is
+evaluated in the process sandbox. Per training: P(an answer beats its parent) (valid new child whose scalar view is
+above the parent's) and best@k for k = 1..K (the best child's scalar gain over the parent in the scalar's range
+units, 0 where none beats it), averaged over held-out parents. Methods are compared over trainings, not prompts: an
+exact permutation test of the difference of the means of best@K over the trainings' labels (two-sided; with 3
+trainings a method the smallest p is 0.1). The last line: `improve_at_k none=... grpo=... vpo=... k=K trainings=N
+p_vpo_none=... p_vpo_grpo=...`.
+
+Resumable: everything lives under `--work`: each training's copy and adapters, and the measurements in
+`state.json.xz` (xz-compressed JSON, written after each policy's measurement); a training whose copy holds `--steps`
+versions is not trained again, and one cut off goes on from its newest version (its optimiser's moments restart).
+
+    python -m benchmarks.improve_at_k --db A.db --work W [--steps 30] [--trainings 3] [--k 12] [--epochs 4]
+    python -m benchmarks.improve_at_k --smoke   # the tiny model on a tiny archive, in a temporary directory
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import lzma
+import shutil
+import sqlite3
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from benchmarks.best_at_k import Parent, sampling_params
+from evolve.archive import Archive
+from evolve.archive.codehash import code_hash
+from evolve.fitness import scalar_bounds, scalar_view
+from evolve.problem import Problem, load_problem
+from evolve.prompts import parse_completion
+from evolve.training import ArchiveTrainer
+from policies.from_spec import make_policy
+from policies.trainer import TrainConfig
+
+KIND = "experiment"
+SMOKE_ARGS = ("--smoke",)  # a run of seconds (python -m benchmarks --smoke)
+METHODS = ("none", "grpo", "vpo")
+
+
+@dataclass
+class Measurement:
+    """One policy (a method's training t) on the held-out parents."""
+
+    method: str
+    training: int
+    gains: list[list[float]] = field(default_factory=list)  # per parent: best@k gain for k = 1..K
+    answers: int = 0
+    beats: int = 0
+
+    def best_at(self, k: int) -> float:
+        return float(np.mean([g[k - 1] for g in self.gains])) if self.gains else float("nan")
+
+    def p_beat(self) -> float:
+        return self.beats / self.answers if self.answers else float("nan")
+
+
+def split_parents(db: Path, train_parents: int, held_out: int) -> tuple[list[int], list[int]]:
+    """(training parent ids, held-out parent ids): the run's parents in order of first prompt, every third held out."""
+    con = sqlite3.connect(db)
+    try:
+        ids = [pid for (pid,) in con.execute("SELECT parent_id FROM prompts ORDER BY id")]
+    finally:
+        con.close()
+    ordered = list(dict.fromkeys(ids))
+    held = [p for i, p in enumerate(ordered) if i % 3 == 2][:held_out]
+    train = [p for p in ordered if p not in held][:train_parents]
+    return train, held
+
+
+def held_out_prompts(db: Path, held: list[int]) -> tuple[Problem, list[Parent], dict]:
+    """The first prompt of each held-out parent, with its parent's code and scalar and its stored decoding."""
+    con = sqlite3.connect(db)
+    try:
+        folder, config = con.execute("SELECT problem_dir, config FROM runs ORDER BY id LIMIT 1").fetchone()
+        rows = con.execute(
+            "SELECT pr.text, pr.parent_id, e.scalar, (SELECT c.sampling FROM completions c WHERE c.prompt_id = pr.id "
+            "ORDER BY c.id LIMIT 1) FROM prompts pr JOIN evaluations e ON e.program_id = pr.parent_id "
+            "WHERE e.scalar IS NOT NULL ORDER BY pr.id"
+        ).fetchall()
+    finally:
+        con.close()
+    first = {}
+    for text, pid, scalar, sampling in rows:
+        first.setdefault(pid, (text, float(scalar), json.loads(sampling) if sampling else {}))
+    archive = Archive(db, create=False)
+    try:
+        chosen = [Parent(first[p][0], archive.program(p).code, first[p][1], first[p][2]) for p in held if p in first]  # type: ignore[union-attr]
+    finally:
+        archive.close()
+    return load_problem(Path(folder)), chosen, json.loads(config).get("options", {})
+
+
+def training_copy(db: Path, work: Path, keep: list[int]) -> Path:
+    """A copy of the archive holding the training parents' groups alone (made once)."""
+    copy = work / "train.db"
+    if copy.exists():
+        return copy
+    staging = work / "train.db.partial"
+    shutil.copy(db, staging)
+    con = sqlite3.connect(staging)
+    try:
+        marks = ",".join("?" * len(keep))
+        gone = f"SELECT id FROM prompts WHERE parent_id NOT IN ({marks})"
+        con.execute(
+            f"DELETE FROM variants WHERE completion_id IN (SELECT id FROM completions WHERE prompt_id IN ({gone}))",
+            keep,
+        )
+        con.execute(f"DELETE FROM completions WHERE prompt_id IN ({gone})", keep)
+        con.commit()
+    finally:
+        con.close()
+    staging.rename(copy)
+    return copy
+
+
+def train(source: Path, work: Path, method: str, t: int, steps: int, args: argparse.Namespace) -> Path:
+    """Training t of `method`: `steps` updates on its own copy of the training archive; its newest adapter."""
+    folder = work / f"{method}-t{t}"
+    folder.mkdir(parents=True, exist_ok=True)
+    copy = folder / "train.db"
+    if not copy.exists():
+        shutil.copy(source, copy)
+    archive = Archive(copy)
+    try:
+        run = archive.find_run(None)
+        done = [v for v in archive.policy_versions(run.id) if v.adapter_path]
+        policy = make_policy(args.policy)
+        config = TrainConfig(
+            method=method,
+            learning_rate=args.learning_rate,
+            epochs=args.epochs,
+            kl_coef=args.kl,
+            reward_normalisation=args.reward_normalisation,
+            versions_back=10**6,
+            seed=t,
+        )
+        import torch
+
+        torch.manual_seed(t)  # the adapter's initial weights
+        components = list(load_problem(Path(run.problem_dir)).components)
+        trainer = ArchiveTrainer(
+            archive, run.id, components, int(run.config["options"]["variants"]), policy, config, folder / "adapters"
+        )
+        for step in range(len(done), steps):
+            stats = trainer.step()
+            print(
+                f"{method} t{t} step {step + 1}/{steps}: {stats.samples} completions, clip by epoch "
+                f"{[round(c, 3) for c in stats.epoch_clip_fractions]}",
+                flush=True,
+            )
+        latest = max((v for v in archive.policy_versions(run.id) if v.adapter_path), key=lambda v: v.number)
+        policy.close()
+        return Path(latest.adapter_path)  # type: ignore[arg-type]
+    finally:
+        archive.close()
+
+
+def measure(
+    method: str, t: int, policy, problem: Problem, parents: list[Parent], options: dict, k: int, sandbox
+) -> Measurement:
+    out = Measurement(method, t)
+    bounds = scalar_bounds(problem.components)
+    scale = (bounds[1] - bounds[0]) if bounds and bounds[1] > bounds[0] else 1.0
+    m = int(options.get("variants", 3))
+    for index, parent in enumerate(parents):
+        params = sampling_params(parent, options, 1000 * t + index)
+        seen = {code_hash(parent.code, problem.multi_file)}
+        best, gains = parent.scalar, []
+        for generated in policy.generate(parent.prompt, params, k):
+            for variant in parse_completion(parent.code, generated.text, m, multi_file=problem.multi_file):
+                out.answers += 1
+                digest = None if variant.code is None else code_hash(variant.code, problem.multi_file)
+                if digest is None or digest in seen:
+                    continue
+                seen.add(digest)
+                outcome = sandbox.evaluate(problem, variant.code)
+                if outcome.ok:
+                    value = scalar_view(problem.components, outcome.scores)
+                    out.beats += value > parent.scalar
+                    best = max(best, value)
+            gains.append((best - parent.scalar) / scale)
+        out.gains.append(gains)
+    return out
+
+
+def permutation_p(a: list[float], b: list[float]) -> float:
+    """Exact two-sided permutation test of mean(a) - mean(b) over the labels of the pooled values."""
+    pooled, n = np.array(a + b), len(a)
+    observed = abs(np.mean(a) - np.mean(b))
+    splits = list(itertools.combinations(range(len(pooled)), n))
+    hits = sum(abs(pooled[list(s)].mean() - np.delete(pooled, list(s)).mean()) >= observed - 1e-12 for s in splits)
+    return hits / len(splits)
+
+
+def load_state(path: Path) -> dict[str, Measurement]:
+    if not path.exists():
+        return {}
+    rows = json.loads(lzma.decompress(path.read_bytes()))
+    return {f"{r['method']}-t{r['training']}": Measurement(**r) for r in rows}
+
+
+def save_state(path: Path, state: dict[str, Measurement]) -> None:
+    staging = path.with_name(path.name + ".partial")
+    staging.write_bytes(lzma.compress(json.dumps([asdict(m) for m in state.values()]).encode()))
+    staging.rename(path)
+
+
+def report(state: dict[str, Measurement], methods: list[str], k: int, trainings: int) -> None:
+    print(f"| method | training | P(answer beats parent) | best@1 | best@{k} |")
+    print("|---|---|---|---|---|")
+    for m in sorted(state.values(), key=lambda m: (methods.index(m.method), m.training)):
+        print(f"| {m.method} | {m.training} | {m.p_beat():.4f} | {m.best_at(1):.4f} | {m.best_at(k):.4f} |")
+    per = {name: [m.best_at(k) for m in state.values() if m.method == name] for name in methods}
+    cells = " ".join(f"{name}={np.mean(v):.4f}" for name, v in per.items() if v)
+    tests = " ".join(
+        f"p_vpo_{other}={permutation_p(per['vpo'], per[other]):.3f}"
+        for other in ("none", "grpo")
+        if per.get("vpo") and per.get(other)
+    )
+    print(f"improve_at_k {cells} k={k} trainings={trainings} {tests}".rstrip())
+
+
+def run(args: argparse.Namespace) -> None:
+    work: Path = args.work
+    work.mkdir(parents=True, exist_ok=True)
+    train_ids, held = split_parents(args.db, args.train_parents, args.held_out)
+    print(f"{len(train_ids)} training parents, {len(held)} held out", flush=True)
+    source = training_copy(args.db, work, train_ids)
+    problem, parents, options = held_out_prompts(args.db, held)
+    state_path = work / "state.json.xz"
+    state = load_state(state_path)
+    from sandboxes.backends import make_sandbox
+
+    sandbox = make_sandbox("process", workers=2)
+    try:
+        for t in range(args.trainings):
+            for method in args.methods:
+                key = f"{method}-t{t}"
+                if key in state:
+                    continue
+                adapter = None if method == "none" else train(source, work, method, t, args.steps, args)
+                policy = make_policy(args.policy)
+                if adapter is not None:
+                    policy.publish(adapter, 1)  # type: ignore[attr-defined]
+                state[key] = measure(method, t, policy, problem, parents, options, args.k, sandbox)
+                policy.close()
+                save_state(state_path, state)
+                print(
+                    f"{key}: P(beat) {state[key].p_beat():.4f} best@{args.k} {state[key].best_at(args.k):.4f}",
+                    flush=True,
+                )
+    finally:
+        sandbox.close()
+    report(state, list(args.methods), args.k, args.trainings)
+
+
+def smoke(args: argparse.Namespace) -> None:
+    """The whole protocol at toy size: the tiny model (saved in a temporary directory) on reward_replay's tiny
+    archive of minimizer, 1 training parent and 1 held out, 2 trainings of 1 step, K = 2."""
+    from benchmarks.reward_replay import smoke_archive
+    from policies.tiny import tiny_model, tiny_tokenizer
+
+    with tempfile.TemporaryDirectory(prefix="improve-at-k-smoke-") as tmp:
+        root = Path(tmp)
+        tok = tiny_tokenizer()
+        tiny_model(tok, seed=0).save_pretrained(root / "tiny")
+        tok.save_pretrained(root / "tiny")
+        db = smoke_archive(root / "smoke.db", parents=3)
+        args.db, args.work, args.policy = db, root / "work", f"transformers:{root / 'tiny'}"
+        args.train_parents, args.held_out, args.trainings, args.steps, args.k, args.epochs = 2, 1, 2, 1, 2, 2
+        run(args)
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--db", type=Path, help="an untrained arm's archive")
+    ap.add_argument("--work", type=Path, help="kept between runs: an interrupted run resumes there")
+    ap.add_argument("--train-parents", type=int, default=32)
+    ap.add_argument("--held-out", type=int, default=16)
+    ap.add_argument("--trainings", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=30)
+    ap.add_argument("--k", type=int, default=12)
+    ap.add_argument("--methods", type=lambda s: s.split(","), default=list(METHODS))
+    ap.add_argument("--epochs", type=int, default=4)
+    ap.add_argument("--kl", type=float, default=0.0)
+    ap.add_argument("--learning-rate", type=float, default=1e-4)
+    ap.add_argument("--reward-normalisation", default="improvement")
+    ap.add_argument("--policy", default="llama:embedded")
+    ap.add_argument("--smoke", action="store_true")
+    args = ap.parse_args(argv)
+    if args.smoke:
+        smoke(args)
+        return
+    if args.db is None or args.work is None:
+        raise SystemExit("give --db (an untrained arm's archive) and --work (a folder kept between runs), or --smoke")
+    run(args)
+
+
+if __name__ == "__main__":
+    main()
