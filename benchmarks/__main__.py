@@ -11,6 +11,7 @@ import time
 
 from benchmarks.suite import KINDS, Benchmark, benchmarks, by_name
 
+PURPOSE_WIDTH = 100  # a docstring's first sentence may run long: the listing keeps one line each
 USAGE = "usage: python -m benchmarks [NAME [ARGS ...] | --smoke [NAME ...]]"
 
 
@@ -22,7 +23,8 @@ def listing(found: list[Benchmark]) -> None:
             continue
         print(f"{kind or 'undeclared (no KIND)'}:")
         for bench in members:
-            print(f"  {bench.name:{width}}  {bench.purpose}")
+            purpose = bench.purpose if len(bench.purpose) <= PURPOSE_WIDTH else bench.purpose[: PURPOSE_WIDTH - 1] + "…"
+            print(f"  {bench.name:{width}}  {purpose}")
     lacking = [line for b in found for line in b.problems()]
     for line in lacking:
         print(f"! {line}")

@@ -44,12 +44,17 @@ def test_the_listing_names_every_benchmark_with_its_kind_and_purpose():
     lacks a kind, its smoke arguments or a purpose (a `!` line names what one lacks)."""
     listing = run_benchmarks(timeout=60)
     assert listing.returncode == 0, listing.stderr
-    scripts = sorted(
-        p.stem for p in (ROOT / "benchmarks").glob("*.py") if 'if __name__ == "__main__":' in p.read_text()
-    )
+    runs_as_script = re.compile(r'^if __name__ == "__main__":', flags=re.M)
+    scripts = sorted(p.stem for p in (ROOT / "benchmarks").glob("*.py") if runs_as_script.search(p.read_text()))
     scripts = [s for s in scripts if s != "__main__"]
     assert sorted(listed_names()) == scripts
     assert "undeclared" not in listing.stdout and "\n! " not in listing.stdout, listing.stdout
+
+
+def test_the_benchmarks_readme_names_every_benchmark():
+    """benchmarks/README.md lists the suite as the listing does: a row per benchmark."""
+    readme = (ROOT / "benchmarks" / "README.md").read_text()
+    assert [n for n in listed_names() if f"| {n} |" not in readme] == []
 
 
 @pytest.mark.slow
