@@ -15,6 +15,8 @@ problem declares one), the share of new valid children among the variants, and t
 or duplicate variants). Last lines: `best_at_k none=... grpo=... vpo=... k=K` for the trained problem and
 `best_at_k_held_out ...` for the other.
 
+`--methods` names the trained policies (default grpo,vpo); `--methods=` measures the untrained one alone (the
+smoke run's: a tiny model cannot train on an archive another model's tokens fill), `--max-new-tokens` caps it.
 Usage: python -m benchmarks.best_at_k --db A.db [--held-out-db B.db] [--k 12] [--prompts 8] [--steps 2]
            [--learning-rate 1e-4] [--policy llama:embedded] [--out best_at_k.json] [--work DIR]
            [--adapter grpo=DIR --adapter vpo=DIR]  (measure adapters trained elsewhere, e.g. closed-loop arms')
@@ -44,6 +46,12 @@ from policies.answer_grammar import AnswerShape
 from policies.from_spec import make_policy
 from policies.policy import SamplingParams
 from sandboxes.backends import make_sandbox
+
+KIND = "experiment"
+SMOKE_ARGS = (  # a run of seconds (python -m benchmarks --smoke): the untrained tiny model on one study prompt
+    "--db", "{study}/probe/tour_heuristic/arm.db", "--policy", "transformers:{tiny_model}", "--methods=",
+    "--k", "1", "--prompts", "1", "--max-new-tokens", "16", "--work", "{scratch}",
+)  # fmt: skip
 
 POLICIES = ("none", "grpo", "vpo")
 
@@ -130,7 +138,20 @@ def parents(db: Path, count: int) -> tuple[Problem, list[Parent], dict]:
         ]
     finally:
         archive.close()
-    return load_problem(Path(folder)), chosen, json.loads(config).get("options", {})
+    return load_problem(problem_folder(folder)), chosen, json.loads(config).get("options", {})
+
+
+def problem_folder(stored: str) -> Path:
+    """The run's problem folder: where the archive says, else this checkout's folder of that name (an archive made
+    on another machine: the closed-loop study's, unpacked from results/closed_loop/arms.tar.xz)."""
+    path = Path(stored)
+    if path.is_dir():
+        return path
+    checkout = Path(__file__).resolve().parent.parent
+    for folder in (checkout / "benchmarks" / "problems" / path.name, checkout / "problems" / path.name):
+        if folder.is_dir():
+            return folder
+    return path  # load_problem says, in one line, that it is not a folder
 
 
 def train(db: Path, method: str, steps: int, policy: str, learning_rate: float, work: Path) -> Path:
@@ -215,6 +236,12 @@ def main() -> None:
     ap.add_argument("--learning-rate", type=float, default=1e-4, help="as the closed-loop study's arms")
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--work", type=Path, default=None, help="kept between runs: an interrupted run resumes there")
+    ap.add_argument("--max-new-tokens", type=int, default=None, help="a smoke run's cap (default: as the run sampled)")
+    ap.add_argument(
+        "--methods",
+        default="grpo,vpo",
+        help="the trained policies measured beside the untrained one ('': the untrained one alone, a smoke run's)",
+    )
     ap.add_argument(
         "--adapter",
         action="append",
@@ -227,17 +254,23 @@ def main() -> None:
     work.mkdir(parents=True, exist_ok=True)
     kept = work / "measured.json"
     given = dict(adapter_arg(a) for a in args.adapter)
+    methods = [m for m in args.methods.split(",") if m]
     adapters = {
         method: given.get(method) or train(args.db, method, args.steps, args.policy, args.learning_rate, work)
-        for method in ("grpo", "vpo")
+        for method in methods
     }
+    measured = [name for name in POLICIES if name == "none" or name in methods]
     done = kept_measurements(kept, adapters)
     sets = {"trained": parents(args.db, args.prompts)}
     if args.held_out_db:  # left out, each policy answers the trained problem's prompts alone (half the samples)
         sets["held_out"] = parents(args.held_out_db, args.prompts)
+    if args.max_new_tokens is not None:  # a smoke run's: the untaught tiny model writes to the budget
+        for _, prompts, _ in sets.values():
+            for parent in prompts:
+                parent.sampling["max_new_tokens"] = args.max_new_tokens
     sandbox = make_sandbox("process", workers=2)
     results: list[Measured] = []
-    for name in POLICIES:
+    for name in measured:
         if all((name, problem.name) in done for problem, _, _ in sets.values()):
             results += [done[(name, problem.name)] for problem, _, _ in sets.values()]
             continue
@@ -263,7 +296,7 @@ def main() -> None:
     for role, (problem, _, _) in sets.items():
         label, problem_name = labels[role], problem.name
         rows = {r.policy: r for r in results if r.problem == problem_name}
-        cells = " ".join(f"{p}={rows[p].best_at(args.k):.4f}" for p in POLICIES)
+        cells = " ".join(f"{p}={rows[p].best_at(args.k):.4f}" for p in measured)
         print(f"{label} {cells} k={args.k} problem={problem_name}")
 
 

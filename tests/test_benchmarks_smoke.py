@@ -59,8 +59,13 @@ def test_the_benchmarks_readme_names_every_benchmark():
 
 @pytest.mark.slow
 def test_every_benchmark_runs_at_smoke_size_and_prints_its_result_line():
+    """BENCHMARKS_SMOKE_ONLY=NAME,... runs those alone (to see one benchmark's smoke run through this test)."""
     names = listed_names()
-    smoke = run_benchmarks("--smoke", timeout=900)
+    only = [n for n in os.environ.get("BENCHMARKS_SMOKE_ONLY", "").split(",") if n]
+    if only:
+        assert set(only) <= set(names), f"BENCHMARKS_SMOKE_ONLY names no benchmark: {sorted(set(only) - set(names))}"
+        names = only
+    smoke = run_benchmarks("--smoke", *only, timeout=900)
     out = smoke.stdout
     for name in names:
         section = re.search(rf"^== {name}: .*?^== {name} (ok|failed.*?) in [\d.]+ s$", out, flags=re.M | re.S)
