@@ -7,7 +7,8 @@ a run's later groups). A candidate burns `--burn-s` seconds of CPU time in one p
 a fixed amount of work, so its wall time grows with the CPU it is refused), evaluated in the real process
 sandbox (bubblewrap where it runs, one slot).
 
-- idle sampling: groups sampled back to back for `--idle-s` seconds (whole groups): tokens over wall time;
+- idle sampling: groups sampled back to back for `--idle-s` seconds (the group in flight then stops): tokens
+  over wall time;
 - idle evaluation: the candidate evaluated with nothing else running: its wall time;
 - each arm: the candidate evaluated in a thread while groups are sampled back to back from the moment it starts
   to the moment it ends (the group in flight then stops): the tokens sampled in that window over its length,
@@ -31,7 +32,7 @@ import os
 import tempfile
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from rich.console import Console
@@ -71,7 +72,7 @@ class Window:
     tokens: int
     seconds: float
     eval_s: float | None = None
-    threads: int = 0  # the decoding threads while the candidate ran
+    threads: int = 0  # the decoding threads most of the time the candidate ran
 
     @property
     def tok_s(self) -> float:
@@ -85,17 +86,35 @@ def _group(policy: LlamaPolicy, params: SamplingParams, rows: int) -> int:
 
 
 def sample_alone(policy: LlamaPolicy, params: SamplingParams, rows: int, seconds: float) -> Window:
+    """Groups sampled back to back for `seconds`; the group in flight then stops (a loaded machine may take
+    minutes for one group)."""
+    ended = threading.Event()
+
+    def end() -> None:
+        ended.set()
+        policy.interrupt()
+
+    timer = threading.Timer(seconds, end)
     tokens, start = 0, time.monotonic()
-    while time.monotonic() - start < seconds:
+    timer.start()
+    while not ended.is_set():
         tokens += _group(policy, params, rows)
-    return Window(tokens, time.monotonic() - start)
+    took = time.monotonic() - start
+    timer.join()
+    policy.withdraw_interrupt()
+    return Window(tokens, took)
+
+
+class CandidateFailed(Exception):
+    pass
 
 
 def evaluate_alone(sandbox: ProcessSandbox, problem: Problem, code: str) -> float:
     start = time.monotonic()
     outcome = sandbox.evaluate(problem, code)
     if outcome.scores != {"c0": 1.0, "c1": 1.0}:
-        raise SystemExit(f"the burning candidate failed: {outcome.error_kind} {outcome.error} {outcome.stderr[-300:]}")
+        said = f"{outcome.error_kind} {outcome.error} {outcome.stderr[-300:]}"
+        raise CandidateFailed(f"the burning candidate failed after {time.monotonic() - start:.0f} s: {said}")
     return time.monotonic() - start
 
 
@@ -105,28 +124,37 @@ def sample_during(
     """Groups sampled back to back while the candidate is evaluated; the group in flight stops when it ends."""
     done = threading.Event()
     took: list[float] = []
+    failed: list[str] = []
     threads_seen: list[int] = []
 
     def evaluate() -> None:
         try:
             took.append(evaluate_alone(sandbox, problem, code))
+        except CandidateFailed as exc:
+            failed.append(str(exc))
         finally:
             done.set()
             policy.interrupt()
 
+    def watch_threads() -> None:  # what the runtime would decode with, while the candidate runs
+        while not done.wait(0.05):
+            threads_seen.append(policy.cores.threads())
+
     worker = threading.Thread(target=evaluate, daemon=True)
+    watcher = threading.Thread(target=watch_threads, daemon=True)
     start = time.monotonic()
     worker.start()
+    watcher.start()
     tokens = 0
     while not done.is_set():
         tokens += _group(policy, params, rows)
-        threads_seen.append(policy.cores.threads())
     seconds = time.monotonic() - start
     worker.join()
     policy.withdraw_interrupt()
     if not took:
-        raise SystemExit("the burning candidate's evaluation raised (see above)")
-    return Window(tokens, seconds, took[0], min(threads_seen, default=0))
+        raise SystemExit(failed[0] if failed else "the burning candidate's evaluation raised (see above)")
+    most = max(set(threads_seen), key=threads_seen.count) if threads_seen else 0
+    return Window(tokens, seconds, took[0], most)
 
 
 def main() -> None:
@@ -156,7 +184,7 @@ def main() -> None:
         raise SystemExit(f"--policy {args.policy}: a llama.cpp policy (llama:embedded or llama:PATH.gguf)")
     params = SamplingParams(temperature=0.8, top_p=0.95, max_new_tokens=args.max_new_tokens, seed=None)
     code = BURNER.format(burn_s=args.burn_s)
-    folder = write_problem(Path(tempfile.mkdtemp()) / "contention", seed=code, timeout=args.burn_s * 10 + 30)
+    folder = write_problem(Path(tempfile.mkdtemp()) / "contention", seed=code, timeout=args.burn_s * 100 + 60)
     problem = load_problem(folder)
     jailed = find_jail()[0] is not None
     console.print(
@@ -164,12 +192,15 @@ def main() -> None:
         f"in the process sandbox ({'bubblewrap' if jailed else 'WEAK'}); {policy.description}"
     )
     try:
-        _group(policy, params, args.rows)  # warm-up: the prompt decoded and cached
+        _group(policy, replace(params, max_new_tokens=1), args.rows)  # warm-up: the prompt decoded and cached
         sandbox = ProcessSandbox(slots=1, jail=jailed, nice=CANDIDATE_NICE)
         try:
             policy.share_cores(sandbox.evaluations_in_flight)
             idle = sample_alone(policy, params, args.rows, args.idle_s)
-            eval_idle = evaluate_alone(sandbox, problem, code)
+            try:
+                eval_idle = evaluate_alone(sandbox, problem, code)
+            except CandidateFailed as exc:
+                raise SystemExit(str(exc)) from None
         finally:
             sandbox.close()
         busy: dict[str, Window] = {}

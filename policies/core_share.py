@@ -41,7 +41,7 @@ class CoreShare:
     def describe(self) -> str:
         if not self.shared:
             return f"{self.cores} threads"
-        return f"threads on the cores evaluations leave free ({self.cores} cores, one fewer per evaluation running)"
+        return f"decoding on the cores evaluations leave free: {self.cores} threads, one fewer per evaluation running"
 
 
 @runtime_checkable
