@@ -45,7 +45,9 @@ from policies.prefill import PromptPrefill
 from policies.transformers_policy import TransformersPolicy
 
 KIND = "speed"
-SMOKE_ARGS = ("--model", "{tiny_model}", "--plans", "twin", "--groups", "2", "--g", "2", "--max-new-tokens", "8")  # a run of seconds (python -m benchmarks --smoke)
+SMOKE_ARGS = (  # a run of seconds (python -m benchmarks --smoke): a tiny model, the transformers plan
+    "--model", "{tiny_model}", "--plans", "twin", "--groups", "2", "--g", "2", "--max-new-tokens", "8",
+)  # fmt: skip
 
 
 def _policy(model: str, plan: str) -> TransformersPolicy:

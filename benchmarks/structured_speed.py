@@ -18,7 +18,8 @@ Tokens per second are wall time and swing with the machine's other load (a group
 this process spent per token (llama.cpp's threads included; waiting threads sleep) is reported beside them as
 the measure of work that other load does not change.
 
-The last line (before issue 58 it opened `structured`): `structured_speed plain_tok_s=... grammar_tok_s=... ratio=... plain_cpu_ms_per_token=...
+The last line (before issue 58 it opened `structured`): `structured_speed plain_tok_s=... grammar_tok_s=... ratio=...
+plain_cpu_ms_per_token=...
 grammar_cpu_ms_per_token=... plain_parseable=...% grammar_parseable=...% plain_ok=...% grammar_ok=...%
 grammar_ms_per_token=... candidates_per_token=... full_mask_ms_per_token=... full_masks=N/T ...`.
 Run by `python -m benchmarks.policy_speed --structured PROBLEMS`, or alone:
@@ -46,7 +47,10 @@ from policies.policy import SamplingParams, chat_token_ids
 from policies.transformers_policy import TransformersPolicy
 
 KIND = "speed"
-SMOKE_ARGS = ("--backend", "transformers", "--model", "{tiny_model}", "--problems", "problems/roman_numerals", "--g", "1", "--max-new-tokens", "8")  # a run of seconds (python -m benchmarks --smoke)
+SMOKE_ARGS = (  # a run of seconds (python -m benchmarks --smoke): a tiny model on transformers' matcher
+    "--backend", "transformers", "--model", "{tiny_model}", "--problems", "problems/roman_numerals",
+    "--g", "1", "--max-new-tokens", "8",
+)  # fmt: skip
 
 DEFAULT_PROBLEMS = "problems/roman_numerals,problems/roman_numerals_c,problems/bin_packing:diff"
 REPLAYED_TOKENS = 40  # tokens of one completion per group replayed under full masks
@@ -147,7 +151,8 @@ def compare(model: str, problems: str, groups: int, g: int, max_new_tokens: int,
     plain_rate, held_rate = plain.tokens / plain.seconds, held.tokens / held.seconds
     nucleus = (cost.candidates - cost.full_masks * vocab) / max(cost.checks - cost.full_masks, 1)
     return (
-        f"structured_speed plain_tok_s={plain_rate:.1f} grammar_tok_s={held_rate:.1f} ratio={held_rate / plain_rate:.2f} "
+        f"structured_speed plain_tok_s={plain_rate:.1f} grammar_tok_s={held_rate:.1f} "
+        f"ratio={held_rate / plain_rate:.2f} "
         f"plain_cpu_ms_per_token={plain.cpu_ms_per_token:.0f} grammar_cpu_ms_per_token={held.cpu_ms_per_token:.0f} "
         f"plain_parseable={plain.share('parse_error', invert=True):.0f}% "
         f"grammar_parseable={held.share('parse_error', invert=True):.0f}% "
