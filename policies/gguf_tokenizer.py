@@ -45,6 +45,11 @@ def model_tokenizer(folder: Path, gguf: Path) -> Any:
         raise PolicyError(f"the tokenizer files next to {gguf} do not load: {str(exc).splitlines()[0]}") from None
 
 
+def tokenizer_cached(gguf: Path) -> bool:
+    """Whether the GGUF's tokenizer was read into the model cache already."""
+    return gguf.is_file() and (_cache_folder(gguf) / ".complete").is_file()
+
+
 def gguf_tokenizer(gguf: Path) -> Any:
     """The tokenizer the GGUF file holds, read from the file once and from the model cache afterwards."""
     from transformers import AutoTokenizer

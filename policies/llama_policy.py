@@ -101,25 +101,33 @@ class LlamaPolicy:
         folder holds the same model as a transformers checkpoint."""
         from policies.embedded import (
             EMBEDDED_NAME,
+            Q8_NAME,
             STRONG_NAME,
             STRONG_SPEC,
+            cache_root,
             embedded_gguf,
             embedded_model_dir,
+            embedded_ready,
             strong_gguf,
+            strong_ready,
         )
         from policies.gguf_tokenizer import model_tokenizer
+        from policies.quiet_build import quiet_build
 
         try:
             from transformers.utils import logging as hf_logging
         except ImportError as exc:
             raise PolicyError(f"the llama policy tokenises with transformers ({exc})") from None
         hf_logging.set_verbosity_error()
-        if spec == "embedded":
-            shipped = embedded_gguf()
-            gguf = requantize_q8_0(shipped, shipped.with_name("model-q8_0.gguf"))
-            source, name, trainer = embedded_model_dir(), EMBEDDED_NAME, "embedded"
+        if spec == "embedded":  # the first run prepares it, its logs in the cache's build log (policies/quiet_build.py)
+            with quiet_build(cache_root(), "the embedded model", not embedded_ready()):
+                shipped = embedded_gguf()
+                gguf = requantize_q8_0(shipped, shipped.with_name(Q8_NAME))
+                source, name, trainer = embedded_model_dir(), EMBEDDED_NAME, "embedded"
         elif spec == STRONG_SPEC:  # sampled as shipped (Q4_K_M); its tokenizer is the GGUF's
-            gguf = strong_gguf()
+            with quiet_build(cache_root(), "the strong embedded model", not strong_ready()):
+                gguf = strong_gguf()
+                model_tokenizer(gguf.parent, gguf)  # read from the file into the cache, once
             source, name, trainer = gguf.parent, STRONG_NAME, str(gguf.parent)
         else:
             gguf = Path(spec)
