@@ -132,7 +132,8 @@ def test_train_every_publishes_versions_and_attributes_completions(tmp_path, tin
         TrainConfig(learning_rate=1e-4, lora_rank=4),
         tmp_path / "adapters",
     )
-    loop = SearchLoop(problem, archive, policy, ProcessSandbox(slots=2), run, options, trainer.step)
+    steps = {options.members()[0].name: trainer.step}
+    loop = SearchLoop(problem, archive, policy, ProcessSandbox(slots=2), run, options, train_steps=steps)
     assert run_search(loop) == "evaluation budget reached"
     con = sqlite3.connect(tmp_path / "a.db")
     versions = con.execute("SELECT number, adapter_path, parent_id FROM policy_versions ORDER BY number").fetchall()
@@ -161,7 +162,8 @@ def test_a_failed_update_keeps_the_old_version_serving(tmp_path, tiny_model_dir)
     from peft import get_peft_model_state_dict
 
     before = {k: v.clone() for k, v in get_peft_model_state_dict(trainer.trainer.model).items()}
-    loop = SearchLoop(problem, archive, policy, ProcessSandbox(slots=2), run, options, trainer.step)
+    steps = {options.members()[0].name: trainer.step}
+    loop = SearchLoop(problem, archive, policy, ProcessSandbox(slots=2), run, options, train_steps=steps)
     assert run_search(loop) == "evaluation budget reached"
     assert loop.stats.train_failures >= 1 and policy.version == 0
     after = get_peft_model_state_dict(trainer.trainer.model)
