@@ -74,11 +74,13 @@ def embedded_ready() -> bool:
 
 
 def strong_ready() -> bool:
-    """Whether the 1.5B is prepared: joined, and its tokenizer read from the GGUF into the cache."""
+    """Whether nothing is left to prepare of the 1.5B: it is joined and its tokenizer read from the GGUF into the
+    cache, or its extra is not installed (then `strong_gguf` says so in one line, with nothing announced first)."""
     from policies.gguf_tokenizer import tokenizer_cached
 
     target = cache_root() / STRONG.folder / "model.gguf"
-    return (target.with_suffix(".sha256")).is_file() and target.is_file() and tokenizer_cached(target)
+    joined = target.with_suffix(".sha256").is_file() and target.is_file()
+    return not STRONG.installed() or (joined and tokenizer_cached(target))
 
 
 def strong_gguf() -> Path:

@@ -115,3 +115,4 @@ def test_without_the_extra_the_strong_policy_is_one_line_naming_the_pip_command(
         make_policy(f"llama:{STRONG_SPEC}")
     said = str(raised.value)
     assert "\n" not in said and "pip install 'vpo-evolve[strong]'" in said and "pip install -e '.[strong]'" in said
+    assert not (tmp_path / "cache" / "build.log").exists()  # nothing to prepare was announced
