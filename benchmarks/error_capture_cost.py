@@ -8,7 +8,9 @@ without `candidate_files` records nothing: that is "before" here, the same sandb
 For each problem in problems/ and benchmarks/problems/, and each OpenEvolve folder of tests/openevolve_folders
 (the simple form: no shipped problem uses it), the seed is evaluated in the process sandbox `--n` times with
 recording and `--n` times without, interleaved so that a busy machine slows both alike. A second simple-form row
-per folder evaluates a child that raises in every call (what is recorded then, and its price).
+per folder evaluates a child that raises in every call (what is recorded then, and its price). A last row, not
+counted in the result line, is the simple form's worst case: an evaluator calling a tiny candidate function 100k
+times (each call pays the watched module's attribute read and the wrapper).
 
 Prints a table (median ms per evaluation before and after, the difference, what was recorded) and the result
 line `error_capture_cost problems=N median_delta_pct=... max_delta_ms=...`.
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -44,6 +47,21 @@ FOLDERS = [
     *sorted(p for p in (ROOT / "benchmarks" / "problems").iterdir() if (p / "problem.toml").is_file()),
     *sorted(p for p in (ROOT / "tests" / "openevolve_folders").iterdir() if (p / "evaluator.py").is_file()),
 ]
+# Not shipped: the worst case of the simple form, an evaluator that calls a small candidate function in a hot loop
+# (FunSearch's `priority(item, bins)` style); each call pays the watched module's read and wrapper.
+HOT_LOOP_CALLS = 100_000
+HOT_LOOP_EVALUATOR = f"""
+import importlib.util
+
+
+def evaluate(program_path):
+    spec = importlib.util.spec_from_file_location("program", program_path)
+    program = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(program)
+    total = sum(program.priority(i) for i in range({HOT_LOOP_CALLS}))
+    return {{"combined_score": 1.0 if total < 0 else 0.0}}
+"""
+HOT_LOOP_SEED = "# EVOLVE-BLOCK-START\ndef priority(item):\n    return -item\n# EVOLVE-BLOCK-END\n"
 # An OpenEvolve folder's child that raises on every call (tests/openevolve_folders: `solve(x)` should be x * x).
 RAISING = "# EVOLVE-BLOCK-START\ndef solve(x):\n    return fooo * x\n# EVOLVE-BLOCK-END\n"
 
@@ -131,8 +149,13 @@ def main() -> None:
     for col in ("problem", "form", "program", "before", "after", "delta ms", "delta %", "recorded", "outcome"):
         table.add_column(col)
     rows = []
+    scratch = tempfile.TemporaryDirectory()
+    hot = Path(scratch.name, f"hot_loop_{HOT_LOOP_CALLS // 1000}k_calls")
+    hot.mkdir()
+    (hot / "initial_program.py").write_text(HOT_LOOP_SEED)
+    (hot / "evaluator.py").write_text(HOT_LOOP_EVALUATOR)
     try:
-        for folder in FOLDERS:
+        for folder in [*FOLDERS, hot]:
             if args.only and folder.name != args.only:
                 continue
             try:
@@ -149,7 +172,7 @@ def main() -> None:
                 programs.append(("raising child", RAISING))
             for label, code in programs:
                 r = row(box, problem, code, args.n)
-                rows.append(r)
+                rows.append(r) if folder != hot else None
                 table.add_row(
                     folder.name,
                     problem.form,
@@ -163,6 +186,7 @@ def main() -> None:
                 )
     finally:
         box.close()
+        scratch.cleanup()
     Console(width=200).print(table)
     bare, watched = call_cost()
     print(

@@ -180,18 +180,29 @@ def watch_candidate_imports(log):
     loader = importlib.machinery.SourceFileLoader
     original = loader.exec_module
 
-    def watched_module(wrappers):
-        """A module class whose attribute reads give the wrapper of each function the module defined."""
+    def watched_module(namespace, wrappers):
+        """A module class with a property for each function the module defined: reading it gives the function's
+        wrapper while the module still holds that function (the candidate may rebind the name). Only those names
+        pay for it; every other attribute, and the candidate's own global lookups, are read as before."""
 
-        class WatchedModule(types.ModuleType):
-            def __getattribute__(self, name, _get=types.ModuleType.__getattribute__, _wrappers=wrappers.get):
-                value = _get(self, name)
-                try:
-                    return _wrappers(value, value)
-                except TypeError:  # an unhashable value: never a function
-                    return value
+        def watched(name, function, wrapper):
+            def read(self):
+                value = namespace.get(name, _MISSING)
+                if value is _MISSING:
+                    raise AttributeError(f"module has no attribute {name!r}")
+                return wrapper if value is function else value
 
-        return WatchedModule
+            def write(self, value):
+                namespace[name] = value
+
+            def delete(self):
+                del namespace[name]
+
+            return property(read, write, delete)
+
+        functions = [(name, f) for name, f in namespace.items() if type(f) is types.FunctionType and f in wrappers]
+        named = {name: watched(name, f, wrappers[f]) for name, f in functions}
+        return type("WatchedModule", (types.ModuleType,), named)
 
     def exec_module(self, module):
         if not log.owns(getattr(module, "__file__", None)):
@@ -202,11 +213,15 @@ def watch_candidate_imports(log):
             if not log.is_candidates(_importer(sys._getframe(1))):
                 log.note(exc)
             raise
-        functions = [v for v in vars(module).values() if type(v) is types.FunctionType]
+        namespace = vars(module)
+        functions = [v for v in namespace.values() if type(v) is types.FunctionType]
         wrappers = {f: _guarded(f, log) for f in functions if log.owns(f.__code__.co_filename)}
-        module.__class__ = watched_module(wrappers)
+        module.__class__ = watched_module(namespace, wrappers)
 
     loader.exec_module = exec_module
+
+
+_MISSING = object()
 
 
 def _importer(frame):
@@ -337,17 +352,20 @@ def empty_stdin():
 
 
 def keep_cpu_weight():
-    """Give this session's autogroup the nice the engine gave this process (sandboxes/cpu_share.py): the kernel
+    """Give this session's autogroup the nice the engine asked for (sandboxes/cpu_share.py, weight_env): the kernel
     shares the CPU between sessions' autogroups first, and the candidate runs in a session of its own (bubblewrap's
     or the engine's setsid), at nice 0, so its own nice alone would change nothing against the engine. Here, not
     before exec: the engine's processes are not dumpable, and a fork of it may not write its /proc files."""
     import errno
     import time
 
+    nice = os.environ.pop("EVOLVE_SANDBOX_NICE", "")  # set by the engine where it lowers the weight
+    if not nice.isdigit():
+        return
     for _ in range(25):  # a writer without CAP_SYS_ADMIN may change an autogroup once per 100 ms, machine-wide
         try:
             with open("/proc/self/autogroup", "w") as f:
-                f.write(str(os.getpriority(os.PRIO_PROCESS, 0)))
+                f.write(nice)
             return
         except OSError as exc:  # no autogroups (or turned off at boot): nice alone decides
             if exc.errno != errno.EAGAIN:
