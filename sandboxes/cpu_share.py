@@ -25,6 +25,7 @@ from collections.abc import Iterator
 from typing import Protocol, runtime_checkable
 
 CANDIDATE_NICE = 10  # CFS weight 110 against the engine's 1024: the candidate gets about a tenth when both run
+NICE_VARIABLE = "EVOLVE_SANDBOX_NICE"  # read by the harness (sandboxes/harness.py: keep_cpu_weight)
 
 
 def lower_cpu_weight(nice: int) -> None:
@@ -34,6 +35,12 @@ def lower_cpu_weight(nice: int) -> None:
     raise_by = nice - os.getpriority(os.PRIO_PROCESS, 0)
     if raise_by > 0:
         os.nice(raise_by)
+
+
+def weight_env(nice: int) -> dict[str, str]:
+    """What tells the harness to give its session's autogroup `nice` too (none for 0: a sandbox that leaves the
+    weight alone leaves the autogroup alone, whatever nice the engine itself runs at)."""
+    return {NICE_VARIABLE: str(nice)} if nice > 0 else {}
 
 
 class InFlight:

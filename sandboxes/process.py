@@ -43,7 +43,7 @@ from evolve.problem.outcome import ErrorKind, EvalOutcome
 from evolve.problem.trusted import scorer_pids
 from sandboxes.abort import RunningJobs
 from sandboxes.cgroups import make_slot_cgroups, remove_all
-from sandboxes.cpu_share import CANDIDATE_NICE, InFlight
+from sandboxes.cpu_share import InFlight, weight_env
 from sandboxes.engine_guard import guard_engine
 from sandboxes.jail import SCRATCH_BYTES, WORK, WORK_BYTES, JobFiles, find_jail
 from sandboxes.jail_watch import JailWatch, signal_name
@@ -107,9 +107,9 @@ class ProcessSandbox:
         *,
         jail: bool = True,
         memory_cgroup: bool = True,
-        nice: int = CANDIDATE_NICE,
+        nice: int = 0,
     ) -> None:
-        self.nice = nice  # the candidates' CPU weight: they take what sampling leaves (sandboxes/cpu_share.py)
+        self.nice = nice  # the candidates' CPU weight; a run's: CANDIDATE_NICE (sandboxes/cpu_share.py)
         self.evaluations_in_flight = InFlight()  # CountsEvaluations: the engine hands it to a decoding policy
         self._root = os.geteuid() == 0
         self._base_uid = base_uid
@@ -184,15 +184,18 @@ class ProcessSandbox:
             return (
                 f"process sandbox (bubblewrap): {who}; sees only read-only /usr and Python, its own /work, "
                 "data/ read-only, private /tmp and /proc; own pid/network/IPC namespaces, no user namespaces; "
-                f"rlimits on CPU/files/processes, nice {self.nice}, scrubbed env; {self._memory_bound()}"
+                f"rlimits on CPU/files/processes{self._weight()}, scrubbed env; {self._memory_bound()}"
             )
         parts = [f"process sandbox: WEAK: candidates can read the host's files ({self._why_no_jail});"]
         parts.append(f"per-slot uid {self._base_uid}+," if self.drop_uid else "runs as your user (no uid separation),")
         parts.append("no network namespace," if not self.network_isolated else "empty network namespace,")
         parts.append("engine's /proc entries and arguments hidden, no user namespaces,")
-        parts.append(f"rlimits on CPU/files/processes, nice {self.nice}, scrubbed env, private temp dir;")
+        parts.append(f"rlimits on CPU/files/processes{self._weight()}, scrubbed env, private temp dir;")
         parts.append(self._memory_bound())
         return " ".join(parts)
+
+    def _weight(self) -> str:
+        return f", nice {self.nice}" if self.nice else ""
 
     def _memory_bound(self) -> str:
         sockets = {
@@ -307,7 +310,7 @@ class ProcessSandbox:
                     stderr=subprocess.PIPE,
                     pass_fds=(reply_w, *files.fds),
                     cwd=workdir,
-                    env=candidate_env(problem, workdir, token, jailed),
+                    env=candidate_env(problem, workdir, token, jailed) | weight_env(self.nice),
                     start_new_session=True,
                     preexec_fn=child_setup(spec),
                 )

@@ -101,9 +101,17 @@ def test_decoding_keeps_one_thread_however_many_evaluations_run(tiny_gguf, monke
         policy.close()
 
 
-def test_a_jailed_candidate_runs_at_the_lower_cpu_weight(tmp_path):
+def test_a_runs_jailed_candidates_run_at_the_lower_cpu_weight(tmp_path):
+    from sandboxes.backends import make_sandbox
+    from sandboxes.jail import find_jail
+    from tests.services import missing
+
+    jail, why = find_jail()
+    if jail is None:
+        missing("bubblewrap", why)
     problem = _problem(tmp_path / "p", REPORTS_WEIGHT)
-    sandbox = hiding_sandbox("process", 1)
+    sandbox = make_sandbox("process", workers=1)  # as a run makes it
+    assert sandbox.hides_files, sandbox.isolation()
     try:
         outcome = sandbox.evaluate(problem, REPORTS_WEIGHT)
     finally:
@@ -116,7 +124,7 @@ def test_a_candidate_outside_the_jail_runs_at_the_lower_cpu_weight(tmp_path):
     from tests.helpers import weak_sandbox_or_skip
 
     problem = _problem(tmp_path / "p", REPORTS_WEIGHT)
-    sandbox = weak_sandbox_or_skip(slots=1)
+    sandbox = weak_sandbox_or_skip(slots=1, nice=CANDIDATE_NICE)
     try:
         outcome = sandbox.evaluate(problem, REPORTS_WEIGHT)  # type: ignore[attr-defined]
     finally:
