@@ -205,7 +205,8 @@ def per_token(
 ) -> None:
     """One update of one group of `group` completions of `completion_tokens` random tokens each (GRPO advantages
     +-1, so every completion is kept), after a prompt of `prompt_words` words, for each "EPOCHS:KL" setting, each
-    from the same fresh adapter; the update's seconds over the tokens sampled (group x completion_tokens)."""
+    from the same fresh adapter; the update's CPU seconds (this process's, so that a machine shared with other work
+    still gives the update's own cost) over the tokens sampled (group x completion_tokens)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     if model_dir:
@@ -242,20 +243,21 @@ def per_token(
             kl_coef=float(kl),
         )
         trainer = PolicyTrainer(model, tok, lambda p: p, config)
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         stats = trainer.update([TrainingGroup(0, prompt, completions)])
-        seconds = time.perf_counter() - start
+        seconds, cpu_s = time.perf_counter() - start, time.process_time() - cpu
         trainer.model.unload()  # the base weights again, without this setting's adapter, for the next
         sampled = group * completion_tokens
-        rows.append((int(epochs), float(kl), seconds, 1000 * seconds / sampled, stats.epoch_clip_fractions))
+        rows.append((int(epochs), float(kl), seconds, 1000 * cpu_s / sampled, stats.epoch_clip_fractions))
+        print(f"epochs={epochs} kl={kl}: {seconds:.1f} s wall, {cpu_s:.1f} s of CPU", flush=True)
     table = Table(title=f"one update of {group} x {completion_tokens} sampled tokens, {name}, LoRA r{RANK}, CPU")
-    for col in ("epochs", "KL coef", "update s", "ms / sampled token", "clip fraction by epoch"):
+    for col in ("epochs", "KL coef", "update s (wall)", "CPU ms / sampled token", "clip fraction by epoch"):
         table.add_column(col, justify="right")
     for epochs_n, kl_coef, seconds, ms, clips in rows:
         table.add_row(str(epochs_n), f"{kl_coef:g}", f"{seconds:.1f}", f"{ms:.1f}", " ".join(f"{c:.3f}" for c in clips))
     Console(width=120).print(table)
     for epochs_n, kl_coef, _, ms, _ in rows:
-        print(f"trainer_step_per_token model={name} epochs={epochs_n} kl={kl_coef:g} ms_per_token={ms:.1f}")
+        print(f"trainer_step_per_token model={name} epochs={epochs_n} kl={kl_coef:g} cpu_ms_per_token={ms:.1f}")
 
 
 def main() -> None:
