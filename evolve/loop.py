@@ -49,6 +49,7 @@ from evolve.members import MemberSpec
 from evolve.options import RunOptions
 from evolve.policy_calls import PolicyCalls, PolicyMember, PolicyVersions, TrainStep
 from evolve.problem import Problem
+from evolve.problem.timeout_rule import RunTimeout
 from evolve.selection import Population, make_selector
 from evolve.stats import LoopStats
 from policies.policy import Policy
@@ -59,6 +60,9 @@ ENGINE_THREADS = 12  # worker threads beside evaluations: generators (8 at most)
 
 
 class SearchLoop:
+    # The run's timeout (evolve/problem/timeout_rule.py), set by build_search; None: the problem's limits as loaded.
+    timeout: RunTimeout | None = None
+
     def __init__(
         self,
         problem: Problem,
@@ -319,6 +323,8 @@ class SearchLoop:
         if result is None:
             self.ledger.release()
             return False
+        if self.timeout is not None:  # a problem without a timeout takes one from its seed's time
+            self.timeout.seed_scored(result.outcome)
         await self.flow.commit([result])
         return True
 
