@@ -95,3 +95,66 @@ def test_load_batch_gives_each_group_its_parents_vector_and_marks_the_children_t
                 child = child_scores.get((c.completion_id, k))
                 same = child is not None and json.loads(child) == parent_scores and not c.wasted[k]
                 assert bool(c.unchanged[k]) == same
+
+
+def _archive_of(path, groups: int):
+    """An archive of `groups` groups, each from a parent of its own, of 2 completions with one scored child each."""
+    from evolve.archive import Archive, CompletionRecord
+    from tests.helpers import store_program
+
+    archive = Archive(path)
+    run = archive.create_run("sq", "sq", "fp", {"options": {"variants": 1}}, 0)
+    version = archive.add_policy_version(run_id=run.id, base_model="m", number=0)
+    for g in range(groups):
+        evaluation = {"scores": {"c0": 0.5, "c1": 0.5}, "scalar": 0.5, "duration_s": 0.01}
+        parent, _ = store_program(archive, run.id, f"p{g} = 0", evaluation=evaluation)
+        completions = [CompletionRecord("c", [1, 2], [-0.1, -0.2], "stop", version) for _ in range(2)]
+        variant_ids = archive.add_group(
+            run.id,
+            parent_id=parent,
+            inspiration_ids=[],
+            island=0,
+            prompt=f"p{g}",
+            sampling={"temperature": 0.7},
+            completions=completions,
+            variants=[[("ok", None, None)], [("ok", None, None)]],
+        )
+        for i, ((vid,), level) in enumerate(zip(variant_ids, (0.6, 0.5), strict=True)):
+            child = {"scores": {"c0": level, "c1": level}, "scalar": level, "duration_s": 0.01}
+            store_program(archive, run.id, f"c{g}_{i} = 1", evaluation=child, parent_id=parent, variant_id=vid)
+    return archive, run.id, version
+
+
+def statements_into(statements: list[str]):
+    """A `before_cursor_execute` listener that keeps each statement's text."""
+
+    def listener(conn, cursor, statement, *rest):
+        statements.append(statement)
+
+    return listener
+
+
+def test_load_batch_reads_the_parents_in_the_batchs_queries_whatever_its_size(tmp_path):
+    """The parents' evaluations come with the groups' prompts: the statements a batch costs do not grow with its
+    groups (no query per group or per answer)."""
+    from sqlalchemy import event
+
+    from evolve.problem.config import ComponentSpec
+    from evolve.training import load_batch
+
+    components = [ComponentSpec(name="c0", bounds=(0.0, 1.0)), ComponentSpec(name="c1", bounds=(0.0, 1.0))]
+    counts = []
+    for groups in (2, 9):
+        archive, run_id, version = _archive_of(tmp_path / f"{groups}.db", groups)
+        statements: list[str] = []
+        listener = statements_into(statements)
+        event.listen(archive.db.engine, "before_cursor_execute", listener)
+        batch = load_batch(archive, run_id, components, 1, [version])
+        event.remove(archive.db.engine, "before_cursor_execute", listener)
+        archive.close()
+        assert len(batch.groups) == groups
+        for g in batch.groups:
+            np.testing.assert_allclose(g.parent, [0.5, 0.5])
+            assert [bool(c.unchanged[0]) for c in g.completions] == [False, True]  # 0.6 changed, 0.5 as the parent
+        counts.append(len([s for s in statements if s.lstrip().upper().startswith("SELECT")]))
+    assert counts[0] == counts[1], counts
