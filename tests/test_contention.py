@@ -154,3 +154,23 @@ def test_the_docker_sandbox_counts_its_evaluations_in_flight(tmp_path):
         assert sandbox.evaluations_in_flight() == 0
     finally:
         sandbox.close()  # type: ignore[attr-defined]
+
+
+def test_a_run_hands_its_sandboxs_count_to_its_llama_policy(tiny_gguf, tmp_path, monkeypatch):
+    need_llama()
+    from evolve.runs import RunOverrides
+    from evolve.search import build_search
+
+    monkeypatch.setenv("EVOLVE_LLAMA_THREADS", "3")
+    problem = _problem(tmp_path / "p", WAITS_FOR_GO)
+    overrides = RunOverrides(sandbox="process")
+    search = build_search(problem, overrides, db=tmp_path / "a.db", policies=[f"llama:{tiny_gguf}"])
+    try:
+        threads = search.policy.cores.threads  # type: ignore[attr-defined]
+        assert threads() == 3
+        with search.sandbox.evaluations_in_flight.running():  # type: ignore[attr-defined]
+            assert threads() == 2
+        assert "nice 10" in search.sandbox.isolation()
+        assert "the cores evaluations leave free" in search.policy.description  # type: ignore[attr-defined]
+    finally:
+        search.close()
