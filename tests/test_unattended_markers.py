@@ -15,7 +15,7 @@ pytestmark = pytest.mark.slow
 
 def test_stray_end_marker_is_rejected_and_the_run_finishes(tmp_path, initialised):
     """The crash of issue 9: a variant echoing `# EVOLVE-BLOCK-END` became a parent and killed every run."""
-    folder, replay = init_with_replay(tmp_path, [STRAY_END])
+    folder, replay = init_with_replay(tmp_path, initialised, [STRAY_END])
     db = tmp_path / "d.db"
     args = ["run", str(folder), "--db", str(db), "--policy", f"replay:{replay}", "--sandbox", "process"]
     out = evolve(*args, "--max-evaluations", "3")

@@ -13,7 +13,7 @@ pytestmark = pytest.mark.slow
 
 
 def test_resume_keeps_stored_options_records_overrides_and_extends_budget(tmp_path, initialised):
-    folder, replay = init_with_replay(tmp_path, varied(12))
+    folder, replay = init_with_replay(tmp_path, initialised, varied(12))
     db = tmp_path / "d.db"
     first = evolve(
         "run", str(folder), "--db", str(db), "--policy", f"replay:{replay}", "--sandbox", "process",

@@ -29,7 +29,7 @@ def test_sigterm_stops_cleanly_and_a_killed_run_is_recognised(tmp_path, initiali
     import signal
     import time
 
-    folder, replay = init_with_replay(tmp_path, unique_children(40))
+    folder, replay = init_with_replay(tmp_path, initialised, unique_children(40))
     log = log_executions(folder, tmp_path / "executions.log")
     db = tmp_path / "d.db"
     cmd = [*EVOLVE, "run", str(folder), "--db", str(db), "--policy", f"replay:{replay}", "--sandbox", "process"]

@@ -20,7 +20,7 @@ pytestmark = pytest.mark.slow
 def test_stall_is_judged_on_evaluated_children_and_strands_nothing(tmp_path, initialised):
     """A fast policy repeating 6 completions (18 children) to one worker: every child is evaluated before the
     run calls itself stalled (issue 9 saw 20 of 24 left pending)."""
-    out, db = run_replay(tmp_path, unique_children(6), "--max-evaluations", "200")
+    out, db = run_replay(tmp_path, initialised, unique_children(6), "--max-evaluations", "200")
     assert out.returncode == 0, out.stderr[-2000:]
     assert "stalled" in out.stdout
     assert pending_children(db) == 0
@@ -28,7 +28,7 @@ def test_stall_is_judged_on_evaluated_children_and_strands_nothing(tmp_path, ini
 
 
 def test_patience_stops_and_drains_the_queue(tmp_path, initialised):
-    out, db = run_replay(tmp_path, unique_children(30), "--max-evaluations", "200", "--patience", "4")
+    out, db = run_replay(tmp_path, initialised, unique_children(30), "--max-evaluations", "200", "--patience", "4")
     assert out.returncode == 0, out.stderr[-2000:]
     assert "patience: no new best scalar in 4 evaluations" in out.stdout
     assert pending_children(db) == 0
@@ -40,7 +40,7 @@ def test_a_solved_problem_stops_by_itself(tmp_path, initialised):
     hidden = (initialised / "evaluate.py").read_text()
     exact = "<variant 1>\n```python\ndef solve(x):\n    return x\n```\n</variant 1>"
     texts = [*unique_children(3), exact.replace("return x", f"return {hidden_expr(hidden)}")]
-    out, db = run_replay(tmp_path, texts, "--max-evaluations", "200")
+    out, db = run_replay(tmp_path, initialised, texts, "--max-evaluations", "200")
     assert out.returncode == 0, out.stderr[-2000:]
     assert "solved: every component reached its best declared bound" in out.stdout, out.stdout
     assert pending_children(db) == 0
