@@ -153,11 +153,11 @@ def test_a_swallowed_name_error_reaches_the_archive_show_and_the_next_prompt(tmp
     assert rows["seed"][3] is None
 
     prompt = _next_prompt(db, broken_id)
-    assert f"- {NAME_ERROR_LINE}" in prompt, prompt
+    assert f"Exceptions its code raised while it was evaluated (most frequent first):\n\n- {NAME_ERROR_LINE}" in prompt
     assert "- IndexError: list index out of range (line 4, 3 times) at `return [][x]`" in _next_prompt(
         db, rows[HALF_BROKEN][0]
     )
-    assert "raised that the evaluator caught" not in _next_prompt(db, rows[EXACT][0])
+    assert "Exceptions its code raised" not in _next_prompt(db, rows[EXACT][0])
 
 
 SPLIT_CANDIDATE = """

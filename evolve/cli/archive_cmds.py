@@ -204,7 +204,7 @@ def show(db: DbArg, program_id: Annotated[int, typer.Argument(callback=row_id)])
             console.print(f"feedback: {printable(ev.feedback[:2000])}", highlight=False, markup=False)
         for case, error in list((ev.case_errors or {}).items())[:20]:
             console.print(printable(f"case {case} failed: {error[:300]}"), highlight=False, markup=False)
-        for line in swallowed_lines(ev.swallowed):  # what its code raised that the evaluator caught or failed on
+        for line in swallowed_lines(ev.swallowed):  # what its code raised while it was evaluated
             console.print(printable(f"raised into the evaluator: {line}"), highlight=False, markup=False)
         if ev.stderr and ev.stderr.strip():
             console.print(f"stderr (tail): {printable(ev.stderr.strip()[-1500:])}", highlight=False, markup=False)

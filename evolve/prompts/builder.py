@@ -384,7 +384,7 @@ def _failures(p: PromptInputs) -> list[str]:
         parts += ["Cases it failed:", "\n".join(shown + more)]
     if p.parent_swallowed:
         lines = [f"- {error.shown(name_file=p.multi_file)}" for error in p.parent_swallowed[:SWALLOWED_SHOWN]]
-        parts += ["Errors its code raised that the evaluator caught (most frequent first):", "\n".join(lines)]
+        parts += ["Exceptions its code raised while it was evaluated (most frequent first):", "\n".join(lines)]
     if p.recent_failures:
         lines = [f"- {f.kind}: {_failure_text(f.kind, f.error)}" for f in p.recent_failures]
         parts += ["Recent attempts from this program that failed (avoid these mistakes):", "\n".join(lines)]
