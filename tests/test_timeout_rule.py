@@ -104,24 +104,25 @@ def test_a_problem_without_a_timeout_cuts_a_looping_child_at_the_seeds_rule(tmp_
 
 
 def test_the_problems_own_timeout_wins(tmp_path):
-    folder = _native_folder(tmp_path / "native", timeout_s=3)
+    # Each setting here also bounds the seed's evaluation (0.2 s of work, a few seconds on a loaded machine)
+    folder = _native_folder(tmp_path / "native", timeout_s=7)
     out, child_s = _run(tmp_path, folder, within_s=120)
-    assert 2.5 <= child_s < 8, child_s
-    assert "timeout 3 s: the problem's [limits] timeout_s (--timeout overrides)" in out, out[-2000:]
+    assert 6.5 <= child_s < 14, child_s
+    assert "timeout 7 s: the problem's [limits] timeout_s (--timeout overrides)" in out, out[-2000:]
 
 
 def test_an_openevolve_config_timeout_wins(tmp_path):
-    folder = _openevolve_folder(tmp_path / "oe", config="evaluator:\n  timeout: 4\n  cascade_evaluation: false\n")
+    folder = _openevolve_folder(tmp_path / "oe", config="evaluator:\n  timeout: 8\n  cascade_evaluation: false\n")
     out, child_s = _run(tmp_path, folder, within_s=120)
-    assert 3.5 <= child_s < 9, child_s
-    assert "timeout 4 s: the problem's" in out, out[-2000:]
+    assert 7.5 <= child_s < 15, child_s
+    assert "timeout 8 s: the problem's" in out, out[-2000:]
 
 
 def test_the_command_line_wins_over_the_rule(tmp_path):
     folder = _openevolve_folder(tmp_path / "oe")
-    out, child_s = _run(tmp_path, folder, "--timeout", "2", within_s=120)
-    assert 1.5 <= child_s < 7, child_s
-    assert "timeout 2 s: --timeout" in out, out[-2000:]
+    out, child_s = _run(tmp_path, folder, "--timeout", "6", within_s=120)
+    assert 5.5 <= child_s < 13, child_s
+    assert "timeout 6 s: --timeout" in out, out[-2000:]
 
 
 def test_the_rule_floor_factor_and_ceiling():
