@@ -1,6 +1,6 @@
 """What recording the candidate's swallowed errors costs an evaluation (issue #59), on the shipped problems.
 
-The harness records what the candidate's code raises into the evaluator's (sandboxes/harness.py, `EscapeLog`):
+The harness records what the candidate's code raises into the evaluator's (sandboxes/escapes.py, `EscapeLog`):
 in the split form only in its own exception handlers, in the simple (OpenEvolve) form by watching the candidate's
 module as the evaluator imports it (its functions, as the evaluator gets them, run through a wrapper). A job
 without `candidate_files` records nothing: that is "before" here, the same sandbox and harness otherwise.
@@ -116,11 +116,9 @@ def call_cost(calls: int = 200_000) -> tuple[float, float]:
     """(ns per call of a candidate's function as the evaluator gets it, unwatched; watched): the simple form's
     price per call, measured in this process on the harness's own watcher, without a sandbox's noise."""
     import importlib.util
-    import sys
     import tempfile
 
-    sys.path.insert(0, str(ROOT / "sandboxes"))
-    import harness  # the sandbox's own file, stdlib only
+    from sandboxes import escapes  # the sandbox's own module, stdlib only
 
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp, "candidate.py")
@@ -128,7 +126,7 @@ def call_cost(calls: int = 200_000) -> tuple[float, float]:
         results = []
         for watch in (False, True):
             if watch:
-                harness.watch_candidate_imports(harness.EscapeLog([str(path)]))
+                escapes.watch_candidate_imports(escapes.EscapeLog([str(path)]))
             spec = importlib.util.spec_from_file_location(f"candidate_{watch}", path)
             assert spec is not None and spec.loader is not None
             module = importlib.util.module_from_spec(spec)

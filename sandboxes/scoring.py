@@ -23,11 +23,17 @@ from sandboxes.toolchain import Toolchain
 
 HARNESS_PATH = Path(__file__).with_name("harness.py")
 NATIVE_RUNNER = Path(__file__).with_name("native_run.py")
+ESCAPES = Path(__file__).with_name("escapes.py")  # what the candidate's code raised: the reply's `swallowed`
 
 
 @cache
 def _native_runner_source() -> str:
     return NATIVE_RUNNER.read_text()
+
+
+@cache
+def _escapes_source() -> str:
+    return ESCAPES.read_text()
 
 
 def program_filename(problem: Problem) -> str:
@@ -80,6 +86,8 @@ def make_job(
     if problem.config.native:
         job["native"] = native_section(problem, toolchain or Toolchain())
         job["modules"] = {**job.get("modules", {}), "_evolve_native": _native_runner_source()}
+    else:
+        job["modules"] = {**job.get("modules", {}), "_evolve_escapes": _escapes_source()}
     return job
 
 
