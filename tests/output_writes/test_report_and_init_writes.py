@@ -66,7 +66,7 @@ def test_init_from_writes_problem_toml_through_no_link(tmp_path, monkeypatch):
     from evolve.cli import app
 
     source = tmp_path / "oe"
-    shutil.copytree(Path(__file__).parent / "openevolve_folders" / "plain_dict", source)
+    shutil.copytree(Path(__file__).parent.parent / "openevolve_folders" / "plain_dict", source)
     outside = tmp_path / "outside"
     outside.mkdir()
     loaded = problem_cmds.load_or_fail
