@@ -8,7 +8,7 @@ Prints each folder's per-problem table (benchmarks.yield's columns), a table of 
 and the line docs/yield.md quotes:
 
 `improvement beats_parent_per_1k_tokens_before=... after=... zero_share_before=...% after=...% new_best_before=N
-after=N` (one line; pooled over the problems both folders hold).
+after=N` (one line; pooled over the problems both folders hold), then the suite's result line `yield_compare ...`.
 
 Usage: python -m benchmarks.yield_compare BEFORE_DIR AFTER_DIR
 """
@@ -28,6 +28,9 @@ from evolve.report.aggregate import run_components
 
 _yield = importlib.import_module("benchmarks.yield")  # `yield` is a keyword
 ProblemYield = _yield.ProblemYield
+
+KIND = "analysis"
+SMOKE_ARGS = ("{study}/after_loop", "{study}/after_loop")  # any two kept folders: the study's are at hand
 
 
 class KeptError(Exception):
@@ -120,6 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     console.print(problem_table(f"after: {args.after}", after))
     console.print(side_by_side(before, after))
     print(line)
+    print(f"yield_compare problems_before={len(before)} problems_after={len(after)}")
     return 0
 
 
