@@ -256,8 +256,7 @@ class RunLedger:
             tally.known(stored.program_id, outcome.scores, stored.scalar, outcome.ok)
         elif tally.child(stored.program_id, child.parent_id, outcome.scores, stored.scalar, outcome.ok).valid:
             self.stats.new_valid += 1  # a zero child is not valid (evolve.yields.ChildVerdict)
-        if outcome.ok and child.parent_id is not None:
-            self._credit(child, stored.scalar, stored.program_id, best_before)
+            self._credit(child, stored.scalar, stored.program_id, best_before)  # nor is it worth a member's credit
         if outcome.error_kind:
             self.stats.errors[outcome.error_kind] += 1
         target = self.options.target

@@ -41,6 +41,8 @@ def test_a_zero_child_is_not_counted_valid_live_nor_in_the_summary(tmp_path):
         live = loop.stats.yields()
         assert live.quality == QualityCounts(evaluated=2, beats_parent=1, improves_component=1, new_best=1, zero=1)
         assert live.zero_share == 0.5
+        # nor is the zero child worth its member's credit in the bandit (one valid child, not two)
+        assert [t.valid for t in loop.ensemble.tallies.values()] == [1]
         stored = summary_yield(summary_of(loop))
         assert stored.new_valid == 1 and stored.quality == live.quality
         console = Console(width=200, record=True)
