@@ -35,10 +35,9 @@ def make_sandbox(kind: str, *, workers: int = 4) -> Sandbox:
             raise SandboxUnavailable(
                 f"--sandbox docker: {reason}; start the Docker daemon (dockerd) or pass --sandbox process"
             )
-    from sandboxes.cpu_share import CANDIDATE_NICE
     from sandboxes.process import ProcessSandbox
 
-    return ProcessSandbox(slots=workers, nice=CANDIDATE_NICE)  # a run's candidates take what its sampling leaves
+    return ProcessSandbox(slots=workers)
 
 
 def weak_sandbox_refusal(sandbox: Sandbox, problem: Problem, allow_weak: bool) -> str | None:

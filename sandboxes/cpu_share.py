@@ -1,19 +1,18 @@
 """How a candidate shares the CPU with the engine's sampling on the same machine.
 
-Two halves. A candidate runs at a lower CPU weight (`lower_cpu_weight`, applied in its process before it
-execs), so a looping or busy candidate takes what sampling leaves rather than half of every core sampling
-needs. And the sandbox counts its evaluations in flight (`InFlight`), a value the engine hands to a policy that
-decodes on these cores (policies/core_share.py), so that decoding leaves one core to each.
+The sandbox counts its evaluations in flight (`InFlight`), a value the engine hands to a policy that decodes on
+these cores (policies/core_share.py), so that decoding leaves one core to each: llama.cpp's decoding threads
+meet at a barrier every step, so one thread that shares its core with a busy process holds all of them
+(measured: 26-40 tokens/s fell to 2.8 with one process spinning on a 2-core machine).
 
-Why both: llama.cpp's decoding threads meet at a barrier every step, so one thread that shares its core with a
-busy process holds all of them (measured: 26-40 tokens/s fell to 2.8 with one process spinning on a 2-core
-machine). Fewer decoding threads avoid the shared core; the lower weight keeps the candidate off the cores
-sampling still uses (its own work, the sampling in numpy, the tokenizer).
-
-Why the autogroup as well as nice: Linux groups the processes of each session (the kernel's autogroups, on by
-default) and shares the CPU between the groups first; a candidate starts a session of its own, so its nice alone
-changes nothing against the engine (measured here: 1.17 against 1.16 CPU seconds on a shared core). Setting
-its autogroup's nice too gives it a tenth of a contended core (0.2 against 1.39).
+A sandbox may also run its candidates at a lower CPU weight (`lower_cpu_weight` before exec, `weight_env` for
+the harness's autogroup). A run does not (measured by benchmarks/contention.py: whenever anything else runs
+on the machine a candidate at nice 10 gets a tenth of a core, and its time grows several-fold past the goal of
+2x, where a wall-clock timeout may cut it; docs/policies.md). Why the autogroup as well as nice: Linux groups
+the processes of each session (the kernel's autogroups, on by default) and shares the CPU between the groups
+first; a candidate starts a session of its own, so its nice alone changes nothing against the engine (measured
+here: 1.17 against 1.16 CPU seconds on a shared core). Setting its autogroup's nice too gives it a tenth of a
+contended core (0.2 against 1.39).
 """
 
 from __future__ import annotations

@@ -109,7 +109,7 @@ class ProcessSandbox:
         memory_cgroup: bool = True,
         nice: int = 0,
     ) -> None:
-        self.nice = nice  # the candidates' CPU weight; a run's: CANDIDATE_NICE (sandboxes/cpu_share.py)
+        self.nice = nice  # the candidates' CPU weight; 0, a run's, leaves it alone (sandboxes/cpu_share.py)
         self.evaluations_in_flight = InFlight()  # CountsEvaluations: the engine hands it to a decoding policy
         self._root = os.geteuid() == 0
         self._base_uid = base_uid

@@ -101,16 +101,16 @@ def test_decoding_keeps_one_thread_however_many_evaluations_run(tiny_gguf, monke
         policy.close()
 
 
-def test_a_runs_jailed_candidates_run_at_the_lower_cpu_weight(tmp_path):
-    from sandboxes.backends import make_sandbox
+def test_a_jailed_candidate_runs_at_the_cpu_weight_asked_for(tmp_path):
     from sandboxes.jail import find_jail
+    from sandboxes.process import ProcessSandbox
     from tests.services import missing
 
     jail, why = find_jail()
     if jail is None:
         missing("bubblewrap", why)
     problem = _problem(tmp_path / "p", REPORTS_WEIGHT)
-    sandbox = make_sandbox("process", workers=1)  # as a run makes it
+    sandbox = ProcessSandbox(slots=1, nice=CANDIDATE_NICE)
     assert sandbox.hides_files, sandbox.isolation()
     try:
         outcome = sandbox.evaluate(problem, REPORTS_WEIGHT)
@@ -170,7 +170,6 @@ def test_a_run_hands_its_sandboxs_count_to_its_llama_policy(tiny_gguf, tmp_path,
         assert threads() == 3
         with search.sandbox.evaluations_in_flight.running():  # type: ignore[attr-defined]
             assert threads() == 2
-        assert "nice 10" in search.sandbox.isolation()
         assert "the cores evaluations leave free" in search.policy.description  # type: ignore[attr-defined]
     finally:
         search.close()
