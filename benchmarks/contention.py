@@ -48,6 +48,9 @@ from sandboxes.cpu_share import CANDIDATE_NICE
 from sandboxes.jail import find_jail
 from sandboxes.process import ProcessSandbox
 
+KIND = "speed"
+SMOKE_ARGS = ("--smoke",)  # a run of seconds (python -m benchmarks --smoke)
+
 PROMPT = (
     "Write a Python function `pack(weights, capacity)` that puts items of the given weights into as few bins of "
     "the given capacity as it can (first-fit decreasing, then try to improve it). Explain the idea briefly, then "
