@@ -72,13 +72,15 @@ def test_the_lazy_penalty_puts_every_wasted_answer_below_every_valid_one():
     weights = np.array([[1.0]])
     wasted = np.ones((3, 2), bool)  # two completions copied, the third failed twice: all wasted, all zero rows
     rewards = np.zeros((3, 2, 1))
-    assert np.array_equal(VPO()(shape_rewards(rewards, wasted)), np.zeros(3))
-    assert np.array_equal(VPO()(shape_rewards(rewards, wasted, lazy_penalty=-0.5)), np.zeros(3))  # alike: level
+    assert np.array_equal(VPO()(shape_rewards(rewards, wasted, normalisation="bounds")), np.zeros(3))
+    assert np.array_equal(
+        VPO()(shape_rewards(rewards, wasted, normalisation="bounds", lazy_penalty=-0.5)), np.zeros(3)
+    )  # alike: level
     # A poor valid answer (0.0 by the bounds) beside a copy; two copies; two failures. Off: no spread at all.
     mixed = np.zeros((3, 2, 1))
     mask = np.array([[False, True], [True, True], [True, True]])
-    assert np.array_equal(vpo_advantages(shape_rewards(mixed, mask), weights), np.zeros(3))
-    on = shape_rewards(mixed, mask, lazy_penalty=-0.5)
+    assert np.array_equal(vpo_advantages(shape_rewards(mixed, mask, normalisation="bounds"), weights), np.zeros(3))
+    on = shape_rewards(mixed, mask, normalisation="bounds", lazy_penalty=-0.5)
     np.testing.assert_allclose(vpo_advantages(on, weights), z([0.0, -0.5, -0.5]), rtol=1e-12)
     np.testing.assert_allclose(vpo_advantages(on, weights), [1.41420756, -0.70710378, -0.70710378], rtol=1e-6)
     # GRPO (the mean of a completion's answers): copying and failing weigh the same, and below a valid answer.

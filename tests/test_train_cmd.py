@@ -46,7 +46,7 @@ def test_evolve_train_writes_versions_and_continues_from_the_newest(tmp_path, ti
         "SELECT json_extract(train_config, '$.lazy_penalty'), json_extract(train_config, '$.reward_normalisation'), "
         "json_extract(train_config, '$.skip_zero_advantage') FROM policy_versions WHERE number > 0 ORDER BY number"
     ).fetchall()
-    assert shaping == [(0.0, "bounds", 1), (0.0, "bounds", 1), (-0.5, "group", 1)]  # the run's own, then the flags
+    assert shaping == [(0.0, "improvement", 1), (0.0, "improvement", 1), (-0.5, "group", 1)]  # the run's, then flags
     for number, path, _, _ in rows[1:]:
         assert path == str(adapters / f"v{number}")
         assert (adapters / f"v{number}" / "adapter_model.safetensors").is_file()

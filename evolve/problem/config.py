@@ -271,7 +271,7 @@ class TrainingSection(_Strict):
         "under every valid answer); 0: off, a zero row",
     )
     reward_normalisation: Literal["bounds", "group", "improvement"] = Field(
-        default="bounds",
+        default="improvement",
         description="bounds: rewards in [0, 1] by the declared bounds; group: then each component stretched to "
         "[0, 1] over its group's answers before the scalarisation; improvement: each answer's gain over its "
         "parent in units of the declared range, a small penalty for an answer that changed no score",
