@@ -152,6 +152,12 @@ class RunOptions:
         False, "run a split-form problem although candidates could read its expected answers"
     )
     learning_rate: float = option(TrainConfig.learning_rate, "LoRA learning rate")
+    train_epochs: int = option(
+        TrainConfig.epochs, "PPO epochs over each update's batch (the clip acts from the second)", low=1, high=64
+    )
+    kl_coef: float = option(
+        TrainConfig.kl_coef, "weight of a KL term to the base model in each update (0: none)", low=0.0
+    )
     adapters_dir: str | None = option(None, "where adapters go (default: next to the archive)")
     trainer_model: str | None = option(None, "local dir or hub id of the served base model (vllm:/openai: policies)")
     patience: int | None = option(
@@ -270,6 +276,8 @@ class RunOverrides:
     sandbox: str | None = None
     allow_weak_sandbox: bool | None = None
     learning_rate: float | None = None
+    train_epochs: int | None = None
+    kl_coef: float | None = None
     adapters_dir: str | None = None
     trainer_model: str | None = None
     patience: int | None = None

@@ -214,6 +214,8 @@ def train_config(options: RunOptions, **changes: Any) -> TrainConfig:
     config = TrainConfig(
         method=options.train_method,
         learning_rate=options.learning_rate,
+        epochs=options.train_epochs,
+        kl_coef=options.kl_coef,
         skip_zero_advantage=options.skip_zero_advantage,
         lazy_penalty=options.lazy_penalty,
         reward_normalisation=options.reward_normalisation,

@@ -97,3 +97,14 @@ def test_the_kl_term_pulls_a_moved_adapter_back_towards_the_base_model(group_of_
     assert stats.epoch_kl[0] > stats.epoch_kl[-1] > 0, stats.epoch_kl  # falling epoch by epoch
     assert runs[0.0][0] == pytest.approx(runs[0.0][1], rel=1e-6), "without the term nothing moves"
     assert runs[0.0][2].epoch_kl == [0.0] * 4  # and no reference pass is made at coefficient 0
+
+
+def test_a_run_asks_for_epochs_and_a_kl_term_and_its_updates_get_them():
+    from evolve.options import RunOptions, invalid_value
+    from evolve.search import train_config
+
+    config = train_config(RunOptions(train_epochs=4, kl_coef=0.05))
+    assert (config.epochs, config.kl_coef) == (4, 0.05)
+    assert (train_config(RunOptions()).epochs, train_config(RunOptions()).kl_coef) == (1, 0.0)
+    assert invalid_value({"train_epochs": 0}) == "--train-epochs 0: give a value from 1 to 64"
+    assert invalid_value({"kl_coef": -0.1}) == "--kl-coef -0.1: give a value >= 0"
