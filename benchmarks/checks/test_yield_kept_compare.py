@@ -41,7 +41,8 @@ def test_two_kept_folders_compare_per_problem_and_in_one_line(tmp_path, capsys):
     assert ran.yields.quality.zero == 1 and ran.yields.new_valid == 1
     assert yield_compare.main([str(before), str(after)]) == 0
     out = capsys.readouterr().out
-    line = out.strip().splitlines()[-1]
+    *_, line, result = out.strip().splitlines()  # the improvement line, then the suite's result line
+    assert result == "yield_compare problems_before=1 problems_after=1"
     read = yield_compare.kept_runs(before)["square"].yields
     assert read.quality == ran.yields.quality  # read back from the kept archive as the run counted it
     tokens_before, tokens_after = read.tokens, yield_compare.kept_runs(after)["square"].yields.tokens
