@@ -81,7 +81,8 @@ class ChildFlow:
 
     async def commit_landed(self) -> None:
         """The committer: whatever results have landed, one transaction a batch. A failed batch costs these
-        children (left pending, their evaluations given back); a broken archive repeats and stops the run."""
+        children (a failed write leaves them pending; `commit` gives their evaluations back); a broken archive
+        repeats and stops the run."""
         while True:
             batch = [await self.results.get()]
             while len(batch) < COMMIT_BATCH and not self.results.empty():
@@ -89,7 +90,6 @@ class ChildFlow:
             try:
                 await self.commit(batch)
             except Exception as exc:
-                self.ledger.release(len(batch))
                 note_incident(self.ledger, self.archive, self.run_id, StageFailure("commit", exc))
             finally:
                 self.backlog -= len(batch)
@@ -97,5 +97,12 @@ class ChildFlow:
                     self.results.task_done()
 
     async def commit(self, batch: list[EvaluationResult]) -> None:
-        """Write the batch on a worker thread, then apply what became of each child to the ledger, here."""
-        self.ledger.committed(await asyncio.to_thread(self.writer.write, batch))
+        """Write the batch on a worker thread, then apply what became of each child to the ledger, here. The
+        batch's reservations end here, once, whatever became of it: counted, stored meanwhile by another child, or
+        a failed write or application (given back). Ending them in one place is what keeps a failure part-way
+        through the application from ending a child's reservation twice and overrunning the budget; no other task
+        runs between the counting and the release (nothing is awaited), so none sees a child counted twice."""
+        try:
+            self.ledger.committed(await asyncio.to_thread(self.writer.write, batch))
+        finally:
+            self.ledger.release(len(batch))

@@ -238,10 +238,11 @@ class RunLedger:
 
     def child_stored(self, stored: StoredChild) -> None:
         """A scored child's program row is committed: the population, the counters, the member and ask that wrote
-        it, and the stop rules that read scores (target, patience, solved, the evaluation budget)."""
+        it, and the stop rules that read scores (target, patience, solved, the evaluation budget). Its evaluation's
+        reservation is not ended here but by the committer (`ChildFlow.commit`), once for the whole batch, so that
+        a step here that raises cannot have it ended twice."""
         child, outcome = stored.child, stored.outcome
         self.known.stored(child.digest, stored.program_id)
-        self.control.release()  # its reservation ends: counted below, or (stored meanwhile) given back
         if not stored.created:
             return
         ranked = self.population.ranked(

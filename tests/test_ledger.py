@@ -143,6 +143,32 @@ def test_a_stored_batch_that_never_applies_is_a_commit_failure_repeated_and_stop
     assert reason.startswith("stopped: 3 commit failures in a row (RuntimeError"), (reason, loop.stats.incidents)
 
 
+def test_a_batch_that_fails_after_its_children_were_counted_gives_each_reservation_back_once(tmp_path):
+    """Applying a stored child fails after the child was counted: its evaluation's reservation ends once, so the
+    budget is not handed out again and the archive never holds more evaluations than `max_evaluations`."""
+    problem, archive, run, options = square_run(
+        tmp_path, group_size=1, variants=1, max_evaluations=8, workers=1, max_failures=50
+    )
+    loop = SearchLoop(problem, archive, ReplayPolicy([_answer(k) for k in range(60)]), ProcessSandbox(1), run, options)
+    applied, late_failures = loop.ledger.child_stored, []
+
+    def fails_once_applied(stored):  # counted, reservation ended ... then a later step of the commit raises
+        applied(stored)
+        if stored.child.parent_id is not None and len(late_failures) < 3:
+            late_failures.append(stored.program_id)
+            raise RuntimeError("fails after the child was applied")
+
+    loop.ledger.child_stored = fails_once_applied  # type: ignore[method-assign]
+    try:
+        run_search(loop)
+    finally:
+        loop.sandbox.close()
+        archive.close()
+    stored = sqlite3.connect(tmp_path / "a.db").execute("SELECT count(*) FROM evaluations").fetchone()[0]
+    assert len(late_failures) == 3
+    assert (stored, loop.stats.evaluations, loop.control.in_flight) == (8, 8, 0)
+
+
 def test_a_session_that_ended_cleanly_leaves_a_record_that_resumes_without_a_kill_counted(tmp_path):
     problem, archive, run, options = square_run(tmp_path, group_size=1, variants=1, max_evaluations=3, workers=1)
     first = _session(problem, archive, run, options)
