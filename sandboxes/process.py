@@ -14,7 +14,8 @@ Memory: where the engine can make cgroups (root, or a delegated cgroup v2), each
 (sandboxes/cgroups.py) that bounds all the job's processes and its tmpfs pages together, and an OOM in it makes
 the job `memory`. Elsewhere RLIMIT_AS bounds each process alone, RLIMIT_NPROC their number, the scratch mounts
 their sizes; what RLIMIT_AS cannot see is refused (memfds, SysV memory, sockets, pinned pipe pages: see
-sandboxes/seccomp.py), and the kernel bounds pipe buffers per user. `isolation()` says which bound holds.
+sandboxes/seccomp.py), and the kernel bounds pipe buffers per user. `isolation()` says which bound holds
+(sandboxes/process_isolation.py words it).
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ from sandboxes.abort import RunningJobs
 from sandboxes.cgroups import make_slot_cgroups, remove_all
 from sandboxes.cpu_share import InFlight, weight_env
 from sandboxes.engine_guard import guard_engine
-from sandboxes.jail import SCRATCH_BYTES, WORK, WORK_BYTES, JobFiles, find_jail
+from sandboxes.jail import WORK, JobFiles, find_jail
 from sandboxes.jail_watch import JailWatch, signal_name
 from sandboxes.process_child import (
     CLONE_NEWNET,
@@ -57,6 +58,7 @@ from sandboxes.process_child import (
     cpu_limit_s,
     errno_text,
 )
+from sandboxes.process_isolation import Containment, describe
 from sandboxes.process_slots import WORKDIR_PREFIX, Slot, SlotPool, remove_stale_workdirs
 from sandboxes.sandbox import OUTPUT_CAP, SandboxRefused
 from sandboxes.scoring import HARNESS_PATH, make_job, outcome_from, program_filename, program_files
@@ -179,39 +181,18 @@ class ProcessSandbox:
         return out.returncode == 0 and out.stdout.strip() != os.readlink("/proc/self/ns/net")
 
     def isolation(self) -> str:
-        if self._jail is not None:
-            who = f"per-slot uid {self._base_uid}+" if self.drop_uid else "your uid in a user namespace"
-            return (
-                f"process sandbox (bubblewrap): {who}; sees only read-only /usr and Python, its own /work, "
-                "data/ read-only, private /tmp and /proc; own pid/network/IPC namespaces, no user namespaces; "
-                f"rlimits on CPU/files/processes{self._weight()}, scrubbed env; {self._memory_bound()}"
+        return describe(
+            Containment(
+                jailed=self._jail is not None,
+                why_no_jail=self._why_no_jail,
+                drop_uid=self.drop_uid,
+                base_uid=self._base_uid,
+                network_isolated=self.network_isolated,
+                nice=self.nice,
+                sockets=self.sockets,
+                memory_cgroups=bool(self._cgroups),
+                why_no_cgroup=self._why_no_cgroup,
             )
-        parts = [f"process sandbox: WEAK: candidates can read the host's files ({self._why_no_jail});"]
-        parts.append(f"per-slot uid {self._base_uid}+," if self.drop_uid else "runs as your user (no uid separation),")
-        parts.append("no network namespace," if not self.network_isolated else "empty network namespace,")
-        parts.append("engine's /proc entries and arguments hidden, no user namespaces,")
-        parts.append(f"rlimits on CPU/files/processes{self._weight()}, scrubbed env, private temp dir;")
-        parts.append(self._memory_bound())
-        return " ".join(parts)
-
-    def _weight(self) -> str:
-        return f", nice {self.nice}" if self.nice else ""
-
-    def _memory_bound(self) -> str:
-        sockets = {
-            SocketRule.ALL: "",
-            SocketRule.UNIX_ONLY: "; only AF_UNIX sockets (cgroup v1 does not count TCP buffers)",
-            SocketRule.NONE: "; sockets refused",
-        }[self.sockets]
-        if self._cgroups:
-            version = "v2" if self.sockets is SocketRule.ALL else "v1"
-            return f"memory: one cgroup ({version}) per job bounds all its processes and temp files together{sockets}"
-        scratch = sum(SCRATCH_BYTES.values()) >> 20 if self._jail is not None else None
-        folders = f" (+ {WORK_BYTES >> 20} MiB per folder of a program)"
-        files = f" + {scratch} MiB of scratch tmpfs{folders}" if scratch else " + files in its temp dir (host disk)"
-        return (
-            f"memory: no memory cgroup ({self._why_no_cgroup}): RLIMIT_AS per process x RLIMIT_NPROC{files}; "
-            "memfd, SysV shm/msg, vmsplice and io_uring refused" + sockets + "; pipes bounded per user by the kernel"
         )
 
     def close(self) -> None:
