@@ -19,28 +19,28 @@ zero spread and so zero advantage. Three options (each stored with the run and w
   above a copy, and a GRPO policy trained so (its reward the mean of a completion's answers) learnt to write
   nothing parseable: 0 new valid and 0 copies in 180 variants on minimizer, 3 and 1 in 252 on tour_heuristic,
   where the untrained model wrote 36 and 82, 61 and 122 (benchmarks/best_at_k.py, issue 36). 0 is exactly the
-  old behaviour in either normalisation: such an answer is a zero row, the bottom of its group, which group
-  normalisation keeps at 0.
-- `reward_normalisation`: "bounds" (default, as before) leaves the rewards as the problem's bounds (or the batch's
-  observed range) put them; "group" then stretches each component to [0, 1] over the G x m answers of its own
-  group (min-max, a constant component becomes 0; zero rows included without a lazy penalty, over the valid
-  answers alone with one, which then sits below them), so a component whose answers differ by
-  0.003 counts as much in the scalarisation as one whose answers differ by 0.5. Over the group rather than over
-  the run so far because advantages are group-relative anyway (one parent, one scale), because a run's early
-  spreads (the seed against its first children) are far wider than its late ones and would flatten exactly the
-  small late improvements a stalled search lives on, and because it needs no state: an online update, an offline
-  `evolve train` and a resumed run shape the same group alike.
-- `reward_normalisation` "improvement": each answer's reward on component d is its child's gain over the group's
-  parent, in units of d's declared range (the batch's observed range where none is declared), clipped to
-  [-1, 1]; every answer without a new valid program, and every valid child that scored exactly as its parent (a
-  docstring edit, a renamed local: new code, the parent's behaviour), gets -WASTE_PENALTY on every component
-  (`lazy_penalty`, when set, instead). Why: "bounds" and "group" pay for a valid answer, not a better one. In the
-  closed-loop study's groups, "has any valid answer" alone explained 83-97% of VPO's advantage wherever a group
-  mixed valid and wasted completions, and on minimizer most new valid children were docstring edits of their
-  parent, each paid like a real child (issue 61). A child that beats its parent now earns more than one that does
-  not, and a copy or a docstring edit earns nothing. The penalty is small, the size of a typical gain (see
-  WASTE_PENALTY): a wasted answer sits with a child slightly worse than its parent, and one real improvement
-  outweighs it; -0.5 against gains of 0.01 made "any valid answer" the whole signal.
+  old behaviour under "bounds" and "group": such an answer is a zero row, the bottom of its group, which group
+  normalisation keeps at 0 ("improvement" gives it -WASTE_PENALTY instead, below).
+- `reward_normalisation`: "bounds" (the default before issue 61; stored runs keep theirs) leaves the rewards as the
+  problem's bounds (or the batch's observed range) put them; "group" then stretches each component to [0, 1] over the
+  G x m answers of its own group (min-max, a constant component becomes 0; zero rows included without a lazy penalty,
+  over the valid answers alone with one, which then sits below them), so a component whose answers differ by 0.003
+  counts as much in the scalarisation as one whose answers differ by 0.5. Over the group rather than over the run so
+  far because advantages are group-relative anyway (one parent, one scale), because a run's early spreads (the seed
+  against its first children) are far wider than its late ones and would flatten exactly the small late improvements a
+  stalled search lives on, and because it needs no state: an online update, an offline `evolve train` and a resumed
+  run shape the same group alike.
+- `reward_normalisation` "improvement" (the default of new runs, `NORMALISATION`): each answer's reward on component d
+  is its child's gain over the group's parent, in units of d's declared range (the batch's observed range where none
+  is declared), clipped to [-1, 1]; every answer without a new valid program, and every valid child that scored
+  exactly as its parent (a docstring edit, a renamed local: new code, the parent's behaviour), gets -WASTE_PENALTY on
+  every component (`lazy_penalty`, when set, instead). Why: "bounds" and "group" pay for a valid answer, not a better
+  one. In the closed-loop study's groups, "has any valid answer" alone explained 83-97% of VPO's advantage wherever a
+  group mixed valid and wasted completions, and on minimizer most new valid children were docstring edits of their
+  parent, each paid like a real child (issue 61). A child that beats its parent now earns more than one that does not,
+  and a copy or a docstring edit earns nothing. The penalty is small, the size of a typical gain (see WASTE_PENALTY):
+  a wasted answer sits with a child slightly worse than its parent, and one real improvement outweighs it; -0.5
+  against gains of 0.01 made "any valid answer" the whole signal.
   Where the parent has no valid evaluation, gains are measured from the bottom of the range (the reward is the
   answer's normalised score).
 """

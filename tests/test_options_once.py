@@ -8,7 +8,7 @@ import ast
 import inspect
 from dataclasses import fields
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args, get_origin
 
 import pytest
 import typer
@@ -20,7 +20,7 @@ from evolve.members import SAMPLING_KEYS, MemberError, MemberSpec
 from evolve.options import RunOptions, RunOverrides, bound_text, meta, option_default
 from evolve.problem.config import PolicyMemberSection, SearchSection, TrainingSection
 from evolve.prompts import TEMPLATES
-from policies.shaping import LAZY_PENALTY, NORMALISATION, SKIP_ZERO_ADVANTAGE
+from policies.shaping import LAZY_PENALTY, NORMALISATION, NORMALISATIONS, SKIP_ZERO_ADVANTAGE
 from policies.trainer import TrainConfig
 
 
@@ -147,6 +147,16 @@ def test_each_training_default_is_written_once_and_read_where_else_it_is_needed(
         LAZY_PENALTY,
         NORMALISATION,
     )
+
+
+def test_the_training_table_offers_exactly_the_shapings_the_trainer_knows():
+    """`[training] reward_normalisation` lists its choices in a Literal (evolve/problem/config.py, below the
+    policies in the layers, cannot import policies/shaping.py's NORMALISATIONS): a shaping added to one side only
+    would be refused by the table, or accepted by it and refused by `shape_rewards` at the run's first update."""
+    annotation = TrainingSection.model_fields["reward_normalisation"].annotation
+    assert get_origin(annotation) is Literal
+    assert get_args(annotation) == NORMALISATIONS
+    assert NORMALISATION in NORMALISATIONS
 
 
 def test_a_member_s_settings_are_declared_once_by_the_problem_table():
