@@ -1,7 +1,7 @@
 """Normalised code hashes: programs that differ only in comments, docstrings, layout or local names are the same
 program.
 
-Normalising is a parse, docstrings set aside (`docstrings.py`: kept where the program can read `__doc__`), a
+Normalising is a parse, docstrings set aside (`docstrings.py`: kept where the program may read them), a
 canonical renaming of function-local variables (`local_names.py`) and an unparse,
 the dearest thing the engine does per variant; models repeat themselves (the parent's code verbatim, the same
 answer in two completions), so the hash of text already seen comes from a bounded memo keyed by a digest of the
@@ -34,8 +34,9 @@ _LAYOUTS = {False: b"one file", True: b"several files"}
 # Every hash names the normalisation that made it, so that a run stored under an earlier one is recognised and
 # brought up to date on resume (`upgrade_code_hashes`) instead of missing its duplicates. Version 1 (layout and
 # comments) wrote bare sha256 hex; "v" is no hex digit, so no version-1 hash starts with a later prefix.
-# 2: local names too; 3: a program of several files hashed file by file, .py only parsed; 4: docstrings set aside
-HASH_VERSION = "v4"
+# 2: local names too; 3: a program of several files hashed file by file, .py only parsed; 4: docstrings set aside;
+# 5: strings set aside only where the text compiles and spells none of `docstrings.SUSPECT_SUBSTRINGS`
+HASH_VERSION = "v5"
 
 
 def normalize(code: str, multi_file: bool = False) -> str:
@@ -72,7 +73,7 @@ def normalize_one(code: str) -> str:
     except (RecursionError, MemoryError):
         return code
     try:
-        strip_docstrings(tree)
+        strip_docstrings(tree, code)
         canonicalize(tree)
         return ast.unparse(tree)
     except (RecursionError, MemoryError):

@@ -6,12 +6,19 @@ parses and unparses; docstrings are string constants in the tree and survive, so
 them before the hash is taken. Like `local_names.py` it is a code-hash step, never shown to anyone, and it must
 never merge two programs that behave differently (a false duplicate silently loses a child):
 
-- A bare string statement that is not a docstring (a string used as a comment, anywhere in a body) is dropped
-  always: the compiler drops it too, nothing at run time can read it.
+- Nothing is set aside unless the program compiles and its whole text contains none of `SUSPECT_SUBSTRINGS`,
+  a plain substring test, cheap and conservative. A tree walk for readers (the rule before) missed too much: a
+  format string `"{0.__doc__}"`, a metaclass or `__init_subclass__` that counts the class namespace (which holds
+  `__doc__`), unittest's `shortDescription`, warnings and tracebacks whose line numbers a docstring shifts, and a
+  parent that does not compile (a second string before `from __future__`) that merging the strings fixes. Each
+  of these spells one of the substrings; a program that merely mentions one (`helper`, `document`) only loses
+  the merge, which costs one evaluation, never a child.
+- Then a bare string statement that is not a docstring (a string used as a comment, anywhere in a body) is
+  dropped: the compiler drops it too.
 - A docstring (the first statement of a module, class or function, a string) is readable as `__doc__`; it is
-  dropped only when the program has no way to read it: no `__doc__`, `__dict__`, `globals`, `help`, `pydoc`,
-  `doctest`, and none of what keeps the local names (`getattr`, `vars`, `eval`, `inspect`, frames, ...: see
-  `local_names.INTROSPECTING_*`), spelled as a name, an attribute, a keyword, an import or a string constant.
+  dropped only when, besides, no name that keeps the local names (`getattr`, `vars`, `eval`, `inspect`, frames,
+  ...: see `local_names.INTROSPECTING_*`) or `DOC_READERS` is spelled as a name, an attribute, a keyword, an
+  import or a string constant.
 
 A body left empty gets `pass`, as `python -OO` compiles it. Reading the source text itself (`open(__file__)`,
 `inspect.getsource`) can tell any two texts apart; like comments and layout, that is not held against the merge
@@ -28,6 +35,13 @@ DOC_READERS = frozenset(
     {"__doc__", "__dict__", "globals", "help", "getdoc", "pydoc", "doctest", "__getattr__", "__getattribute__"}
 )
 _READERS = DOC_READERS | INTROSPECTING_BUILTINS | INTROSPECTING_ATTRIBUTES | INTROSPECTING_MODULES
+# Text that could read a docstring, a namespace or a line number (see the module's docstring); `doc` covers
+# `__doc__`, `doctest`, `pydoc`, `getdoc`, `trace` covers `traceback` and `settrace`.
+SUSPECT_SUBSTRINGS = (
+    "doc", "metaclass", "__init_subclass__", "__prepare__", "__dict__", "vars", "dir(", "inspect", "unittest",
+    "help", "warn", "trace", "lineno", "linecache", "frame", "_getframe", "__code__", "co_", "logging", "exc_info",
+    "globals", "locals", "eval", "exec", "compile", "__future__", "getattr", "__class__", "__getattribute__",
+)  # fmt: skip
 _DOCUMENTED = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
 _BODIES = ("body", "orelse", "finalbody")
 
@@ -62,9 +76,23 @@ def _is_string_statement(statement: ast.stmt) -> bool:
     )
 
 
-def strip_docstrings(tree: ast.Module) -> bool:
-    """Drop, in place, every bare string statement, docstrings included unless the program can read them; False
-    when the tree was left as it was."""
+def may_set_strings_aside(text: str, tree: ast.Module) -> bool:
+    """Whether `text` (parsed as `tree`) compiles and spells nothing of `SUSPECT_SUBSTRINGS`."""
+    if any(suspect in text for suspect in SUSPECT_SUBSTRINGS):
+        return False
+    try:
+        compile(tree, "<candidate>", "exec", dont_inherit=True)
+    except (SyntaxError, ValueError, TypeError):
+        return False
+    return True
+
+
+def strip_docstrings(tree: ast.Module, text: str) -> bool:
+    """Drop, in place, every bare string statement, docstrings included unless the program can read them; nothing
+    where `text` may read strings, namespaces or line numbers at all (`may_set_strings_aside`). False when the
+    tree was left as it was."""
+    if not may_set_strings_aside(text, tree):
+        return False
     keep_docstrings = reads_docstrings(tree)
     changed = False
     for node in ast.walk(tree):
