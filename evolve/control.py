@@ -6,9 +6,9 @@ The ledger asks it whether a group may start (`group_refusal`, a query) and take
 excepted: it always says "interrupted", and why when a policy update was abandoned).
 
 It is part of the run's ledger (evolve/ledger.py), which alone calls its commands, on the loop's thread (the
-signal handler asks the ledger to `interrupt`). Stages are handed its events to stop on (`sampling_cut`,
-`interrupted`) and its thread-safe check (`interrupt_requested`), never the object itself; tests/
-test_ledger_writers.py reads the code to keep it so. Its queries (`group_refusal`, `may_start_group`,
+signal handler asks the ledger to `interrupt`). Stages are handed `signals`, read-only views of its events
+(`StopSignals`: they may ask and wait, never set), never the object itself nor one of its bound methods;
+tests/test_ledger_writers.py reads the code to keep it so. Its queries (`group_refusal`, `may_start_group`,
 `reserved`, `status`, `stop_reason`) write nothing.
 """
 
@@ -16,12 +16,37 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 
 UPDATE_ABANDONED = (
     "interrupted during a policy update: the update was abandoned (no version saved); "
     "run the same command to resume, and it trains again after its next group"
 )
+
+
+@dataclass(frozen=True)
+class StopSignal:
+    """One of the run's events as a stage sees it: it may ask it (`is_set`) and wait on it (`wait`), never set nor
+    clear it, so only the run's control (through its ledger) says when sampling stops."""
+
+    is_set: Callable[[], bool]
+    wait: Callable[[], Awaitable[object]]
+
+    @classmethod
+    def of(cls, event: asyncio.Event) -> StopSignal:
+        return cls(event.is_set, event.wait)
+
+
+@dataclass(frozen=True)
+class StopSignals:
+    """What the stages stop on, read-only: the sampling cut and Ctrl-C as events to wait on (on the event loop),
+    and Ctrl-C as a check a worker thread may ask (the parser between variants, the trainer between samples).
+    None of them leads back to the `RunControl`: a bound method of it would (its `__self__`)."""
+
+    cut: StopSignal
+    interrupted: StopSignal
+    interrupt_requested: Callable[[], bool]
 
 
 class RunControl:
@@ -43,6 +68,9 @@ class RunControl:
         self.interrupted = asyncio.Event()  # Ctrl-C: a generation in flight is abandoned too
         self._interrupted_seen = threading.Event()  # the same, for worker threads: a policy update between samples
         self.sampling_cut = asyncio.Event()  # Ctrl-C or the goal reached: no group in flight is stored
+        self.signals = StopSignals(
+            StopSignal.of(self.sampling_cut), StopSignal.of(self.interrupted), self._interrupted_seen.is_set
+        )
         self.no_more_groups = False  # finish_generating(): no group starts, what is queued is evaluated
         self.abandon = False  # leave queued children pending (Ctrl-C, systemic failure)
         self.systemic: str | None = None  # the one line that stopped the run, when a failure repeated

@@ -136,7 +136,8 @@ class GroupSampler:
         selector: Selector,
         interrupted: Callable[[], bool] | None = None,
     ) -> None:
-        """`interrupted`: whether Ctrl-C or SIGTERM came (asked from the parsing thread); a parse it stops drops
+        """`interrupted`: whether Ctrl-C or SIGTERM came (asked from the parsing thread; the run's read-only
+        `StopSignals.interrupt_requested`, which leads back to nothing it could change); a parse it stops drops
         the group being parsed."""
         self.problem, self.archive, self.run_id, self.options = problem, archive, run_id, options
         self.selector, self.interrupted = selector, interrupted

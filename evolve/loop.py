@@ -106,7 +106,7 @@ class SearchLoop:
                     spec.weight,
                     self.bases[spec.name],
                     served,
-                    PolicyCalls(served, self.control.sampling_cut, self.control.interrupted),
+                    PolicyCalls(served, self.control.signals.cut, self.control.signals.interrupted),
                     PolicyVersions(archive, run.id, served, spec.name, first=i == 0),
                     steps.get(spec.name),
                     (untrainable or {}).get(spec.name),
@@ -115,7 +115,7 @@ class SearchLoop:
         self.policy = self.members[0].policy
         selector = make_selector(problem.config.search.selection, len(problem.components))
         self.sampler = GroupSampler(
-            problem, archive, run.id, options, selector, interrupted=self.control.interrupt_requested
+            problem, archive, run.id, options, selector, interrupted=self.control.signals.interrupt_requested
         )
         self.evaluator = Evaluator(problem, sandbox)
         self.writer = ProgramWriter(problem, archive, run.id)
@@ -213,7 +213,7 @@ class SearchLoop:
         """Pause generation, let the recent groups' evaluations land, update and publish the policy.
 
         Ctrl-C or SIGTERM during an update gives it up between two groups (a thread cannot be cancelled, so the
-        trainer asks `interrupt_requested`): it rolls back like a failed one, the run stops within one sample's
+        trainer asks `signals.interrupt_requested`): it rolls back like a failed one, the run stops within one sample's
         forward and backward pass, and the group count is kept so that the resumed run trains after one group.
         The thread is still awaited: closing the policy under its backward pass would crash the process."""
         await self._drained()
@@ -225,7 +225,7 @@ class SearchLoop:
             who = f"{member.name} " if len(self.members) > 1 else ""
             self.ledger.updating(f"{who}from v{member.policy.version}")
             try:
-                stats = await asyncio.to_thread(member.train_step, self.control.interrupt_requested)
+                stats = await asyncio.to_thread(member.train_step, self.control.signals.interrupt_requested)
                 line = f"{who}v{member.policy.version}: {stats.samples} samples, loss {stats.loss:.4g}"
                 self.ledger.trained(line)
             except UpdateAbandoned:  # rolled back; nothing of it was saved or published

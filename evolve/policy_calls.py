@@ -3,8 +3,9 @@ archive row of the policy version that wrote them; `PolicyMember` bundles both f
 
 An HTTP policy (`AsyncPolicy`) is awaited on the event loop and cancelled on a cut; an in-process one runs in a
 daemon thread and is told to stop between tokens, but only while one of its calls is in flight (a request that
-found none would end its next, unrelated call). Both wait on events they are handed (the run's `sampling_cut` and
-`interrupted`): a stage holds no part of the run's ledger and registers nowhere.
+found none would end its next, unrelated call). Both wait on signals they are handed (`StopSignal`: the run's
+`sampling_cut` and `interrupted`, read-only): a stage holds no part of the run's ledger, sets none of its events
+and registers nowhere.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 
 from evolve.archive import Archive
 from evolve.ask_arms import Ask
+from evolve.control import StopSignal
 from evolve.interrupt import cancel_on, until_interrupted
 from policies.policy import AsyncPolicy, Generated, Interruptible, Policy, PolicyError, SamplingParams
 
@@ -26,9 +28,9 @@ TrainStep = Callable[[Callable[[], bool]], Any]
 
 class PolicyCalls:
     """Sampling that stops when the run cuts it (`cut`: Ctrl-C, the goal reached, the time spent) and stops being
-    waited for on Ctrl-C (`interrupted`); both events are the run's, set by its ledger alone."""
+    waited for on Ctrl-C (`interrupted`); both are read-only views of the run's events, set by its ledger alone."""
 
-    def __init__(self, policy: Policy, cut: asyncio.Event, interrupted: asyncio.Event) -> None:
+    def __init__(self, policy: Policy, cut: StopSignal, interrupted: StopSignal) -> None:
         self.policy, self.cut, self.interrupted = policy, cut, interrupted
         self.in_flight = 0  # policy calls under way
         self.abandoned = False  # Ctrl-C stopped waiting for a call whose thread may still be in a forward pass

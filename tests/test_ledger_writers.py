@@ -2,11 +2,9 @@
 
 Every module of evolve/, policies/ and sandboxes/ is parsed, and a call to a mutator of the run's state (the
 ledger, its `RunControl`, population, counters, code index, ensemble record and stop rules) from a module that
-may not make it fails here, and so does a write to one of their attributes. What a mutator is comes from the
-classes' own method definitions: a method that assigns to `self...`, calls a mutating method on what `self`
-holds, or calls another such method of its class. Which names reach these objects comes from the code too:
-attributes, parameters and properties annotated with (or assigned an instance of) the class. The only hand-written
-part is the rule itself: which modules may change which state (`WRITERS`).
+may not make it fails here, and so does a write to one of their attributes or to a container they hold. The rule
+and how it reads the code are in tests/ledger_rules.py and tests/ledger_normal.py; below, besides the tree
+itself, hostile code is planted into a module's syntax tree and each plant must be caught.
 
 tests/test_architecture_path.py traces one child through a run only to write docs/architecture.md's table; this
 file is what keeps the rule.
@@ -16,336 +14,11 @@ from __future__ import annotations
 
 import ast
 import functools
-import re
-from collections.abc import Iterator
-from dataclasses import dataclass
-from pathlib import Path
+import textwrap
 
-ROOT = Path(__file__).resolve().parent.parent
-SCANNED = ("evolve", "policies", "sandboxes")
+import pytest
 
-# The rule: each guarded class (module, name) and the modules that may change it (its own module always may).
-LEDGER_SIDE = frozenset({"evolve.ledger"})
-WRITERS: dict[tuple[str, str], frozenset[str]] = {
-    ("evolve.ledger", "RunLedger"): frozenset({"evolve.loop", "evolve.flow"}),
-    ("evolve.control", "RunControl"): LEDGER_SIDE,
-    ("evolve.selection.population", "Population"): LEDGER_SIDE,
-    ("evolve.stats", "LoopStats"): LEDGER_SIDE,
-    ("evolve.code_index", "CodeIndex"): LEDGER_SIDE,
-    ("evolve.ensemble", "Ensemble"): LEDGER_SIDE,
-    ("evolve.stopping", "Stall"): LEDGER_SIDE,
-    ("evolve.stopping", "Patience"): LEDGER_SIDE,
-    ("evolve.stopping", "FailureStreaks"): LEDGER_SIDE,
-    # The run's live tally is the ledger's; the archive's summary fills one of its own from the stored rows.
-    ("evolve.yields", "QualityTally"): LEDGER_SIDE | {"evolve.archive.summary"},
-}
-# The stages: handed values (a parent pool, events to stop on, records), never a live part of the ledger.
-STAGES = ("evolve.group_sampler", "evolve.evaluation", "evolve.commit", "evolve.policy_calls")
-# Methods of a container or an event that change it (what `self.x.append(...)` and the like do to held state).
-CONTAINER_MUTATORS = frozenset(
-    {"append", "extend", "insert", "pop", "popitem", "remove", "clear", "update", "add", "discard", "setdefault",
-     "set", "sort", "reverse", "put", "put_nowait", "subtract", "appendleft", "popleft", "extendleft"}
-)  # fmt: skip
-# Queries by their names: properties, and methods that ask (`may_*`, `is_*`, `has_*`, `*_due`, `*_left`,
-# `*_refusal`) or read out (`status`, `stop_reason`, `parent_pool`).
-QUERY_NAME = re.compile(r"^(may_|is_|has_)|(_due|_left|_refusal)$|^(status|stop_reason|parent_pool)$")
-
-
-def module_name(path: Path) -> str:
-    parts = list(path.relative_to(ROOT).with_suffix("").parts)
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-
-
-def scanned_sources() -> dict[str, str]:
-    return {
-        module_name(p): p.read_text()
-        for top in SCANNED
-        for p in sorted((ROOT / top).rglob("*.py"))
-        if "__pycache__" not in p.parts
-    }
-
-
-def _root_is_self(node: ast.expr) -> bool:
-    """`self.a`, `self.a[k]`, `self.a.b` (not `self` alone)."""
-    if not isinstance(node, ast.Attribute | ast.Subscript):
-        return False
-    while isinstance(node, ast.Attribute | ast.Subscript):
-        node = node.value
-    return isinstance(node, ast.Name) and node.id == "self"
-
-
-def _targets(node: ast.AST) -> list[ast.expr]:
-    if isinstance(node, ast.Assign):
-        targets = node.targets
-    elif isinstance(node, ast.AugAssign | ast.AnnAssign):
-        targets = [node.target]
-    elif isinstance(node, ast.Delete):
-        targets = node.targets
-    else:
-        return []
-    flat: list[ast.expr] = []
-    for t in targets:
-        flat.extend(t.elts if isinstance(t, ast.Tuple | ast.List) else [t])
-    return flat
-
-
-@dataclass
-class ClassInfo:
-    module: str
-    node: ast.ClassDef
-
-    def methods(self) -> dict[str, ast.FunctionDef | ast.AsyncFunctionDef]:
-        return {n.name: n for n in self.node.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)}
-
-    def properties(self) -> set[str]:
-        return {
-            name
-            for name, fn in self.methods().items()
-            if any(isinstance(d, ast.Name) and d.id == "property" for d in fn.decorator_list)
-        }
-
-    def attributes(self) -> set[str]:
-        """Its fields (class-level annotations) and whatever its methods assign to `self.X`, and its properties."""
-        names = {n.target.id for n in self.node.body if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)}
-        for fn in self.methods().values():
-            for node in ast.walk(fn):
-                for t in _targets(node):
-                    if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self":
-                        names.add(t.attr)
-        return names | self.properties()
-
-
-def classes(trees: dict[str, ast.Module]) -> dict[tuple[str, str], ClassInfo]:
-    return {
-        (module, node.name): ClassInfo(module, node)
-        for module, tree in trees.items()
-        for node in ast.walk(tree)
-        if isinstance(node, ast.ClassDef)
-    }
-
-
-def _pairs(node: ast.Assign | ast.AnnAssign) -> list[tuple[ast.expr, ast.expr | None]]:
-    """(target, value) of an assignment, a tuple assignment taken pairwise."""
-    targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-    pairs: list[tuple[ast.expr, ast.expr | None]] = []
-    for target in targets:
-        if isinstance(target, ast.Tuple) and isinstance(node.value, ast.Tuple):
-            pairs += list(zip(target.elts, node.value.elts, strict=False))
-        else:
-            pairs.append((target, node.value))
-    return pairs
-
-
-def held_types(info: ClassInfo, class_names: set[str]) -> dict[str, str]:
-    """What each attribute of the class holds, where the code says: `self.x = K(...)`, `self.x = param` of a
-    parameter annotated `K`, or a field `x: K` (K one of the scanned classes)."""
-    held: dict[str, str] = {}
-    for node in info.node.body:
-        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
-            for kind in _annotation_names(node.annotation) & class_names:
-                held[node.target.id] = kind
-    for fn in info.methods().values():
-        params = {a.arg: _annotation_names(a.annotation) & class_names for a in fn.args.args + fn.args.kwonlyargs}
-        for node in ast.walk(fn):
-            if not isinstance(node, ast.Assign | ast.AnnAssign):
-                continue
-            for target, value in _pairs(node):
-                if not (isinstance(target, ast.Attribute) and _label(target.value) == "self"):
-                    continue
-                if isinstance(value, ast.Call) and _label(value.func) in class_names:
-                    held[target.attr] = _label(value.func) or ""
-                elif isinstance(value, ast.Name) and params.get(value.id):
-                    held[target.attr] = next(iter(params[value.id]))
-    return held
-
-
-@dataclass(frozen=True)
-class MethodFacts:
-    """What one method does to `self`, read once: whether it assigns to `self...`, the methods it calls on what
-    `self` holds (with the class of the holder where `held_types` knows it), and its own class's methods it calls."""
-
-    assigns: bool
-    held_calls: tuple[tuple[str | None, str], ...]  # (class held, or None: a container or unknown; method name)
-    self_calls: frozenset[str]
-
-
-def method_facts(fn: ast.AST, held: dict[str, str]) -> MethodFacts:
-    assigns, held_calls, self_calls = False, [], set()
-    for node in ast.walk(fn):
-        assigns = assigns or any(_root_is_self(t) for t in _targets(node))
-        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
-            continue
-        receiver, name = node.func.value, node.func.attr
-        if isinstance(receiver, ast.Name) and receiver.id == "self":
-            self_calls.add(name)
-        elif _root_is_self(receiver):
-            direct = isinstance(receiver, ast.Attribute) and _label(receiver.value) == "self"
-            kind = held.get(receiver.attr) if direct and isinstance(receiver, ast.Attribute) else None
-            held_calls.append((kind, name))
-    return MethodFacts(assigns, tuple(held_calls), frozenset(self_calls))
-
-
-def mutators(known: dict[tuple[str, str], ClassInfo]) -> dict[tuple[str, str], set[str]]:
-    """Each class's mutating methods, to a fixed point: a method that assigns to `self...`, calls a mutator of what
-    `self` holds (the holder's class's mutators where `held_types` knows it, else a container's), or calls a mutator
-    of its own class."""
-    class_names = {cls for _, cls in known}
-    facts = {
-        key: {
-            name: method_facts(fn, held_types(info, class_names))
-            for name, fn in info.methods().items()
-            if name != "__init__"
-        }
-        for key, info in known.items()
-    }
-    found: dict[tuple[str, str], set[str]] = {key: {n for n, f in fs.items() if f.assigns} for key, fs in facts.items()}
-    while True:
-        by_name: dict[str, set[str]] = {}
-        for (_, cls), names in found.items():
-            by_name.setdefault(cls, set()).update(names)
-        changed = False
-        for key, methods in facts.items():
-            for name, f in methods.items():
-                if name in found[key]:
-                    continue
-                held = any(n in (CONTAINER_MUTATORS if k is None else by_name.get(k, set())) for k, n in f.held_calls)
-                if held or f.self_calls & found[key]:
-                    found[key].add(name)
-                    changed = True
-        if not changed:
-            return found
-
-
-def _annotation_names(annotation: ast.expr | None) -> set[str]:
-    if annotation is None:
-        return set()
-    if isinstance(annotation, ast.Constant) and isinstance(annotation.value, str):
-        return set(re.findall(r"\w+", annotation.value))
-    return {n.id for n in ast.walk(annotation) if isinstance(n, ast.Name)} | {
-        n.attr for n in ast.walk(annotation) if isinstance(n, ast.Attribute)
-    }
-
-
-def _label(node: ast.expr) -> str | None:
-    """The last name of a receiver: `population` of `self.ledger.population`, `control` of `calls.control`."""
-    while isinstance(node, ast.Subscript):
-        node = node.value
-    if isinstance(node, ast.Attribute):
-        return node.attr
-    if isinstance(node, ast.Name):
-        return node.id
-    return None
-
-
-def bindings(tree: ast.AST) -> dict[str, set[str]]:
-    """Each name's types as one module (or all of them) says: a parameter or attribute annotated with a type, a
-    function or property returning one, or a name assigned a new instance (`x = K(...)`); by the name's last part."""
-    bound: dict[str, set[str]] = {}
-    for node in ast.walk(tree):
-        if isinstance(node, ast.arg):
-            name, types = node.arg, _annotation_names(node.annotation)
-        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
-            name, types = node.name, _annotation_names(node.returns)
-        elif isinstance(node, ast.AnnAssign):
-            name, types = _label(node.target) or "", _annotation_names(node.annotation)
-        else:
-            name, types = "", set()
-        if name and types:
-            bound.setdefault(name, set()).update(types)
-        if isinstance(node, ast.Assign):
-            for target, value in _pairs(node):
-                if isinstance(value, ast.Call) and (called := _label(value.func)) and called[:1].isupper():
-                    bound.setdefault(_label(target) or "", set()).add(called)
-    bound.pop("", None)
-    bound.pop("self", None)
-    return bound
-
-
-@dataclass(frozen=True)
-class Violation:
-    module: str
-    line: int
-    text: str
-    guarded: str
-
-    def __str__(self) -> str:
-        return f"{self.module}:{self.line}: {self.text} changes {self.guarded}, which only the ledger may"
-
-
-@dataclass
-class Rule:
-    """The guarded classes as read from the code: their mutators, attributes and the names that reach them."""
-
-    trees: dict[str, ast.Module]
-
-    def __post_init__(self) -> None:
-        known = classes(self.trees)
-        missing = [key for key in WRITERS if key not in known]
-        assert not missing, f"guarded classes not found (renamed or moved?): {missing}; update WRITERS"
-        every = mutators(known)
-        names: dict[str, set[str]] = {}
-        for tree in self.trees.values():
-            for name, types in bindings(tree).items():
-                names.setdefault(name, set()).update(types)
-        self.guarded = {
-            key: (
-                every[key],
-                known[key].attributes(),
-                {name for name, types in names.items() if key[1] in types},
-                WRITERS[key] | {key[0]},
-            )
-            for key in WRITERS
-        }
-        self.known, self.every = known, every
-
-    def violations(self, module: str, tree: ast.Module) -> Iterator[Violation]:
-        """Calls to a guarded class's mutators from a module `WRITERS` does not allow, and writes to its attributes
-        from any module but its own and the ledger, through a name that reaches it; a bare name this module binds to
-        other types only (a trainer's own `stats`) is not one."""
-        local = bindings(tree)
-
-        def reaches(receiver: ast.expr, cls: str, reached_by: set[str]) -> bool:
-            label = _label(receiver)
-            if label not in reached_by:
-                return False
-            return not (isinstance(receiver, ast.Name) and label in local and cls not in local[label])
-
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
-                for (home, cls), (changes, _, reached_by, allowed) in self.guarded.items():
-                    if module in allowed or node.func.attr not in changes:
-                        continue
-                    if reaches(node.func.value, cls, reached_by):
-                        yield Violation(module, node.lineno, ast.unparse(node)[:80], f"{home}.{cls}")
-            for target in _targets(node):
-                if not isinstance(target, ast.Attribute) or _label(target.value) == "self":
-                    continue
-                for (home, cls), (_, attributes, reached_by, _) in self.guarded.items():
-                    if module in {home, *LEDGER_SIDE} or target.attr not in attributes:  # the loop asks by name
-                        continue
-                    if reaches(target.value, cls, reached_by):
-                        yield Violation(module, target.lineno, ast.unparse(target), f"{home}.{cls}")
-
-
-def parsed(sources: dict[str, str]) -> dict[str, ast.Module]:
-    return {module: ast.parse(text) for module, text in sources.items()}
-
-
-def all_violations(sources: dict[str, str], rule: Rule | None = None) -> list[Violation]:
-    trees = parsed(sources)
-    rule = rule or Rule(trees)
-    return [v for module, tree in trees.items() for v in rule.violations(module, tree)]
-
-
-def writing_queries(sources: dict[str, str], rule: Rule | None = None) -> list[str]:
-    """The queries (by name: `QUERY_NAME`, and properties) of the ledger and its control that change state."""
-    rule = rule or Rule(parsed(sources))
-    out = []
-    for key in (("evolve.ledger", "RunLedger"), ("evolve.control", "RunControl")):
-        info = rule.known[key]
-        queries = {n for n in info.methods() if QUERY_NAME.search(n)} | info.properties()
-        out += [f"{key[1]}.{n}" for n in sorted(queries & rule.every[key])]
-    return out
+from tests.ledger_rules import STAGES, WRITERS, Rule, all_violations, parsed, scanned_sources, writing_queries
 
 
 @functools.cache
@@ -394,3 +67,87 @@ def test_calls_planted_in_the_group_sampler_are_caught():
     sample.body[1:1] = ast.parse(PLANTED).body
     found = {v.guarded for v in rule.violations("evolve.group_sampler", tree)}
     assert found == {"evolve.selection.population.Population", "evolve.control.RunControl"}
+
+
+def _planted(source: str, function: str, code: str) -> ast.Module:
+    """`source` parsed, with `code` put first in the body of its function (or method) `function`."""
+    tree = ast.parse(source)
+    fn = next(n for n in ast.walk(tree) if isinstance(n, ast.AsyncFunctionDef | ast.FunctionDef) and n.name == function)
+    fn.body[0:0] = ast.parse(textwrap.dedent(code)).body
+    return tree
+
+
+POPULATION, CONTROL = "evolve.selection.population.Population", "evolve.control.RunControl"
+STATS, SIGNALS, OWNER = "evolve.stats.LoopStats", "the run's stop signals", "the owner of a bound method"
+# (module, function planted into, code, what it must be found to change): what a reviewer planted and the rule
+# first missed, because it matched the names of receivers rather than what they refer to.
+HOSTILE = [
+    ("evolve.loop", "group", "p = self.population\np.group_done(1, 1, 0)", POPULATION),
+    ("evolve.loop", "group", "c = self.control\nc.finish('x')", CONTROL),
+    ("evolve.group_sampler", "sample", "s = ledger.stats\ns.new_valid += 1", STATS),
+    ("evolve.loop", "group", "getattr(self.population, 'group_done')(1, 1, 0)", POPULATION),
+    ("evolve.group_sampler", "sample", "setattr(ledger.stats, 'new_valid', 9)", STATS),
+    ("evolve.group_sampler", "sample", "setattr(ledger.stats, name, 9)", f"(a computed name) {STATS}"),
+    ("evolve.group_sampler", "sample", "ledger.stats.errors['x'] += 1", STATS),
+    ("evolve.group_sampler", "sample", "ledger.stats.parse.update(x=1)", STATS),
+    ("evolve.loop", "group", "(lambda q: q.group_done(1, 1, 0))(self.population)", POPULATION),
+    ("evolve.group_sampler", "sample", "self.interrupted.__self__.finish('x')", OWNER),
+    ("evolve.policy_calls", "sample", "self.cut.set()", SIGNALS),
+    ("evolve.policy_calls", "sample", "self.interrupted.clear()", SIGNALS),
+    ("evolve.loop", "group", "self.control.sampling_cut.set()", CONTROL),
+]
+
+
+@pytest.mark.parametrize(("module", "function", "code", "guarded"), HOSTILE, ids=[h[2] for h in HOSTILE])
+def test_a_hostile_plant_is_caught(module, function, code, guarded):
+    sources, rule = tree_rule()
+    found = {v.guarded for v in rule.violations(module, _planted(sources[module], function, code))}
+    assert guarded in found, f"{code!r} in {module}.{function} not caught (found {found})"
+
+
+def test_a_local_of_the_same_name_is_not_the_guarded_object():
+    """A trainer's own set called `population` is not the run's population."""
+    sources, rule = tree_rule()
+    tree = _planted(sources["policies.trainer"], "reward_diversity", "population = set()\npopulation.add(1)")
+    assert list(rule.violations("policies.trainer", tree)) == []
+
+
+def test_a_helper_in_another_module_handed_the_population_is_charged_to_the_caller():
+    """The helper's parameter is unannotated and named like nothing guarded: what it is handed decides."""
+    sources, _ = tree_rule()
+    trees = parsed(sources)
+    trees["evolve.handoffs"].body.append(ast.parse("def _done(pop, pid):\n    pop.group_done(pid, 1, 0)").body[0])
+    call = "from evolve.handoffs import _done\n_done(self.population, 1)"
+    trees["evolve.loop"] = _planted(sources["evolve.loop"], "group", call)
+    found = {str(v) for v in Rule(trees).violations("evolve.loop", trees["evolve.loop"])}
+    assert any("self.population.group_done(pid, 1, 0)" in v and POPULATION in v for v in found), found
+
+
+# Queries made to write, each one in its own way (a helper taking `self`, an alias, `setattr`, an event's alias).
+WRITING_QUERIES = {
+    ("evolve.ledger", "may_start_group"): "_touch(self)",
+    ("evolve.ledger", "training_due"): "c = self.control\nc.budget_spent('x')",
+    ("evolve.ledger", "parent_pool"): "setattr(self, 'unqueued', 1)",
+    ("evolve.control", "may_start_group"): "ev = self.stop\nev.set()",
+    ("evolve.control", "status"): "_settle_it(self)",
+    ("evolve.control", "stop_reason"): "(lambda c: c.finish('x'))(self)",
+}
+HELPERS = {
+    "evolve.ledger": "def _touch(ledger):\n    ledger.unqueued = 7",
+    "evolve.control": "def _settle_it(c):\n    c._settle('x')",
+}
+
+
+def test_queries_that_write_through_a_helper_an_alias_or_setattr_are_found():
+    sources, _ = tree_rule()
+    trees = parsed(sources)
+    for (module, query), code in WRITING_QUERIES.items():
+        fn = next(n for n in ast.walk(trees[module]) if isinstance(n, ast.FunctionDef) and n.name == query)
+        fn.body[0:0] = ast.parse(code).body
+    for module, helper in HELPERS.items():
+        trees[module].body.append(ast.parse(helper).body[0])
+    rule = Rule(trees)
+    sources = {m: ast.unparse(t) for m, t in trees.items()}
+    found = writing_queries(sources, rule)
+    cls = {"evolve.ledger": "RunLedger", "evolve.control": "RunControl"}
+    assert sorted(found) == sorted(f"{cls[m]}.{q}" for m, q in WRITING_QUERIES)
