@@ -339,7 +339,7 @@ def test_an_interrupt_while_a_group_is_parsed_drops_the_group_and_ends_the_resum
     problem, archive, run, options = square_run(tmp_path, group_size=1, variants=1)
     loop = SearchLoop(problem, archive, ReplayPolicy([square, square]), ProcessSandbox(slots=1), run, options)
     try:
-        assert loop.sampler.interrupted == loop.control.interrupt_requested
+        assert loop.sampler.interrupted == loop.control.signals.interrupt_requested
         member = loop.members[0]
 
         async def groups():
@@ -347,7 +347,7 @@ def test_an_interrupt_while_a_group_is_parsed_drops_the_group_and_ends_the_resum
             await loop.flow.commit([await loop.evaluator.score_seed(seed)])
             loop.sampler.interrupted = lambda: True  # Ctrl-C once sampling is done, while the group is parsed
             cut = await loop.group(0, member, member.base)
-            loop.sampler.interrupted = loop.control.interrupt_requested
+            loop.sampler.interrupted = loop.control.signals.interrupt_requested
             return cut, await loop.group(1, member, member.base)
 
         cut, stored = asyncio.run(groups())
