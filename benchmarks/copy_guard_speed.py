@@ -64,10 +64,10 @@ def main() -> None:
     for shape in ("lines", "one-line"):
         for length in (int(x) for x in args.lengths.split(",")):
             total = seconds_for(length, shape)
-            figures.append(f"{shape}:{length}:{total / length * 1e6:.1f}")
+            figures.append(f"us_per_token_{shape.replace('-', '_')}_{length}={total / length * 1e6:.1f}")
             table.add_row(shape, str(length), f"{total:.3f}", f"{total / length * 1e6:.1f}")
     Console().print(table)
-    print("copy_guard_speed us_per_token " + " ".join(figures))
+    print("copy_guard_speed " + " ".join(figures))
 
 
 if __name__ == "__main__":

@@ -62,7 +62,8 @@ def test_a_training_run_on_the_llama_policy_records_the_version_of_each_completi
     trainer = ArchiveTrainer(
         archive, run.id, list(problem.components), options.variants, policy, TrainConfig(), tmp_path / "adapters"
     )
-    run_search(SearchLoop(problem, archive, policy, ProcessSandbox(2), run, options, trainer.step))
+    steps = {options.members()[0].name: trainer.step}
+    run_search(SearchLoop(problem, archive, policy, ProcessSandbox(2), run, options, train_steps=steps))
     con = sqlite3.connect(tmp_path / "a.db")
     numbers = [
         n
@@ -88,7 +89,8 @@ def test_a_resumed_training_run_trains_on_from_its_newest_version(tmp_path, tiny
     trainer = ArchiveTrainer(
         archive, run.id, list(problem.components), options.variants, policy, TrainConfig(), tmp_path / "adapters"
     )
-    run_search(SearchLoop(problem, archive, policy, ProcessSandbox(2), run, options, trainer.step))
+    steps = {options.members()[0].name: trainer.step}
+    run_search(SearchLoop(problem, archive, policy, ProcessSandbox(2), run, options, train_steps=steps))
     policy.close()
     latest = max(archive.policy_versions(run.id), key=lambda v: v.number)
     saved = load_file(f"{latest.adapter_path}/adapter_model.safetensors")
