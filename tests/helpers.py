@@ -335,3 +335,14 @@ def randomise_lora_b(model: object, seed: int, scale: float) -> None:
         for name, param in model.named_parameters():  # type: ignore[attr-defined]
             if "lora_B" in name:
                 param.copy_(torch.randn(param.shape, generator=generator) * scale)
+
+
+def simple_form_toml(components: tuple[str, str], timeout_s: int) -> str:
+    """problem.toml of a simple-form problem (`evaluate(program_path)`, one seed.py) scored on two components in
+    [0, 1]: the attack suites pose it with their own component names and timeouts."""
+    first, second = components
+    return (
+        '\nname = "simple"\ndescription = "Square the input."\n[program]\nfile = "seed.py"\n[fitness]\n'
+        f'components = [{{ name = "{first}", bounds = [0.0, 1.0] }}, {{ name = "{second}", bounds = [0.0, 1.0] }}]\n'
+        f"[limits]\ntimeout_s = {timeout_s}\nmemory_mb = 512\n"
+    )

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from evolve.problem import Problem, load_problem
-from tests.helpers import write_problem
+from tests.helpers import simple_form_toml, write_problem
 
 SEED = "# EVOLVE-BLOCK-START\ndef solve(x):\n    return x + 1\n# EVOLVE-BLOCK-END\n"
 # Swallows every exception the program raises, case by case, and says nothing of it: the pattern of issue #59.
@@ -45,17 +45,7 @@ def _me():
 
 """
 
-SIMPLE_TOML = """
-name = "simple"
-description = "Square the input."
-[program]
-file = "seed.py"
-[fitness]
-components = [{ name = "combined_score", bounds = [0.0, 1.0] }, { name = "close", bounds = [0.0, 1.0] }]
-[limits]
-timeout_s = 10
-memory_mb = 512
-"""
+SIMPLE_TOML = simple_form_toml(("combined_score", "close"), timeout_s=10)
 
 
 def simple_form_problem(root: Path) -> Problem:

@@ -22,7 +22,15 @@ import pytest
 from evolve.problem import load_problem
 from evolve.problem.outcome import ErrorKind
 from policies.replay import ReplayPolicy
-from tests.helpers import KNOWN, assert_known_vectors, db_rows, evolve_run_cmd, hiding_sandbox, write_problem
+from tests.helpers import (
+    KNOWN,
+    assert_known_vectors,
+    db_rows,
+    evolve_run_cmd,
+    hiding_sandbox,
+    simple_form_toml,
+    write_problem,
+)
 
 TWO_CASES = (
     'def cases():\n    return [{"name": "c0", "input": 2, "expected": 4}, {"name": "c1", "input": 3, "expected": 9}]\n'
@@ -204,17 +212,7 @@ def test_candidates_raising_lone_surrogates_are_stored_and_the_run_goes_on(tmp_p
         prompt.encode("utf-8")
 
 
-SIMPLE_TOML = """
-name = "simple"
-description = "Square the input."
-[program]
-file = "seed.py"
-[fitness]
-components = [{ name = "exact", bounds = [0.0, 1.0] }, { name = "close", bounds = [0.0, 1.0] }]
-[limits]
-timeout_s = 5
-memory_mb = 512
-"""
+SIMPLE_TOML = simple_form_toml(("exact", "close"), timeout_s=5)
 # An honest evaluator whose feedback holds undecodable bytes of the program's own output, decoded as Python does.
 SIMPLE_EVAL = """
 import importlib.util

@@ -16,7 +16,7 @@ from evolve.problem.config import FitnessSection
 from evolve.problem.outcome import ErrorKind
 from sandboxes.jail import find_jail
 from sandboxes.process import ProcessSandbox
-from tests.helpers import docker_sandbox_or_skip
+from tests.helpers import docker_sandbox_or_skip, simple_form_toml
 from tests.services import missing
 
 MIN_TOML = """
@@ -43,17 +43,7 @@ MIN_KNOWN = [
     ("def solve(x):\n    return x\n", {"c0": 2.0, "c1": 6.0}),
 ]
 
-SIMPLE_TOML = """
-name = "simple"
-description = "Square the input."
-[program]
-file = "seed.py"
-[fitness]
-components = [{ name = "exact", bounds = [0.0, 1.0] }, { name = "close", bounds = [0.0, 1.0] }]
-[limits]
-timeout_s = 3
-memory_mb = 512
-"""
+SIMPLE_TOML = simple_form_toml(("exact", "close"), timeout_s=3)
 SIMPLE_EVAL = """
 import importlib.util
 
