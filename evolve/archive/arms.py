@@ -3,8 +3,12 @@
 Each group records the member that sampled it and the ask arm it used (`Prompt.member`, `Prompt.ask`), so
 `evolve inspect`, the reports and `evolve serve` show the allocation of any run, finished or running, without
 the run's process: groups, share of all groups and of the most recent ones, tokens, new valid children and their
-yield per 1k tokens, improvements over the parent, copies, and the best child. Groups of archives older than
-ensembles name no member and are left out.
+yield per 1k tokens, improvements over the parent, children that scored nothing, copies, and the best child.
+Groups of archives older than ensembles name no member and are left out.
+
+A child at the worst value of every component (`zero`, evolve.yields) is counted apart and never as valid or
+improved, as the run's own yield counts it: an evaluator that swallows the candidate's exception scores a broken
+child at 0, and a member whose children all score 0 must not look productive.
 """
 
 from __future__ import annotations
@@ -16,13 +20,15 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session, aliased
 
 from evolve.archive.models import Completion, Evaluation, Program, Prompt, Variant
+from evolve.yields import Scale
 
 RECENT_GROUPS = 20  # the window of the "recent share": the current allocation
 COPIES = ("unchanged", "duplicate")
 
 
-def arm_rows(s: Session, run_id: int, kind: str) -> list[dict[str, Any]]:
-    """One row per member (`kind` "member") or per ask arm (`kind` "ask"), most groups first."""
+def arm_rows(s: Session, run_id: int, kind: str, scale: Scale | None = None) -> list[dict[str, Any]]:
+    """One row per member (`kind` "member") or per ask arm (`kind` "ask"), most groups first. `scale`: the
+    components' directions and worst values, which decide a zero child (default: maximised, worst 0.0)."""
     column = Prompt.member if kind == "member" else Prompt.ask
     rows: dict[str, dict[str, Any]] = {}
     for name, groups, tokens in s.execute(
@@ -41,7 +47,7 @@ def arm_rows(s: Session, run_id: int, kind: str) -> list[dict[str, Any]]:
         .group_by(column, Variant.status)
     ):
         rows[name]["variants"][status] = n
-    _children(s, run_id, column, rows)
+    _children(s, run_id, column, rows, scale or Scale())
     recent = s.scalars(
         select(column)
         .where(Prompt.run_id == run_id, column.is_not(None))
@@ -66,17 +72,19 @@ def _empty(kind: str, name: str, groups: int, tokens: int) -> dict[str, Any]:
         "variants": {},
         "valid": 0,
         "improved": 0,
+        "zero": 0,
         "best_scalar": None,
         "best_id": None,
     }
 
 
-def _children(s: Session, run_id: int, column: Any, rows: dict[str, dict[str, Any]]) -> None:
-    """New children evaluated without error, by member or ask: counted, those better than their parent, the best."""
+def _children(s: Session, run_id: int, column: Any, rows: dict[str, dict[str, Any]], scale: Scale) -> None:
+    """New children evaluated without error, by member or ask: those that scored nothing (zero), the valid rest,
+    those better than their parent, the best."""
     parent = aliased(Program)
     parent_eval = aliased(Evaluation)
     q = (
-        select(column, Program.id, Evaluation.scalar, parent_eval.scalar)
+        select(column, Program.id, Evaluation.scores, Evaluation.scalar, parent_eval.scalar)
         .select_from(Variant)
         .join(Program, Program.id == Variant.program_id)
         .join(Evaluation, Evaluation.program_id == Program.id)
@@ -93,7 +101,10 @@ def _children(s: Session, run_id: int, column: Any, rows: dict[str, dict[str, An
     )
     best: dict[str, tuple[float, int]] = {}
     improved: defaultdict[str, int] = defaultdict(int)
-    for name, pid, scalar, parent_scalar in s.execute(q):
+    for name, pid, scores, scalar, parent_scalar in s.execute(q):
+        if scale.is_zero(scores or {}):
+            rows[name]["zero"] += 1
+            continue
         rows[name]["valid"] += 1
         if scalar is not None and parent_scalar is not None and scalar > parent_scalar:
             improved[name] += 1

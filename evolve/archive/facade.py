@@ -38,6 +38,7 @@ from evolve.archive.records import (
 from evolve.archive.report_reads import ReportReads
 from evolve.archive.run_store import RunStore
 from evolve.archive.summary import RunSummary, summarize
+from evolve.yields import Scale
 
 
 class Archive:
@@ -204,10 +205,14 @@ class Archive:
         with self.db.session() as s:
             return summarize(s, run, signs, versions, worst)
 
-    def arms(self, run_id: int) -> list[dict[str, Any]]:
-        """Per ensemble member, then per ask arm: groups, shares, tokens, yield, improvements, best child."""
+    def arms(
+        self, run_id: int, signs: Mapping[str, float] | None = None, worst: Mapping[str, float] | None = None
+    ) -> list[dict[str, Any]]:
+        """Per ensemble member, then per ask arm: groups, shares, tokens, yield, improvements, zero children, best
+        child. `signs` and `worst` as `summarize` takes them: they decide which children scored nothing."""
+        scale = Scale(signs or {}, worst or {})
         with self.db.session() as s:
-            return arm_rows(s, run_id, "member") + arm_rows(s, run_id, "ask")
+            return arm_rows(s, run_id, "member", scale) + arm_rows(s, run_id, "ask", scale)
 
     def best_program(self, run: RunRecord, component: str | None = None, *, sign: float = 1.0) -> ProgramRecord | None:
         """The best by scalar view, or by one component: `sign` -1 when that component is minimised."""

@@ -147,7 +147,8 @@ def summarize(
     out.errors = dict(errors)
     out.quality = tally.counts
     _incidents_and_telemetry(s, run, out, valid_children)
-    out.members, out.asks = arm_rows(s, run.id, "member"), arm_rows(s, run.id, "ask")
+    scale = Scale(signs, worst or {})
+    out.members, out.asks = arm_rows(s, run.id, "member", scale), arm_rows(s, run.id, "ask", scale)
     out.policy_versions = [
         {
             "id": v.id,

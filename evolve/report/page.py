@@ -18,9 +18,12 @@ from plotly.offline import get_plotlyjs
 from plotly.utils import PlotlyJSONEncoder
 
 from evolve.archive import Archive, RunRecord
+from evolve.fitness import signs
 from evolve.report import queries
+from evolve.report.aggregate import run_components
 from evolve.report.build import build_views
 from evolve.report.figures import all_figures
+from evolve.yields import worst_values
 
 LINEAGE_STEPS = 100  # ancestors walked per lineage root
 REFRESH_S = 5.0  # how often the live page asks for fresh data (the browser test asks every second)
@@ -44,6 +47,7 @@ def lineage_payload(archive: Archive, roots: list[int]) -> list[dict[str, Any]]:
 def payload(archive: Archive, run: RunRecord, *, with_details: bool) -> dict[str, Any]:
     """What the page draws. The self-contained report also carries each lineage node's detail."""
     views = build_views(archive, run)
+    specs = run_components(run)  # their directions and worst values decide which children scored nothing
     nodes = lineage_payload(archive, views.lineage_roots)
     data: dict[str, Any] = {
         "meta": views.meta,
@@ -52,7 +56,7 @@ def payload(archive: Archive, run: RunRecord, *, with_details: bool) -> dict[str
         "lineage": {"roots": views.lineage_roots, "nodes": nodes},
         "details": {},
         "template": _template(),
-        "arms": archive.arms(run.id),  # per ensemble member and ask arm (evolve.archive.arms)
+        "arms": archive.arms(run.id, signs(specs), worst_values(specs)),  # per member and ask (evolve.archive.arms)
     }
     if with_details:
         data["details"] = {str(n["id"]): queries.program_detail(archive, n["id"]) for n in nodes}
