@@ -49,3 +49,5 @@ def test_a_member_whose_children_score_zero_has_no_valid_child(tmp_path: Path) -
     assert up["zero"] == 0 and up["valid"] >= 3 and up["improved"] > 0
     assert zero["zero"] + up["valid"] == 8  # the 9 evaluations: the seed and 8 children
     assert summary["quality"]["zero"] == zero["zero"] and summary["quality"]["evaluated"] == 8
+    text = CliRunner().invoke(app, ["inspect", str(db)], catch_exceptions=False).stdout
+    assert f"0 new valid, 0 improved, {zero['zero']} scored nothing" in " ".join(text.split())

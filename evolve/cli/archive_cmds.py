@@ -86,7 +86,7 @@ def arm_line(r: dict) -> str:
         f"{r['kind']} {r['name']}: {r['groups']} groups ({r['share']:.0%} of all, {r['recent_share']:.0%} of the "
         f"last 20), {r['tokens']} tokens, {r['valid']} new valid"
         f"{f' ({rate:.2f}/1k tokens)' if rate is not None else ''}, {r['improved']} improved, "
-        f"{r['copies']} copies{best}"
+        f"{r.get('zero', 0)} scored nothing, {r['copies']} copies{best}"
     )
 
 
