@@ -27,7 +27,7 @@ from evolve.ask_arms import Ask
 from evolve.control import StageFailure
 from evolve.ensemble import estimated_tokens
 from evolve.filetree import file_spans
-from evolve.fitness import raw_scores
+from evolve.fitness import raw_scores, signs
 from evolve.handoffs import Admitted, Child, GroupCost, GroupResult, HashedVariant
 from evolve.options import RunOptions
 from evolve.policy_calls import PolicyMember
@@ -45,10 +45,11 @@ from evolve.prompts import (
     safe_blocks,
 )
 from evolve.selection import PoolView, RankedProgram, Selector, pick_parent
+from evolve.yields import Scale, worst_values
 from policies.answer_grammar import LINE_COMMENTS, AnswerShape
 from policies.policy import Generated, Policy, SamplingParams, StructuredSampling
 
-RECENT_FAILURES = 3  # failed children of the parent listed in its prompt
+RECENT_FAILURES = 3  # failed children of the parent listed in its prompt (refused ones too: zero_child_feedback)
 GUARDED_CHILDREN = 16  # the parent's newest children its answer is guarded from copying (shown or not)
 
 
@@ -141,6 +142,7 @@ class GroupSampler:
         the group being parsed."""
         self.problem, self.archive, self.run_id, self.options = problem, archive, run_id, options
         self.selector, self.interrupted = selector, interrupted
+        self.zero = Scale(signs(problem.components), worst_values(problem.components))  # which children scored nothing
 
     async def sample(self, index: int, member: PolicyMember, ask: Ask, pool: PoolView) -> SampledGroup | None:
         """Pick a parent from `pool` (its island's programs, `RunLedger.parent_pool`), prompt, sample and parse
@@ -259,8 +261,13 @@ class GroupSampler:
         comment exactly when the grammar holds it."""
         shown = self.options.recent_children
         may_guard = self.options.copy_guard and self.options.structured != "off" and bool(held)  # answer_shape's
+        zero = self.zero if self.options.zero_child_feedback else None  # refused children among the failures
         reads = self.archive.prompt_reads(
-            parent.id, [i.id for i in inspirations], RECENT_FAILURES, max(shown, GUARDED_CHILDREN if may_guard else 0)
+            parent.id,
+            [i.id for i in inspirations],
+            RECENT_FAILURES,
+            max(shown, GUARDED_CHILDREN if may_guard else 0),
+            zero,
         )
         codes, context, children = reads.codes, reads.context, reads.recent  # children: oldest first
         edit_format = resolve_edit_format(ask.edit_format, codes[parent.id])

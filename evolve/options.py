@@ -135,6 +135,12 @@ class RunOptions:
         low=0,
         high=64,
     )
+    zero_child_feedback: bool = option(
+        True,
+        "list the parent's newest children that scored the worst value on every component among its prompt's failed "
+        "attempts, with the evaluator's feedback and the errors their code raised into it (on until the A/B says: "
+        "docs/yield.md)",
+    )
     spent_parent_weight: float = option(
         1.0,
         "a parent's chance to take part in a pick is multiplied by this for each group in a row from it that made "
@@ -268,6 +274,7 @@ class RunOverrides:
     fixed_code: bool | None = None
     others_view: str | None = None
     recent_children: int | None = None
+    zero_child_feedback: bool | None = None
     spent_parent_weight: float | None = None
     policy: str | None = None
     train_every: int | None = None

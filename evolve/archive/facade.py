@@ -222,12 +222,16 @@ class Archive:
         return None if held is None else self.programs.get(held[0])
 
     # ---- what a prompt shows about a parent ------------------------------------------------------------
-    def prompt_reads(self, parent_id: int, inspiration_ids: Sequence[int], failures: int, children: int) -> PromptReads:
-        """What a prompt for `parent_id` shows: the codes, the parent's context, its newest children."""
+    def prompt_reads(
+        self, parent_id: int, inspiration_ids: Sequence[int], failures: int, children: int, zero: Scale | None = None
+    ) -> PromptReads:
+        """What a prompt for `parent_id` shows: the codes, the parent's context, its newest children. `zero`: the
+        problem's directions and worst values, to list its children that scored nothing among the failures (None:
+        errors only)."""
         return PromptReads(
             self.codes([parent_id, *inspiration_ids]),
             self.parents.parent_context(parent_id),
-            self.parents.recent_child_failures(parent_id, failures),
+            self.parents.recent_child_failures(parent_id, failures, zero),
             self.parents.recent_children(parent_id, children),
         )
 

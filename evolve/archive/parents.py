@@ -3,6 +3,11 @@ errors its code raised into the evaluator's, and
 its newest children (their code, and the errors of those that failed). The `Archive` facade hands these on.
 Each is one query on an indexed column (`programs.parent_id`, `evaluations.program_id`)
 bounded by a limit, so asking per group costs the same in an archive of any size.
+
+A child the evaluator refused (its own checks: "points outside the unit square") or whose exception it swallowed
+has no error kind: it scored the worst value on every component (`zero`, evolve/yields.py). Given the problem's
+`Scale`, such children count among the failures too, with the evaluator's feedback and the errors their code raised
+into it, so that the model reads why the attempt scored nothing instead of writing it again.
 """
 
 from __future__ import annotations
@@ -15,6 +20,9 @@ from sqlalchemy import select
 from evolve.archive.database import Database
 from evolve.archive.models import Evaluation, Program
 from evolve.archive.trees import resolve_codes
+from evolve.yields import Scale
+
+REFUSED = "refused"  # a zero child's kind: no error, the worst value on all (evolve/prompts/failures.py reads it)
 
 
 @dataclass(frozen=True)
@@ -27,10 +35,15 @@ class ParentContext:
 
 @dataclass(frozen=True)
 class ChildFailure:
-    """How one of a parent's children failed: its error kind and message (a prompt shows the first lines)."""
+    """How one of a parent's children failed: its error kind and message (a prompt shows the first lines). A
+    refused child (`REFUSED`: a zero child) has the evaluator's feedback as its message, the errors its code raised
+    into the evaluator's (most frequent first) and whether it scored exactly 0 on every component (`at_zero`, so a
+    prompt can say "0" rather than "the worst value")."""
 
     kind: str
     error: str
+    swallowed: list[dict[str, Any]] | None = None
+    at_zero: bool = False
 
 
 @dataclass(frozen=True)
@@ -55,17 +68,42 @@ class ParentReads:
             row = s.execute(select(*columns).where(Evaluation.program_id == program_id)).first()
         return ParentContext(*row) if row else ParentContext(None, None, None)
 
-    def recent_child_failures(self, parent_id: int, limit: int = 3) -> list[ChildFailure]:
-        """The newest failed children of a parent, how each failed (index on parent_id: no scan)."""
+    def recent_child_failures(self, parent_id: int, limit: int = 3, zero: Scale | None = None) -> list[ChildFailure]:
+        """The newest failed children of a parent, how each failed (index on parent_id: no scan). With `zero` (the
+        problem's directions and worst values), its refused children too: of its newest `limit` children evaluated
+        without error, those `zero.is_zero`; newest first, `limit` in all."""
         q = (
-            select(Evaluation.error_kind, Evaluation.error)
+            select(Program.id, Evaluation.error_kind, Evaluation.error)
             .join(Program, Program.id == Evaluation.program_id)
             .where(Program.parent_id == parent_id, Evaluation.error_kind.is_not(None))
             .order_by(Program.id.desc())
             .limit(limit)
         )
         with self.db.session() as s:
-            return [ChildFailure(kind, error or "") for kind, error in s.execute(q)]
+            failed = [(pid, ChildFailure(kind, error or "")) for pid, kind, error in s.execute(q)]
+        if zero is None:
+            return [f for _, f in failed]
+        merged = sorted([*failed, *self._refused_children(parent_id, limit, zero)], key=lambda r: -r[0])
+        return [f for _, f in merged[:limit]]
+
+    def _refused_children(self, parent_id: int, limit: int, zero: Scale) -> list[tuple[int, ChildFailure]]:
+        """Of a parent's newest `limit` children evaluated without error, the zero ones (by id): judged here, on
+        the bounded rows, since the worst values are the problem's and the scores a JSON column."""
+        columns = (Program.id, Evaluation.scores, Evaluation.feedback, Evaluation.swallowed)
+        q = (
+            select(*columns)
+            .join(Program, Program.id == Evaluation.program_id)
+            .where(Program.parent_id == parent_id, Evaluation.error_kind.is_(None))
+            .order_by(Program.id.desc())
+            .limit(limit)
+        )
+        with self.db.session() as s:
+            rows = s.execute(q).all()
+        return [
+            (pid, ChildFailure(REFUSED, feedback or "", swallowed, all(float(v) == 0.0 for v in scores.values())))
+            for pid, scores, feedback, swallowed in rows
+            if zero.is_zero(scores)
+        ]
 
     def recent_children(self, parent_id: int, limit: int = 2) -> list[str]:
         """The code of a parent's newest children, oldest first: what was already tried from it."""

@@ -8,7 +8,8 @@ line repeats the ask in one sentence, so the last thing a small model reads is s
 
 Failures teach: the parent's evaluator feedback, the tail of its stderr, its per-case errors, what its code raised
 that the evaluator caught (a catch-all evaluator hides it otherwise) and the most recent failures among its
-children are shown (each bounded), so the next completion can avoid them. Nothing here raises on a stored
+children (those the evaluator refused too, `zero_child_feedback`) are shown, each bounded
+(evolve/prompts/failures.py), so the next completion can avoid them. Nothing here raises on a stored
 program: a program whose markers are broken is shown whole.
 
 Small models mostly echo the code they are shown. So the ask says plainly that a copy is wasted, shows what was
@@ -24,22 +25,15 @@ import difflib
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Protocol
 
 from evolve.problem.blocks import BlockError, EditableBlock, find_blocks
 from evolve.problem.outcome import SwallowedError
+from evolve.prompts.failures import FailureShown, failure_parts
 from evolve.prompts.fixed_code import fixed_code_view
 from evolve.prompts.parser import is_python
 from evolve.prompts.tree_view import current_program, program_blocks, tree_rules
 
 FEEDBACK_CAP = 1500
-STDERR_TAIL = 600  # characters of the parent's stderr / traceback tail
-CASE_ERRORS_SHOWN = 5
-SWALLOWED_SHOWN = 5  # distinct errors the parent's code raised into the evaluator, the most frequent
-CASE_ERROR_CAP = 160
-FAILURE_LINES = 3  # first lines of each recent child failure
-FAILURE_CAP = 300
-BUILD_LINES, BUILD_CAP = 12, 900  # a failed build: its compiler's first errors, where the cause usually is
 RECENT_CAP = 1200  # characters of one recent attempt shown
 FULL_REWRITE_MAX_LINES = 40  # editable code up to this long is rewritten whole under edit_format "auto"
 TEMPLATES = ("standard", "directed")
@@ -62,16 +56,6 @@ DIRECTIONS = (
     "a bolder idea, or a combination of the best parts of the other programs",
     "a simpler, cleaner version that scores at least as well",
 )
-
-
-class FailureShown(Protocol):
-    """A failed child as a prompt shows it (the archive's `ChildFailure` is one)."""
-
-    @property
-    def kind(self) -> str: ...
-
-    @property
-    def error(self) -> str: ...
 
 
 @dataclass(frozen=True)
@@ -323,7 +307,7 @@ def build_prompt(p: PromptInputs) -> str:
     ]
     if p.parent_feedback:
         parts += ["Evaluator feedback:", p.parent_feedback.strip()[:FEEDBACK_CAP]]
-    parts += _failures(p)
+    parts += failure_parts(p.parent_stderr, p.parent_case_errors, p.parent_swallowed, p.recent_failures, p.multi_file)
     as_diffs = p.others_view == "diff" and not tree
     for i, (code, scores) in enumerate(((s.code, s.scores) for s in p.inspirations), 1):
         shown = _changes(p.parent_code, code) if as_diffs else None
@@ -366,32 +350,3 @@ def _tree_heading(view: str) -> str:
     if view == "blocks":
         return "Its files (only their EVOLVE blocks are shown, and only these may change):"
     return "Its files (change only what lies between the EVOLVE-BLOCK markers):"
-
-
-def _first_lines(text: str, lines: int, cap: int) -> str:
-    return "\n".join(text.strip().splitlines()[:lines])[:cap]
-
-
-def _failures(p: PromptInputs) -> list[str]:
-    """What went wrong with the parent and its latest children, each part bounded in size."""
-    parts: list[str] = []
-    if p.parent_stderr and p.parent_stderr.strip():
-        parts += ["Its stderr (tail):", p.parent_stderr.strip()[-STDERR_TAIL:]]
-    if p.parent_case_errors:
-        items = list(p.parent_case_errors.items())
-        shown = [f"- {name}: {_first_lines(err, 1, CASE_ERROR_CAP)}" for name, err in items[:CASE_ERRORS_SHOWN]]
-        more = [f"- … and {len(items) - CASE_ERRORS_SHOWN} more failed cases"] if len(items) > CASE_ERRORS_SHOWN else []
-        parts += ["Cases it failed:", "\n".join(shown + more)]
-    if p.parent_swallowed:
-        lines = [f"- {error.shown(name_file=p.multi_file)}" for error in p.parent_swallowed[:SWALLOWED_SHOWN]]
-        parts += ["Exceptions its code raised while it was evaluated (most frequent first):", "\n".join(lines)]
-    if p.recent_failures:
-        lines = [f"- {f.kind}: {_failure_text(f.kind, f.error)}" for f in p.recent_failures]
-        parts += ["Recent attempts from this program that failed (avoid these mistakes):", "\n".join(lines)]
-    return parts
-
-
-def _failure_text(kind: str, error: str) -> str:
-    if kind == "build":
-        return _first_lines(error, BUILD_LINES, BUILD_CAP)
-    return _first_lines(error, FAILURE_LINES, FAILURE_CAP)
