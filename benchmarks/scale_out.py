@@ -122,7 +122,7 @@ def main() -> None:
     databases: dict[str, object] = {"sqlite": None}
     cluster = None
     if not args.no_postgres:
-        from benchmarks.postgres_cluster import PostgresCluster
+        from evolve.devtools.postgres_cluster import PostgresCluster
 
         cluster = PostgresCluster.start()
         databases["postgres"] = cluster

@@ -108,7 +108,7 @@ def endless_model_dir(tmp_path_factory):
 @pytest.fixture(scope="session")
 def postgres_cluster():
     """One throw-away PostgreSQL cluster for the session; a skip (a failure in CI) when it cannot start."""
-    from tests.postgres import PostgresCluster
+    from evolve.devtools.postgres_cluster import PostgresCluster
     from tests.services import missing
 
     try:

@@ -8,9 +8,27 @@ import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 
-from evolve.problem.samples import GOOD_SEED, SPLIT_EVAL, SPLIT_TOML, write_problem
+from evolve.problem.samples import (
+    GOOD_SEED,
+    SPLIT_EVAL,
+    SPLIT_TOML,
+    SQUARE_SEED,
+    SQUARE_TOML,
+    write_problem,
+    write_square_problem,
+)
 
-__all__ = ["GOOD_SEED", "KNOWN", "SPLIT_EVAL", "SPLIT_TOML", "assert_known_vectors", "write_problem"]
+__all__ = [
+    "GOOD_SEED",
+    "KNOWN",
+    "SPLIT_EVAL",
+    "SPLIT_TOML",
+    "SQUARE_SEED",
+    "SQUARE_TOML",
+    "assert_known_vectors",
+    "write_problem",
+    "write_square_problem",
+]
 
 # Programs with distinct vectors on the default test problem (c0: 2 -> 4, c1: 3 -> 9): a reply shifted to
 # another job, or a stale one, scores one of them with another's vector.
@@ -46,33 +64,6 @@ def assert_known_vectors(sandbox: object, problem: object) -> None:
     assert [o.scores for o in outcomes] == [want for _, want in KNOWN], seen
 
 
-SQUARE_SEED = """# EVOLVE-BLOCK-START
-def solve(x):
-    return x + 1
-# EVOLVE-BLOCK-END
-"""
-
-SQUARE_TOML = """
-name = "square"
-description = "Square the input."
-[program]
-file = "seed.py"
-[fitness]
-components = [{ name = "c0", bounds = [0.0, 1.0] }, { name = "c1", bounds = [0.0, 1.0] }]
-[limits]
-timeout_s = 5
-memory_mb = 512
-[search]
-islands = 2
-migration_interval = 4
-group_size = 4
-variants = 2
-edit_format = "full"
-temperature = 0.7
-max_new_tokens = 160
-"""
-
-
 @dataclass(frozen=True)
 class TinySearch:
     """A finished search: its archive's SQLite file, the problem's fitness components, the run's id, why it
@@ -88,11 +79,6 @@ class TinySearch:
         """A private copy of the archive for a test that writes to it (versions, adapters)."""
         shutil.copy(self.db, db)
         return db
-
-
-def write_square_problem(root: Path) -> Path:
-    """The problem the tiny test model was taught to answer."""
-    return write_problem(root, seed=SQUARE_SEED, toml=SQUARE_TOML)
 
 
 def square_run(tmp_path: Path, **options: object) -> tuple:

@@ -3,7 +3,7 @@
 `lint-imports` holds the same rule (pyproject's independence contract) for the imports it can see; this test also
 reads the ones it cannot: a module named by a string given to `importlib.import_module` (benchmarks.yield is
 imported so, `yield` being a keyword). A test runs a benchmark as a user does, `python -m benchmarks.NAME` in a
-subprocess; a fixture both need is copied (benchmarks/postgres_cluster.py, benchmarks/checks/square.py), not shared.
+subprocess; what both need lives in the installed package (evolve.devtools, evolve.problem.samples).
 """
 
 from __future__ import annotations

@@ -9,7 +9,8 @@ import importlib
 import re
 
 from benchmarks import yield_compare
-from benchmarks.checks.square import FOUR, SQUARE, answer, write_square_problem
+from evolve.problem.samples import FOUR, SQUARE, write_square_problem
+from evolve.problem.samples import full_answer as answer
 from policies.policy import Generated
 from policies.replay import ReplayPolicy
 

@@ -1,7 +1,8 @@
 """Small problem folders written on the fly, shared by the tests and the benchmarks.
 
 A split-form problem with two cases (`c0`: 2 -> 4, `c1`: 3 -> 9) whose seed squares its input, so every
-sandbox scores it (1.0, 1.0); the caller swaps in its own seed, evaluator or `problem.toml`.
+sandbox scores it (1.0, 1.0); the caller swaps in its own seed, evaluator or `problem.toml`. The square problem
+(`write_square_problem`) is that one posed as the tiny test model was taught it, with answers to replay.
 """
 
 from __future__ import annotations
@@ -57,3 +58,44 @@ def write_problem(
     (root / program_file).write_text(textwrap.dedent(seed))
     (root / "evaluate.py").write_text(textwrap.dedent(evaluate))
     return root
+
+
+# The square problem: the seed adds one where it should square; full rewrites, two variants per completion.
+SQUARE_SEED = """# EVOLVE-BLOCK-START
+def solve(x):
+    return x + 1
+# EVOLVE-BLOCK-END
+"""
+
+SQUARE_TOML = """
+name = "square"
+description = "Square the input."
+[program]
+file = "seed.py"
+[fitness]
+components = [{ name = "c0", bounds = [0.0, 1.0] }, { name = "c1", bounds = [0.0, 1.0] }]
+[limits]
+timeout_s = 5
+memory_mb = 512
+[search]
+islands = 2
+migration_interval = 4
+group_size = 4
+variants = 2
+edit_format = "full"
+temperature = 0.7
+max_new_tokens = 160
+"""
+
+SQUARE = "def solve(x):\n    return x * x\n"  # scores (1, 1) on the square problem
+FOUR = "def solve(x):\n    return 4\n"  # scores (1, 0)
+
+
+def write_square_problem(root: Path) -> Path:
+    """The problem the tiny test model was taught to answer, in the folder `root`."""
+    return write_problem(root, seed=SQUARE_SEED, toml=SQUARE_TOML)
+
+
+def full_answer(*bodies: str) -> str:
+    """One completion whose variants are these bodies, whole (the square problem asks for full rewrites)."""
+    return "".join(f"<variant {i}>\n```python\n{b}```\n</variant {i}>\n" for i, b in enumerate(bodies, start=1))

@@ -1,10 +1,9 @@
-"""A throw-away PostgreSQL cluster for scale_out: `initdb` in a temporary folder, served on a Unix socket only.
+"""A throw-away PostgreSQL cluster: `initdb` in a temporary folder, served on a Unix socket only.
 
-PostgreSQL refuses to run as root, so under root the cluster belongs to the `postgres` system user (Debian's
-package makes it), else to `nobody`. Each measured point gets its own database in the one cluster.
-
-A copy of the tests' fixture (tests/postgres.py), kept apart on purpose: benchmarks and tests import nothing from
-each other (pyproject's import contract), so that either can change or move without breaking the other.
+The tests' session-wide fixture and benchmarks.scale_out both start one; it lives here, in the installed
+package, because tests and benchmarks import nothing from each other. PostgreSQL refuses to run as root, so
+under root the cluster belongs to the `postgres` system user (Debian's package makes it), else to `nobody`.
+Each test, or each measured point, gets its own database in the one cluster.
 """
 
 from __future__ import annotations
@@ -33,7 +32,7 @@ def pg_bin(name: str) -> str | None:
 
 
 def _owner() -> pwd.struct_passwd | None:
-    """The unprivileged account the server runs as when tests run as root; None when not root."""
+    """The unprivileged account the server runs as when started by root; None when not root."""
     if os.geteuid() != 0:
         return None
     for name in ("postgres", "nobody"):
