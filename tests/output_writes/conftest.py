@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -20,6 +19,7 @@ from tests.output_writes.shell_runs import (
     full,
     git_tree_child,
     make_run,
+    run_engine,
 )
 
 
@@ -45,6 +45,6 @@ def several_files(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]
     db = root / "tree.db"
     cmd = evolve_run_cmd(folder, db, f"replay:{root / 'tree.json'}", 2)
     flags = ["--workers", "1", "--group-size", "1", "--variants", "1", "--edit-format", "full"]
-    done = subprocess.run([*cmd, *flags], capture_output=True, text=True, timeout=600, check=False)
+    done = run_engine([*cmd, *flags])
     assert done.returncode == 0, (done.stdout[-2000:], done.stderr[-2000:])
     return folder, db

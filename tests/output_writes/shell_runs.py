@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
+from tests.forked_cli import FORKED
 from tests.helpers import evolve_run_cmd, write_problem
 
 COMPONENTS = '[fitness]\ncomponents = [{ name = "c0", bounds = [0.0, 1.0] }, { name = "c1", bounds = [0.0, 1.0] }]'
@@ -61,10 +61,10 @@ def full(*bodies: str) -> str:
     return "".join(f"<variant {i}>\n```sh\n{b}```\n</variant {i}>\n" for i, b in enumerate(bodies, start=1))
 
 
-def evolve(*args: str) -> subprocess.CompletedProcess[str]:
-    """`evolve ARGS` in a process of its own, as a user runs it (its stderr is what the user sees)."""
-    cmd = [sys.executable, "-m", "evolve.cli", *args]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=False)
+def evolve(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """`evolve ARGS` in a process of its own, as a user runs it (its stderr is what the user sees); forked from one
+    that imported the CLI once (tests/forked_cli.py), since the imports were most of each command's time."""
+    return FORKED.run(list(args), cwd=cwd)
 
 
 def ok(result: subprocess.CompletedProcess[str]) -> str:
@@ -87,9 +87,16 @@ def make_run(root: Path, name: str, toml: str, seed: str, program_file: str, rep
     db = root / f"{name}.db"
     cmd = evolve_run_cmd(folder, db, f"replay:{root / name}.json", 1 + variants)
     flags = ["--workers", "1", "--group-size", "1", "--variants", str(variants), "--edit-format", "full"]
-    done = subprocess.run([*cmd, *flags], capture_output=True, text=True, timeout=600, check=False)
+    done = run_engine([*cmd, *flags])
     assert done.returncode == 0, (done.stdout[-2000:], done.stderr[-2000:])
     return db
+
+
+def run_engine(cmd: list[str]) -> subprocess.CompletedProcess[str]:
+    """An `evolve run` command line of tests.helpers.evolve_run_cmd (`python -m evolve.cli run ...`), run as `evolve`
+    runs here."""
+    assert cmd[1:3] == ["-m", "evolve.cli"], cmd
+    return FORKED.run(cmd[3:], timeout=600)
 
 
 def scores_of(problem: Path, program: Path) -> dict[str, float]:
