@@ -8,13 +8,13 @@ import os
 import signal
 import sqlite3
 import subprocess
-import sys
 import time
 
 import pytest
 from sqlalchemy import text
 
 from evolve.archive import Archive, SessionBusy, SessionLock
+from tests.forked_cli import FORKED
 from tests.helpers import evolve_run_cmd, write_square_problem
 from tests.report_run import _variant
 
@@ -36,6 +36,7 @@ def test_a_second_run_of_a_live_run_is_refused_and_a_killed_one_resumes_at_once(
     replay.write_text(json.dumps(_slow_answers(60)))
     db = tmp_path / "runs.db"
     cmd = evolve_run_cmd(folder, db, f"replay:{replay}", 500, "--workers", "1", "--group-size", "2")
+    FORKED.start()  # the second run and the resume are forked from it: it imports the CLI while the first one starts
     first = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 120
@@ -49,7 +50,7 @@ def test_a_second_run_of_a_live_run_is_refused_and_a_killed_one_resumes_at_once(
         assert first.poll() is None, first.communicate()
         # The same command again, with a group budget the run has already spent: without the lock it resumed the
         # live run beside its owner (and here stopped at once, exit 0, an interruption counted that never was).
-        second = subprocess.run([*cmd, "--max-groups", "1"], capture_output=True, text=True, timeout=120)
+        second = FORKED.run([*cmd[3:], "--max-groups", "1"], timeout=120)  # a process of its own, as `evolve run`
         assert second.returncode == 2, second.stdout[-1000:] + second.stderr[-1000:]
         assert f"square is being run there now by process {first.pid};" in second.stderr
         assert len(second.stderr.strip().splitlines()) == 1
@@ -60,8 +61,8 @@ def test_a_second_run_of_a_live_run_is_refused_and_a_killed_one_resumes_at_once(
         first.send_signal(signal.SIGKILL)
         first.communicate()
     groups = _rows(db, "SELECT COUNT(*) FROM prompts")[0][0]
-    resume = [sys.executable, "-m", "evolve.cli", "resume", str(db), "--max-groups", str(groups + 1)]
-    resumed = subprocess.run(resume, capture_output=True, text=True, timeout=300)  # at once: the kernel freed it
+    resume = ["resume", str(db), "--max-groups", str(groups + 1)]
+    resumed = FORKED.run(resume, timeout=300)  # at once: the kernel freed it
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert "was interrupted (its process was killed)" in resumed.stdout
     assert json.loads(_rows(db, "SELECT state FROM runs")[0][0]).get("interruptions") == 1
