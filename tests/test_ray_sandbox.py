@@ -18,8 +18,10 @@ from tests.services import missing
 
 pytestmark = pytest.mark.slow
 
+# Each child sleeps a moment, so that evaluations are in flight on both nodes when one is lost; after the loss the
+# remaining children run on the survivor's two actors, where each second slept counts about ninefold.
 SLOW_VARIANT = (
-    "<variant 1>\n```python\ndef solve(x):\n    import time\n    time.sleep(0.6)\n    return [x * x, {i}]\n```\n"
+    "<variant 1>\n```python\ndef solve(x):\n    import time\n    time.sleep(0.3)\n    return [x * x, {i}]\n```\n"
     "</variant 1>\n"
 )
 SEED = "# EVOLVE-BLOCK-START\ndef solve(x):\n    return [x * x, 0]\n# EVOLVE-BLOCK-END\n"
