@@ -10,6 +10,10 @@ reaches the next, and an uncaught exception ends it as Python ends any process: 
 Its ending is Python's own up to the interpreter's teardown: its threads joined, its atexit functions run (the
 weakref finalizers among them), stdout and stderr flushed; then `os._exit`. Tearing down every module the
 engine imported took one and a half seconds of a loaded core per command and writes nothing a test reads.
+
+Its environment is this process's as it was when the server started (the first command), so a test that sets a
+variable for one command starts that command with subprocess as before. Commands may run at once (a run, and a
+second one that its session lock refuses): the server forks each as it is asked and says when each ends.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import contextlib
 import json
 import os
 import select
+import shutil
 import signal
 import subprocess
 import sys
@@ -27,7 +32,7 @@ import time
 from pathlib import Path
 
 SERVER = r"""
-import atexit, json, os, runpy, sys, threading, traceback
+import atexit, json, os, runpy, select, sys, threading, traceback
 import evolve.cli  # the cost every fresh `python -m evolve.cli` pays, paid once here
 
 
@@ -53,10 +58,12 @@ def leave(status):
     os._exit(status)
 
 
-requests, answers = sys.stdin, sys.stdout
-for line in requests:
-    ask = json.loads(line)
-    answers.flush()
+def say(answer):
+    os.write(1, (json.dumps(answer) + "\n").encode())
+
+
+def start(ask):
+    sys.stdout.flush()
     sys.stderr.flush()
     pid = os.fork()
     if pid == 0:  # the command's own process: its folder, argv and stdio, then the CLI's __main__ as python -m runs it
@@ -66,15 +73,76 @@ for line in requests:
             opened = os.open(path, mode)
             os.dup2(opened, fd)
             os.close(opened)
-        sys.stdin = open(0, closefd=False)  # not the server's buffered requests
+        sys.stdin = open(0, closefd=False)
         sys.argv = [ask["argv0"], *ask["args"]]
         leave(command_status())
-    answers.write(json.dumps({"pid": pid}) + "\n")
-    answers.flush()
-    _, status = os.waitpid(pid, 0)
-    answers.write(json.dumps({"pid": pid, "rc": os.waitstatus_to_exitcode(status)}) + "\n")
-    answers.flush()
+    say({"pid": pid})
+
+
+def reap():
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        say({"pid": pid, "rc": os.waitstatus_to_exitcode(status)})
+
+
+pending = b""
+while True:
+    reap()
+    if not select.select([0], [], [], 0.05)[0]:
+        continue
+    more = os.read(0, 65536)
+    if not more:
+        break
+    pending += more
+    while b"\n" in pending:
+        line, pending = pending.split(b"\n", 1)
+        start(json.loads(line))
 """
+
+
+class Forked:
+    """A command the server forked: its pid, whether it ended, and its output once it has."""
+
+    def __init__(self, cli: ForkedCli, pid: int, args: list[str], folder: Path) -> None:
+        self.cli, self.pid, self.args, self.folder = cli, pid, args, folder
+
+    def poll(self) -> int | None:
+        """Its exit status, or None while it runs."""
+        self.cli.read_answers(0)
+        return self.cli.ended.get(self.pid)
+
+    def kill(self) -> None:
+        if self.poll() is None:  # not yet reaped by the server, so the pid is still this command's
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signal.SIGKILL)
+
+    def wait(self, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+        """Its end, as subprocess.run gives it back; past `timeout` it is killed, as subprocess.run does."""
+        deadline = time.monotonic() + timeout
+        while self.poll() is None:
+            if time.monotonic() > deadline:
+                self.kill()
+                self._wait_end(time.monotonic() + 60)
+                out, err = self._output()
+                raise subprocess.TimeoutExpired(["evolve", *self.args], timeout, out, err)
+            self.cli.read_answers(min(1.0, max(0.0, deadline - time.monotonic())))
+        out, err = self._output()
+        return subprocess.CompletedProcess(["evolve", *self.args], self.cli.ended[self.pid], out, err)
+
+    def _wait_end(self, deadline: float) -> None:
+        while self.poll() is None and time.monotonic() < deadline:
+            self.cli.read_answers(1.0)
+
+    def _output(self) -> tuple[str, str]:
+        out, err = (self.folder / "stdout").read_text(), (self.folder / "stderr").read_text()
+        if self.poll() is not None:
+            shutil.rmtree(self.folder, ignore_errors=True)
+        return out, err
 
 
 class ForkedCli:
@@ -83,49 +151,62 @@ class ForkedCli:
     def __init__(self) -> None:
         self._server: subprocess.Popen[str] | None = None
         self._pending = b""
+        self.started: list[int] = []
+        self.ended: dict[int, int] = {}
 
     def start(self) -> subprocess.Popen[str]:
         """The server, started now if it is not running (its imports go on while the caller does other things)."""
         if self._server is None or self._server.poll() is not None:
             cmd = [sys.executable, "-c", SERVER]
             self._server = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-            self._pending = b""
+            self._pending, self.started, self.ended = b"", [], {}
             atexit.register(self._server.kill)
         return self._server
 
-    def run(self, args: list[str], cwd: Path | None = None, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-        """`evolve ARGS` run in `cwd` (this process's folder by default), as subprocess.run would give it back."""
+    def spawn(self, args: list[str], cwd: Path | None = None) -> Forked:
+        """`evolve ARGS` started in `cwd` (this process's folder by default); it runs while the caller goes on."""
         server = self.start()
-        with tempfile.TemporaryDirectory(prefix="evolve-cmd-") as temp:
-            out, err = Path(temp) / "stdout", Path(temp) / "stderr"
-            out.touch()
-            err.touch()
-            ask = {"argv0": "evolve", "args": args, "cwd": str(cwd or os.getcwd()), "out": str(out), "err": str(err)}
-            server.stdin.write(json.dumps(ask) + "\n")  # type: ignore[union-attr]
-            server.stdin.flush()  # type: ignore[union-attr]
-            pid = self._answer(server, 300)["pid"]  # the first waits for the imports
-            try:
-                status = self._answer(server, timeout)["rc"]
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):  # as subprocess.run ends a command that overran
-                    os.kill(pid, signal.SIGKILL)
-                self._answer(server, 60)
-                raise subprocess.TimeoutExpired(["evolve", *args], timeout, out.read_text(), err.read_text()) from None
-            return subprocess.CompletedProcess(["evolve", *args], status, out.read_text(), err.read_text())
+        folder = Path(tempfile.mkdtemp(prefix="evolve-cmd-"))
+        (folder / "stdout").touch()
+        (folder / "stderr").touch()
+        where = str(cwd or os.getcwd())
+        ask = {
+            "argv0": "evolve",
+            "args": args,
+            "cwd": where,
+            "out": str(folder / "stdout"),
+            "err": str(folder / "stderr"),
+        }
+        server.stdin.write(json.dumps(ask) + "\n")  # type: ignore[union-attr]
+        server.stdin.flush()  # type: ignore[union-attr]
+        deadline = time.monotonic() + 300  # the first command waits for the server's imports
+        while not self.started:
+            if time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(["evolve", *args], 300)
+            self.read_answers(1.0)
+        return Forked(self, self.started.pop(0), args, folder)
 
-    def _answer(self, server: subprocess.Popen[str], timeout: float) -> dict[str, int]:
-        """The server's next line: the command's pid once forked, its exit status once it ended (read from the pipe
-        itself, since a buffered reader could hold the second line where `select` does not see it)."""
-        deadline = time.monotonic() + timeout
+    def run(self, args: list[str], cwd: Path | None = None, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+        """`evolve ARGS` run in `cwd` to its end, as subprocess.run would give it back."""
+        return self.spawn(args, cwd).wait(timeout)
+
+    def read_answers(self, timeout: float) -> None:
+        """The server's lines that came within `timeout`: a command forked (its pid), or one ended (its status). Read
+        from the pipe itself, since a buffered reader could hold a line where `select` does not see it."""
+        server = self.start()
         fd = server.stdout.fileno()  # type: ignore[union-attr]
-        while b"\n" not in self._pending:
-            if not select.select([fd], [], [], max(0.0, deadline - time.monotonic()))[0]:
-                raise subprocess.TimeoutExpired("evolve", timeout)
-            more = os.read(fd, 4096)
-            assert more, f"the forking server of `evolve` commands ended (status {server.wait()})"
-            self._pending += more
-        line, self._pending = self._pending.split(b"\n", 1)
-        return json.loads(line)
+        if not select.select([fd], [], [], timeout)[0]:
+            return
+        more = os.read(fd, 65536)
+        assert more, f"the forking server of `evolve` commands ended (status {server.wait()})"
+        self._pending += more
+        while b"\n" in self._pending:
+            line, self._pending = self._pending.split(b"\n", 1)
+            answer = json.loads(line)
+            if "rc" in answer:
+                self.ended[answer["pid"]] = answer["rc"]
+            else:
+                self.started.append(answer["pid"])
 
 
 FORKED = ForkedCli()

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import sqlite3
 import subprocess
 import time
@@ -20,8 +19,9 @@ from tests.report_run import _variant
 
 
 def _slow_answers(n: int) -> list[str]:
-    """Distinct programs (no duplicates: the run keeps going) that each take a moment to score."""
-    body = "def solve(x):\n    import time\n    time.sleep(0.3)\n    return x * x + {i} - {i}\n"
+    """Distinct programs (no duplicates: the run keeps going) that each take a moment to score. The resume scores
+    every child the killed run had queued (about twenty) before its own group: a longer moment costs twentyfold."""
+    body = "def solve(x):\n    import time\n    time.sleep(0.1)\n    return x * x + {i} - {i}\n"
     return [_variant(1, body.format(i=i)) + _variant(2, body.format(i=1000 + i)) for i in range(60)]
 
 
@@ -36,8 +36,7 @@ def test_a_second_run_of_a_live_run_is_refused_and_a_killed_one_resumes_at_once(
     replay.write_text(json.dumps(_slow_answers(60)))
     db = tmp_path / "runs.db"
     cmd = evolve_run_cmd(folder, db, f"replay:{replay}", 500, "--workers", "1", "--group-size", "2")
-    FORKED.start()  # the second run and the resume are forked from it: it imports the CLI while the first one starts
-    first = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    first = FORKED.spawn(cmd[3:])  # each run a process of its own, forked from one that imported the CLI once
     try:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and first.poll() is None:
@@ -47,7 +46,7 @@ def test_a_second_run_of_a_live_run_is_refused_and_a_killed_one_resumes_at_once(
             except sqlite3.OperationalError:  # not made yet
                 pass
             time.sleep(0.2)
-        assert first.poll() is None, first.communicate()
+        assert first.poll() is None, first.wait()
         # The same command again, with a group budget the run has already spent: without the lock it resumed the
         # live run beside its owner (and here stopped at once, exit 0, an interruption counted that never was).
         second = FORKED.run([*cmd[3:], "--max-groups", "1"], timeout=120)  # a process of its own, as `evolve run`
@@ -58,8 +57,8 @@ def test_a_second_run_of_a_live_run_is_refused_and_a_killed_one_resumes_at_once(
         assert json.loads(state).get("interruptions", 0) == 0
         assert "overrides" not in json.loads(_rows(db, "SELECT config FROM runs")[0][0])
     finally:
-        first.send_signal(signal.SIGKILL)
-        first.communicate()
+        first.kill()  # SIGKILL
+        first.wait()
     groups = _rows(db, "SELECT COUNT(*) FROM prompts")[0][0]
     resume = ["resume", str(db), "--max-groups", str(groups + 1)]
     resumed = FORKED.run(resume, timeout=300)  # at once: the kernel freed it
