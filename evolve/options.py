@@ -136,10 +136,10 @@ class RunOptions:
         high=64,
     )
     zero_child_feedback: bool = option(
-        True,
+        False,
         "list the parent's newest children that scored the worst value on every component among its prompt's failed "
-        "attempts, with the evaluator's feedback and the errors their code raised into it (on until the A/B says: "
-        "docs/yield.md)",
+        "attempts, with the evaluator's feedback and the errors their code raised into it (off: its A/B showed "
+        "no gain, docs/yield.md)",
     )
     spent_parent_weight: float = option(
         1.0,

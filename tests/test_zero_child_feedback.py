@@ -1,7 +1,8 @@
 """A parent's children that scored the worst value on every component (`zero`, evolve/yields.py) are shown in its
 next prompt among the failed attempts, with the evaluator's feedback and the exception their code raised into it:
 such a child has no error kind, so before this the model never read why its attempt was refused and wrote it
-again. `zero_child_feedback` off gives the prompt of before, byte for byte."""
+again. `zero_child_feedback` (off by default: the A/B showed no gain) off gives the prompt of before, byte for
+byte; the default is checked too."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import numpy as np
 
 from evolve.ask_arms import Ask
 from evolve.group_sampler import GroupSampler
+from evolve.options import RunOptions
 from evolve.selection import TournamentSelector
 from evolve.selection.population import RankedProgram
 from tests.helpers import SQUARE_SEED, square_run, store_program
@@ -44,7 +46,7 @@ def _evaluation(c0: float, c1: float, **more: object) -> dict:
 def _family(tmp_path, **options):
     """A seed scored 0.5 with three children, oldest first: one that crashed, one the evaluator refused (zero on
     both components, its NameError swallowed) and a valid one; and the run's sampler with `options`."""
-    problem, archive, run, run_options = square_run(tmp_path, **options)
+    problem, archive, run, run_options = square_run(tmp_path, **({"zero_child_feedback": True} | options))
     seed, _ = store_program(archive, run.id, SQUARE_SEED, evaluation=_evaluation(0.5, 0.5))
     crash = "Traceback (most recent call last):\nZeroDivisionError: division by zero"
     store_program(
@@ -105,3 +107,13 @@ def test_at_most_the_newest_three_children_are_listed_however_many_were_refused(
     assert _failures_part(prompt) == "\n".join(
         f"- refused (scored 0 on every component): wrong count {k}" for k in (4, 3, 2)
     )
+
+
+def test_it_is_off_unless_asked_for(tmp_path):
+    """Off by default: the A/B of docs/yield.md showed no gain at its size (0 children beat their parent either way)."""
+    sampler, parent, archive = _family(tmp_path, zero_child_feedback=RunOptions().zero_child_feedback)
+    try:
+        prompt = sampler.prompt(parent, [], ASK).text
+    finally:
+        archive.close()
+    assert _failures_part(prompt) == CRASH_LINE
