@@ -11,8 +11,9 @@ Its ending is Python's own up to the interpreter's teardown: its threads joined,
 weakref finalizers among them), stdout and stderr flushed; then `os._exit`. Tearing down every module the
 engine imported took one and a half seconds of a loaded core per command and writes nothing a test reads.
 
-Its environment is this process's as it was when the server started (the first command), so a test that sets a
-variable for one command starts that command with subprocess as before. Commands may run at once (a run, and a
+Its environment is this process's as it was when the server started (the first command), or `env` where given:
+a variable the engine reads as it imports takes the server's value, so a test that sets one of those starts its
+command with subprocess as before. Commands may run at once (a run, and a
 second one that its session lock refuses): the server forks each as it is asked and says when each ends.
 """
 
@@ -68,6 +69,9 @@ def start(ask):
     pid = os.fork()
     if pid == 0:  # the command's own process: its folder, argv and stdio, then the CLI's __main__ as python -m runs it
         os.chdir(ask["cwd"])
+        if ask["env"] is not None:
+            os.environ.clear()
+            os.environ.update(ask["env"])
         streams = ((0, os.devnull, os.O_RDONLY), (1, ask["out"], os.O_WRONLY), (2, ask["err"], os.O_WRONLY))
         for fd, path, mode in streams:
             opened = os.open(path, mode)
@@ -163,8 +167,9 @@ class ForkedCli:
             atexit.register(self._server.kill)
         return self._server
 
-    def spawn(self, args: list[str], cwd: Path | None = None) -> Forked:
-        """`evolve ARGS` started in `cwd` (this process's folder by default); it runs while the caller goes on."""
+    def spawn(self, args: list[str], cwd: Path | None = None, env: dict[str, str] | None = None) -> Forked:
+        """`evolve ARGS` started in `cwd` (this process's folder by default) with `env` (the server's by default); it
+        runs while the caller goes on."""
         server = self.start()
         folder = Path(tempfile.mkdtemp(prefix="evolve-cmd-"))
         (folder / "stdout").touch()
@@ -176,6 +181,7 @@ class ForkedCli:
             "cwd": where,
             "out": str(folder / "stdout"),
             "err": str(folder / "stderr"),
+            "env": env,
         }
         server.stdin.write(json.dumps(ask) + "\n")  # type: ignore[union-attr]
         server.stdin.flush()  # type: ignore[union-attr]
@@ -186,9 +192,11 @@ class ForkedCli:
             self.read_answers(1.0)
         return Forked(self, self.started.pop(0), args, folder)
 
-    def run(self, args: list[str], cwd: Path | None = None, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-        """`evolve ARGS` run in `cwd` to its end, as subprocess.run would give it back."""
-        return self.spawn(args, cwd).wait(timeout)
+    def run(
+        self, args: list[str], cwd: Path | None = None, timeout: float = 300, env: dict[str, str] | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        """`evolve ARGS` run in `cwd` with `env` to its end, as subprocess.run would give it back."""
+        return self.spawn(args, cwd, env).wait(timeout)
 
     def read_answers(self, timeout: float) -> None:
         """The server's lines that came within `timeout`: a command forked (its pid), or one ended (its status). Read

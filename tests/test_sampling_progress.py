@@ -6,7 +6,6 @@ import json
 import os
 import re
 import sqlite3
-import subprocess
 import threading
 import time
 
@@ -18,6 +17,7 @@ from evolve.loop import SearchLoop, run_search
 from policies.policy import SamplingParams
 from policies.transformers_policy import TransformersPolicy
 from sandboxes.process import ProcessSandbox
+from tests.forked_cli import FORKED
 from tests.helpers import evolve_run_cmd, square_run, write_square_problem
 
 pytestmark = pytest.mark.slow
@@ -53,7 +53,7 @@ def test_without_a_terminal_a_line_every_period_shows_the_tokens_sampled_so_far(
     extra = ("--max-new-tokens", "100000", "--no-fit-tokens-to-code", "--max-time", str(max_time))
     cmd = evolve_run_cmd(folder, tmp_path / "run.db", f"transformers:{endless_model_dir}", 20, *extra)
     env = {**os.environ, LINE_PERIOD_ENV: "0.5"}
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)  # imports take long when busy
+    done = FORKED.run(cmd[3:], timeout=300, env=env)  # a process of its own, forked after the CLI's imports
     assert done.returncode == 0, done.stderr[-2000:]
     assert "time budget reached" in done.stdout
     state = sqlite3.connect(tmp_path / "run.db").execute("SELECT state FROM runs").fetchone()[0]
