@@ -16,7 +16,9 @@ an arm of several members, each member's groups and children that beat their par
 over the problems: `model_compare <arm>_per_hour=... beats_<arm>=N ... hours_per_arm=...`.
 
 Run it on a quiet machine: decoding and evaluation share the cores (docs/policies.md), so anything else running
-lowers every arm's figure. Counts are small at this size: report n, claim nothing the counts do not carry.
+lowers every arm's figure. Counts are small at this size: report n, claim nothing the counts do not carry. A bias
+against a slow arm: when the time runs out, the group being sampled is cut and not stored (evolve/loop.py), so up
+to one group's time of each run leaves nothing; at 8 minutes a run that is up to 30% of a strong model's time.
 
 Usage: python -m benchmarks.model_compare [--problems minimizer,tour_heuristic] [--max-time 600]
        [--arm fast=llama:embedded --arm 'both=llama:embedded[name=fast]+llama:embedded-1.5b[name=strong]']
@@ -112,7 +114,10 @@ def read_run(arm: str, problem: str, db: Path) -> ArmRun:
     """What one run's archive says: its clock, its yield and its members' shares."""
     archive = Archive(db)
     try:
-        [run] = archive.runs()
+        runs = archive.runs()
+        if len(runs) != 1:
+            raise SystemExit(f"{db}: holds {len(runs)} runs, not one: give --work a folder of its own")
+        [run] = runs
         specs = run_components(run)
         summary = archive.summarize(run, signs(specs), worst_values(specs))
         scored = archive.scored_programs(run.id)
