@@ -29,6 +29,7 @@ from evolve.problem import Problem, load_problem
 from evolve.runs import open_run
 from evolve.search import train_config
 from evolve.training import ArchiveTrainer, restore_latest_adapter
+from evolve.yields import worst_values
 from policies.from_spec import make_policy
 from policies.policy import Policy
 from policies.trainer import never
@@ -180,7 +181,7 @@ def run_arm(folder: Path, arm: str, seed: int, s: ArmSettings, work: Path, held_
         archive.close()
         raise KeyboardInterrupt(f"{folder.name} {arm} seed {seed} interrupted: {reason}")
     seconds["search_wall"] = time.monotonic() - started
-    summary = archive.summarize(run, signs(problem.components))
+    summary = archive.summarize(run, signs(problem.components), worst_values(problem.components))
     archive.close()
     result = _figures(work / "arm.db", problem, run.id)
     seconds["sampling"] = float(summary.telemetry.get("generation_s") or 0.0)

@@ -40,6 +40,7 @@ from evolve.members import MemberSpec
 from evolve.options import RunOptions
 from evolve.problem import load_problem
 from evolve.runs import open_run
+from evolve.yields import worst_values
 from policies.from_spec import make_policy
 from policies.policy import Policy
 from sandboxes.backends import make_sandbox
@@ -118,7 +119,7 @@ def run_arm(
     seed_scalar = scored[0].scalar if scored else None
     valid = [p.scalar for p in scored if p.error_kind is None and p.scalar is not None]
     best = max(valid) if valid else None
-    summary = archive.summarize(archive.find_run(run.id), signs(problem.components))  # type: ignore[arg-type]
+    summary = archive.summarize(archive.find_run(run.id), signs(problem.components), worst_values(problem.components))  # type: ignore[arg-type]
     y = summary_yield(summary)
     archive.close()
     gain = None

@@ -32,6 +32,7 @@ from rich.table import Table
 from evolve.archive import Archive
 from evolve.fitness import signs
 from evolve.problem import load_problem
+from evolve.yields import worst_values
 from policies.from_spec import make_policy
 from policies.policy import Policy
 
@@ -107,7 +108,7 @@ def measured(folder: Path, sandbox: str, archive: Archive, wall_s: float, reason
     problem = load_problem(folder)
     run = archive.find_run(None)
     assert run is not None, f"{archive.url} holds no run"
-    summary = archive.summarize(run, signs(problem.components))
+    summary = archive.summarize(run, signs(problem.components), worst_values(problem.components))
     rows = [
         Scored(p.parent_id is not None, e.error_kind, e.scalar, e.build_s, e.duration_s)
         for p, e in archive.evaluation_rows(run)
