@@ -34,6 +34,9 @@ class DeclaredComponent(Protocol):
     def sign(self) -> float: ...
 
 
+REFUSED = "refused"  # the kind a prompt lists a zero child under (no error kind: the evaluator refused it)
+
+
 def worst_values(components: Iterable[DeclaredComponent]) -> dict[str, float]:
     """Each component's worst value, as the evaluator reports it: the worst end of its declared bounds (the low
     one when maximised, the high one when minimised); where it declares no bounds, its fail value (what

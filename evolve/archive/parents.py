@@ -20,9 +20,7 @@ from sqlalchemy import select
 from evolve.archive.database import Database
 from evolve.archive.models import Evaluation, Program
 from evolve.archive.trees import resolve_codes
-from evolve.yields import Scale
-
-REFUSED = "refused"  # a zero child's kind: no error, the worst value on all (evolve/prompts/failures.py reads it)
+from evolve.yields import REFUSED, Scale
 
 
 @dataclass(frozen=True)

@@ -121,7 +121,8 @@ def summarize(
         s.execute(select(Program.island, func.count()).where(Program.run_id == run.id).group_by(Program.island)).all()
     )
     errors: Counter[str] = Counter()
-    tally = QualityTally(Scale(signs, worst or {}))
+    scale = Scale(signs, worst or {})  # zero children and who beat their parent: the tally's and the arms' rule
+    tally = QualityTally(scale)
     valid_children = 0
     for pid, parent_id, scores, scalar, kind in s.execute(
         select(Evaluation.program_id, Program.parent_id, Evaluation.scores, Evaluation.scalar, Evaluation.error_kind)
@@ -147,7 +148,6 @@ def summarize(
     out.errors = dict(errors)
     out.quality = tally.counts
     _incidents_and_telemetry(s, run, out, valid_children)
-    scale = Scale(signs, worst or {})
     out.members, out.asks = arm_rows(s, run.id, "member", scale), arm_rows(s, run.id, "ask", scale)
     out.policy_versions = [
         {

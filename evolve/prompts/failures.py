@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from evolve.problem.outcome import SwallowedError
+from evolve.yields import REFUSED
 
 STDERR_TAIL = 600  # characters of the parent's stderr / traceback tail
 CASE_ERRORS_SHOWN = 5
@@ -21,7 +22,6 @@ CASE_ERROR_CAP = 160
 FAILURE_LINES = 3  # first lines of each recent child failure
 FAILURE_CAP = 300
 BUILD_LINES, BUILD_CAP = 12, 900  # a failed build: its compiler's first errors, where the cause usually is
-REFUSED = "refused"  # a zero child's kind (the archive's `evolve.archive.parents.REFUSED`)
 
 
 class FailureShown(Protocol):
