@@ -30,6 +30,7 @@ Smoke run (python -m benchmarks --smoke): one group of minimizer by a tiny untau
 from __future__ import annotations
 
 import argparse
+import importlib
 import subprocess
 import sys
 import tempfile
@@ -44,6 +45,8 @@ from evolve.archive import Archive
 from evolve.fitness import signs
 from evolve.report.aggregate import run_components
 from evolve.yields import worst_values
+
+_yield = importlib.import_module("benchmarks.yield")  # `yield` is a keyword: its reading of a kept archive
 
 KIND = "experiment"
 SMOKE_ARGS = (
@@ -119,23 +122,24 @@ def read_run(arm: str, problem: str, db: Path) -> ArmRun:
             raise SystemExit(f"{db}: holds {len(runs)} runs, not one: give --work a folder of its own")
         [run] = runs
         specs = run_components(run)
-        summary = archive.summarize(run, signs(specs), worst_values(specs))
-        scored = archive.scored_programs(run.id)
-        valid = [p.scalar for p in scored if p.error_kind is None and p.scalar is not None]
-        seed = scored[0].scalar if scored else None
-        ratio = max(valid) / seed if valid and seed else None
-        members = [{"name": m["name"], "groups": m["groups"], "improved": m["improved"]} for m in summary.members]
+        done = _yield.stored_yield(problem, archive, run, specs, run.state.elapsed_s, run.state.stop_reason or "")
+        members = [
+            {"name": m["name"], "groups": m["groups"], "improved": m["improved"]}
+            for m in archive.arms(run.id, signs(specs), worst_values(specs))
+            if m["kind"] == "member"
+        ]
+        quality, seed, best = done.yields.quality, done.seed_scalar, done.best
         return ArmRun(
             arm=arm,
             problem=problem,
             hours=run.state.elapsed_s / 3600.0,
-            groups=archive.count_groups(run.id),
-            tokens=sum(int(m["tokens"]) for m in summary.members),
-            evaluated=summary.quality.evaluated,
-            beats_parent=summary.quality.beats_parent,
-            new_best=summary.quality.new_best,
-            zero=summary.quality.zero,
-            best_over_seed=ratio,
+            groups=done.groups,
+            tokens=done.yields.tokens,
+            evaluated=quality.evaluated,
+            beats_parent=quality.beats_parent,
+            new_best=quality.new_best,
+            zero=quality.zero,
+            best_over_seed=best / seed if best is not None and seed else None,
             members=members,
         )
     finally:
