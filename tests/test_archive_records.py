@@ -19,17 +19,13 @@ import evolve
 from evolve.archive import Archive, CompletionRecord, NewProgram
 from evolve.archive.records import EvaluationRecord, RunState
 from evolve.loop import SearchLoop, run_search
+from evolve.problem.samples import FOUR, SQUARE
+from evolve.problem.samples import full_answer as answer
 from policies.replay import ReplayPolicy
 from sandboxes.process import ProcessSandbox
 from tests.helpers import square_run
 
-SQUARE = "def solve(x):\n    return x * x\n"
-FOUR = "def solve(x):\n    return 4\n"
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def answer(*bodies: str) -> str:
-    return "".join(f"<variant {i}>\n```python\n{b}```\n</variant {i}>\n" for i, b in enumerate(bodies, start=1))
 
 
 def sqlalchemy_objects(value: Any, path: str = "") -> list[str]:

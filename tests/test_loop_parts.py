@@ -11,17 +11,11 @@ import sqlite3
 from evolve.archive import code_hash
 from evolve.handoffs import Child
 from evolve.loop import SearchLoop, run_search
+from evolve.problem.samples import FOUR, SQUARE
+from evolve.problem.samples import full_answer as answer
 from policies.replay import ReplayPolicy
 from sandboxes.process import ProcessSandbox
 from tests.helpers import SQUARE_SEED, square_run
-
-SQUARE = "def solve(x):\n    return x * x\n"  # scores (1, 1) on the square problem
-FOUR = "def solve(x):\n    return 4\n"  # scores (1, 0)
-
-
-def answer(*bodies: str) -> str:
-    """One completion whose variants are these bodies, whole (the square problem asks for full rewrites)."""
-    return "".join(f"<variant {i}>\n```python\n{b}```\n</variant {i}>\n" for i, b in enumerate(bodies, start=1))
 
 
 def wired(tmp_path, texts: list[str], **options) -> SearchLoop:
