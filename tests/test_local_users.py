@@ -216,9 +216,14 @@ def test_a_problem_folder_a_user_planted_is_never_loaded_by_roots_ray_actor(mall
     lacked it, was loaded too. Now neither is: the actor unpacks into root's private folder under /run."""
     if shutil.which("unshare") is None:
         pytest.skip("unshare (util-linux) is missing: no private /tmp for this test")
-    mount = 'mount -t tmpfs -o mode=1777 tmpfs /tmp && exec "$0" "$@"'
+    # A private, empty /tmp; the checkout is carried over to its own path in it, wherever it lives (a clone under
+    # /tmp would vanish with the host's /tmp, and the engine with it)
+    mount = (
+        'mount --bind "$CHECKOUT" /mnt && mount -t tmpfs -o mode=1777 tmpfs /tmp && mkdir -p "$CHECKOUT" '
+        '&& mount --move /mnt "$CHECKOUT" && exec "$0" "$@"'
+    )
     cmd = ["unshare", "--mount", "--propagation", "private", "sh", "-c", mount, sys.executable, "-c", RAY_VICTIM]
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "CHECKOUT": str(ROOT)}
     done = subprocess.run(
         [*cmd, str(mallory.uid), str(mallory.gid)], capture_output=True, text=True, env=env, cwd=ROOT, timeout=300
     )
