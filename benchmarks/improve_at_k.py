@@ -6,7 +6,10 @@ Protocol (issue 61). From an untrained arm's archive (`--db`): its parents in ru
 groups are deleted from each training copy, so no update sees them). Each method of `--methods` (none, grpo, vpo)
 is trained `--trainings` times independently (training t seeds the trainer's shuffling and weights with t) for
 `--steps` updates on a copy of the archive, with the run's policy (`--policy`) and the given shaping
-(`--reward-normalisation`, improvement by default), PPO `--epochs` and `--kl`; "none" is not trained. Then every
+(`--reward-normalisation`, improvement by default), PPO `--epochs` and `--kl`; "none" is not trained. Each update
+learns from every training group, or with `--groups-per-step G` from G of the groups whose completions the shaping
+tells apart, taken in an order drawn per training (the same for every method of training t): the scale at which
+this CPU machine can finish 30 updates a training (a GPU box leaves it out). Then every
 policy samples K completions (`--k`) per held-out parent with the parent's stored decoding; training t's samples use
 the seeds 1000 * t + prompt index for every method, so methods differ in their weights alone. Each new variant is
 evaluated in the process sandbox. Per training: P(an answer beats its parent) (valid new child whose scalar view is
@@ -21,13 +24,13 @@ Resumable: everything lives under `--work`: each training's copy and adapters, a
 versions is not trained again, and one cut off goes on from its newest version (its optimiser's moments restart).
 
     python -m benchmarks.improve_at_k --db A.db --work W [--steps 30] [--trainings 3] [--k 12] [--epochs 4]
+        [--groups-per-step 1]
     python -m benchmarks.improve_at_k --smoke   # the tiny model on a tiny archive, in a temporary directory
 """
 
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import lzma
 import shutil
@@ -41,7 +44,9 @@ import numpy as np
 from benchmarks.best_at_k import Parent, sampling_params
 from evolve.archive import Archive
 from evolve.archive.codehash import code_hash
+from evolve.devtools.exact_test import permutation_p
 from evolve.fitness import scalar_bounds, scalar_view
+from evolve.group_slices import step_slice
 from evolve.problem import Problem, load_problem
 from evolve.prompts import parse_completion
 from evolve.training import ArchiveTrainer
@@ -154,11 +159,11 @@ def train(source: Path, work: Path, method: str, t: int, steps: int, args: argpa
 
         torch.manual_seed(t)  # the adapter's initial weights
         components = list(load_problem(Path(run.problem_dir)).components)
-        trainer = ArchiveTrainer(
-            archive, run.id, components, int(run.config["options"]["variants"]), policy, config, folder / "adapters"
-        )
+        variants = int(run.config["options"]["variants"])
+        trainer = ArchiveTrainer(archive, run.id, components, variants, policy, config, folder / "adapters", 10**6)
         for step in range(len(done), steps):
-            stats = trainer.step()
+            per_step = args.groups_per_step
+            stats = trainer.step(pick=None if per_step is None else step_slice(step, per_step, t, config))
             print(
                 f"{method} t{t} step {step + 1}/{steps}: {stats.samples} completions, clip by epoch "
                 f"{[round(c, 3) for c in stats.epoch_clip_fractions]}",
@@ -197,15 +202,6 @@ def measure(
             gains.append((best - parent.scalar) / scale)
         out.gains.append(gains)
     return out
-
-
-def permutation_p(a: list[float], b: list[float]) -> float:
-    """Exact two-sided permutation test of mean(a) - mean(b) over the labels of the pooled values."""
-    pooled, n = np.array(a + b), len(a)
-    observed = abs(np.mean(a) - np.mean(b))
-    splits = list(itertools.combinations(range(len(pooled)), n))
-    hits = sum(abs(pooled[list(s)].mean() - np.delete(pooled, list(s)).mean()) >= observed - 1e-12 for s in splits)
-    return hits / len(splits)
 
 
 def load_state(path: Path) -> dict[str, Measurement]:
@@ -283,7 +279,8 @@ def smoke(args: argparse.Namespace) -> None:
         tok.save_pretrained(root / "tiny")
         db = smoke_archive(root / "smoke.db", parents=3)
         args.db, args.work, args.policy = db, root / "work", f"transformers:{root / 'tiny'}"
-        args.train_parents, args.held_out, args.trainings, args.steps, args.k, args.epochs = 2, 1, 2, 1, 2, 2
+        args.train_parents, args.held_out, args.trainings, args.steps, args.k, args.epochs = 2, 1, 2, 2, 2, 2
+        args.groups_per_step = 1
         run(args)
 
 
@@ -297,6 +294,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--k", type=int, default=12)
     ap.add_argument("--methods", type=lambda s: s.split(","), default=list(METHODS))
+    ap.add_argument("--groups-per-step", type=int, default=None, help="each update on this many groups (default: all)")
     ap.add_argument("--epochs", type=int, default=4)
     ap.add_argument("--kl", type=float, default=0.0)
     ap.add_argument("--learning-rate", type=float, default=1e-4)

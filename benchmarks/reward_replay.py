@@ -44,6 +44,7 @@ from pathlib import Path
 import numpy as np
 
 from evolve.archive import Archive
+from evolve.devtools.smoke_archive import smoke_archive as make_smoke_archive
 from evolve.problem import load_problem
 from evolve.training import load_batch, member_versions
 from policies.advantages import MultiRLVR, vpo_advantages
@@ -256,50 +257,8 @@ SMOKE_PROBLEM = "minimizer"
 
 
 def smoke_archive(path: Path, parents: int = 1) -> Path:
-    """A tiny untrained archive of minimizer: `parents` parents and max(3, parents) groups (group g asks parent
-    g mod parents) of 4 two-answer completions whose answers are a child that beats the parent, one that is worse,
-    one that scores as the parent (a docstring edit), a copy and an unparseable answer: each kind the replay tells
-    apart. benchmarks/improve_at_k.py's smoke run trains on it too."""
-    from evolve.archive import CompletionRecord, NewProgram
-    from evolve.archive.records import EvaluationRecord
-
-    names = [c.name for c in load_problem(problem_folder(SMOKE_PROBLEM)).components]
-
-    def evaluation(level: float) -> EvaluationRecord:
-        return EvaluationRecord({n: level + 0.01 * i for i, n in enumerate(names)}, level, None, None, 0.01, "smoke")
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    archive = Archive(path)
-    try:
-        folder = str(problem_folder(SMOKE_PROBLEM).resolve())
-        options = {"variants": 2, "max_new_tokens": 24}
-        run = archive.create_run(SMOKE_PROBLEM, folder, "smoke", {"options": options}, 0)
-        version = archive.add_policy_version(run_id=run.id, base_model="smoke", number=0)
-        seeds = [NewProgram(f"x{i} = 0", None, 0, 0, None, evaluation(0.5)) for i in range(parents)]
-        parent_ids = [pid for pid, _ in archive.add_evaluated_programs(run.id, seeds)]
-        for g in range(max(3, parents)):
-            parent = parent_ids[g % parents]
-            answers = [("ok", 0.5 + 0.01 * (g + 1)), ("ok", 0.4), ("ok", 0.5), ("duplicate", None)]
-            completions = [CompletionRecord("c", [1, 2, 3], [-0.1, -0.2, -0.3], "stop", version) for _ in answers]
-            variant_ids = archive.add_group(
-                run.id,
-                parent_id=parent,
-                inspiration_ids=[],
-                island=0,
-                prompt=f"prompt {g}",
-                sampling={"temperature": 0.7},
-                completions=completions,
-                variants=[[(status, None, None), ("parse_error", "cut", None)] for status, _ in answers],
-            )
-            children = [
-                NewProgram(f"y{g}_{i} = 1", parent, 0, 1, ids[0], evaluation(level))
-                for i, ((_, level), ids) in enumerate(zip(answers, variant_ids, strict=True))
-                if level is not None
-            ]
-            archive.add_evaluated_programs(run.id, children)
-    finally:
-        archive.close()
-    return path
+    """The tiny untrained archive of minimizer (evolve.devtools.smoke_archive) the smoke runs replay and train on."""
+    return make_smoke_archive(path, problem_folder(SMOKE_PROBLEM), parents)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import copy
 import shutil
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from pathlib import Path
 
@@ -24,6 +24,7 @@ from evolve.archive import Archive, PolicyVersionRecord
 from evolve.archive.group_store import StoredCompletion
 from evolve.fitness import oriented_array, oriented_bounds
 from evolve.problem.config import ComponentSpec
+from policies.optimizer_state import OPTIMIZER_FILE
 from policies.policy import InProcessPolicy, Policy, PublishingPolicy, TrainsAsTransformers
 from policies.trainer import PolicyTrainer, ShouldStop, TrainConfig, UpdateStats, never
 from policies.training_groups import Batch, TrainingCompletion, TrainingGroup, normalise
@@ -31,6 +32,12 @@ from policies.training_groups import Batch, TrainingCompletion, TrainingGroup, n
 
 class TrainingUnsupported(Exception):
     pass
+
+
+# Which of the loaded groups one step trains on (all of them when none is given): an offline experiment on a
+# fixed archive trains each step on its own slice (benchmarks/improve_at_k.py), so that a step costs a few groups
+# of updates, as an online step does, rather than a pass over every group the archive holds.
+GroupPick = Callable[[list[TrainingGroup]], list[TrainingGroup]]
 
 
 def member_versions(archive: Archive, run_id: int, member: str | None, first: bool = True) -> list[PolicyVersionRecord]:
@@ -153,7 +160,8 @@ class ArchiveTrainer:
         """A resumed run trains on from its newest version, not from the base again. The sampler gets it back from
         `restore_latest_adapter`; the trainer's weights are its own when they are a copy (llama.cpp samples from a
         GGUF, the trainer trains a bf16 copy), and a fresh LoRA there made the next version base + one step,
-        dropping every earlier update. (AdamW's moments are not kept across a restart: they start again.)"""
+        dropping every earlier update. AdamW's moments come back too (saved beside the newest adapter): with fresh
+        ones a resumed run's first steps are full-size, as if it had never trained."""
         from peft import set_peft_model_state_dict
         from safetensors.torch import load_file
 
@@ -162,13 +170,15 @@ class ArchiveTrainer:
         weights = None if latest is None else Path(latest.adapter_path) / "adapter_model.safetensors"
         if weights is not None and weights.is_file():
             set_peft_model_state_dict(self.trainer.model, load_file(str(weights), device=str(self.trainer.device)))
+            self.trainer.resume_optimizer(weights.parent)
 
     def _versions(self) -> list[PolicyVersionRecord]:
         return member_versions(self.archive, self.run_id, self.member, self.first)
 
-    def step(self, should_stop: ShouldStop = never) -> UpdateStats:
+    def step(self, should_stop: ShouldStop = never, pick: GroupPick | None = None) -> UpdateStats:
         """Load, update, save, publish and record one version; `should_stop` may abandon the update between two
-        samples (`UpdateAbandoned`), which rolls back like any other failure."""
+        samples (`UpdateAbandoned`), which rolls back like any other failure; `pick` chooses the loaded groups
+        it trains on."""
         from peft import get_peft_model_state_dict, set_peft_model_state_dict
 
         versions = recent_version_ids(self.archive, self.run_id, self.config.versions_back, self.member, self.first)
@@ -181,7 +191,8 @@ class ArchiveTrainer:
         number = max([serving, *(v.number for v in rows)]) + 1  # never reuses a number, even one left by a crash
         directory, published = self.adapters_dir / f"v{number}", False
         try:
-            stats = self.trainer.update(batch.groups, dict(batch.skipped), should_stop)
+            groups = batch.groups if pick is None else pick(batch.groups)
+            stats = self.trainer.update(groups, dict(batch.skipped), should_stop)
             if stats.samples == 0:
                 return stats
             self._save_into(directory)
@@ -197,6 +208,8 @@ class ArchiveTrainer:
                 stats=asdict(stats),
                 member=self.member,
             )
+            if current is not None and current.adapter_path:
+                (Path(current.adapter_path) / OPTIMIZER_FILE).unlink(missing_ok=True)  # the newest's is kept
             return stats
         except BaseException:
             set_peft_model_state_dict(self.trainer.model, weights)

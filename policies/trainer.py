@@ -25,6 +25,7 @@ import numpy as np
 
 from policies.advantages import make_estimator
 from policies.cpu_dtype import slow_bf16
+from policies.optimizer_state import resume_optimizer, save_optimizer
 from policies.shaping import LAZY_PENALTY, NORMALISATION, SKIP_ZERO_ADVANTAGE, select
 from policies.shared_prompt import SharedPrompt, completion_logprobs, completions_after, run_prompt
 from policies.training_groups import TrainingGroup
@@ -332,9 +333,14 @@ class PolicyTrainer:
         return loss
 
     def save(self, directory: Path) -> Path:
+        """The adapter (what a server loads) and, beside it, the optimizer's state (what training resumes from)."""
         directory.mkdir(parents=True, exist_ok=True)
         self.model.save_pretrained(directory)
+        save_optimizer(self.optimizer, directory)
         return directory
+
+    def resume_optimizer(self, directory: Path) -> bool:
+        return resume_optimizer(self.optimizer, directory, self.config.learning_rate, self.device)
 
 
 # Completion tokens one forward and backward pass holds at once. A group of 4 completions of 2,048 tokens in one
