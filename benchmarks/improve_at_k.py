@@ -21,7 +21,7 @@ p_vpo_none=... p_vpo_grpo=...`.
 
 Resumable: everything lives under `--work`: each training's copy and adapters, and the measurements in
 `state.json.xz` (xz-compressed JSON, written after each policy's measurement); a training whose copy holds `--steps`
-versions is not trained again, and one cut off goes on from its newest version (its optimiser's moments restart).
+versions is not trained again, and one cut off goes on from its newest version and its optimiser's moments.
 
     python -m benchmarks.improve_at_k --db A.db --work W [--steps 30] [--trainings 3] [--k 12] [--epochs 4]
         [--groups-per-step 1]
