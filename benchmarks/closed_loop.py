@@ -75,6 +75,8 @@ SMOKE_ARGS = (
     "16",
     "--group-size",
     "2",
+    "--train-epochs",
+    "2",
     "--work",
     "{scratch}",
 )  # a run of seconds (python -m benchmarks --smoke)
@@ -231,6 +233,8 @@ def main() -> None:
     ap.add_argument("--lazy-penalty", type=float, default=ArmSettings.lazy_penalty)
     ap.add_argument("--reward-normalisation", default=ArmSettings.reward_normalisation)
     ap.add_argument("--keep-zero-advantage", action="store_true")
+    ap.add_argument("--train-epochs", type=int, default=ArmSettings.epochs, help="PPO passes per update")
+    ap.add_argument("--kl-coef", type=float, default=ArmSettings.kl_coef, help="KL term to the base model")
     ap.add_argument("--held-out-groups", type=int, default=ArmSettings.held_out_groups)
     ap.add_argument("--work", type=Path, default=WORK, help="results.json and the arms' archives (resumed from)")
     ap.add_argument("--max-new-tokens", type=int, default=None, help="smoke runs only (default: the problem's)")
@@ -245,6 +249,8 @@ def main() -> None:
         skip_zero_advantage=not args.keep_zero_advantage,
         lazy_penalty=args.lazy_penalty,
         reward_normalisation=args.reward_normalisation,
+        epochs=args.train_epochs,
+        kl_coef=args.kl_coef,
         held_out_groups=args.held_out_groups,
         max_new_tokens=args.max_new_tokens,
         group_size=args.group_size,

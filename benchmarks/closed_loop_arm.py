@@ -50,6 +50,8 @@ class ArmSettings:
     skip_zero_advantage: bool = True
     lazy_penalty: float = -0.5
     reward_normalisation: str = "group"
+    epochs: int = 1  # PPO passes over each update's batch (issue 61: several, so that the clip acts)
+    kl_coef: float = 0.0  # a KL term to the base model in each update (0: none)
     workers: int = 2
     held_out_groups: int = 1  # k = groups x G x m answers of the final policy on the held-out problem; 0: none
     # None: the problem's own (the study's). Set only for a smoke run, so that a tiny model's group takes seconds.
@@ -142,6 +144,8 @@ def arm_options(problem: Problem, arm: str, seed: int, s: ArmSettings) -> RunOpt
         skip_zero_advantage=s.skip_zero_advantage,
         lazy_penalty=s.lazy_penalty,
         reward_normalisation=s.reward_normalisation,
+        train_epochs=s.epochs,
+        kl_coef=s.kl_coef,
         max_new_tokens=s.max_new_tokens,  # None: the problem's own
         group_size=s.group_size,
     )
