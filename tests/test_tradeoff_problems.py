@@ -27,7 +27,7 @@ CASES = [
     ),
     (
         "cache_eviction",
-        'return item["added"]',
+        '    return item["added"]',
         {
             "seed": ('item["added"]', (0.911, 0.543, 0.012)),
             "least recent": ('item["last_use"]', (0.949, 0.651, 0.02)),
@@ -46,7 +46,8 @@ def test_each_rule_wins_its_own_component_and_none_wins_all(name: str, seed_line
     try:
         vectors = {}
         for rule, (expression, want) in rules.items():
-            outcome = box.evaluate(problem, problem.seed_code.replace(seed_line, f"return {expression}"))
+            code = problem.seed_code.replace(seed_line, seed_line.replace(seed_line.strip(), f"return {expression}"))
+            outcome = box.evaluate(problem, code)
             assert outcome.error_kind is None, (rule, outcome.error)
             vectors[rule] = tuple(round(v, 3) for v in outcome.scores.values())
             assert vectors[rule] == want, (rule, vectors[rule])
