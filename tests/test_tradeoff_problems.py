@@ -59,3 +59,38 @@ def test_each_rule_wins_its_own_component_and_none_wins_all(name: str, seed_line
     assert not any(all(v[d] >= max(o[d] for o in rule_vectors) for d in range(3)) for v in rule_vectors)
     seed_mean = sum(vectors["seed"]) / 3
     assert max(sum(v) / 3 for v in rule_vectors) > seed_mean + 0.05
+
+
+HOSTILE_CACHE = """    return item["last_use"]
+
+
+import builtins as _builtins
+
+
+def enumerate(trace):  # shadows the builtin the fixed simulate() calls: every request looks like the first
+    for i, _ in _builtins.enumerate(trace):
+        yield i, trace[0]
+"""
+
+
+def test_a_cache_candidate_cannot_report_hits_it_did_not_earn() -> None:
+    """The scorer replays the trace with the candidate's evictions: a block that fakes the requests simulate()
+    sees (so its own count of hits was 1.12, 1.71 and 1.34 of the optimum before the scorer replayed it) scores 0,
+    and so do evictions of keys the cache does not hold; honest programs scored after it keep their exact vectors."""
+    problem = load_problem(PROBLEMS / "cache_eviction")
+    seed_line = '    return item["added"]\n'
+    box = hiding_sandbox("process", 1)
+    try:
+        faked = box.evaluate(problem, problem.seed_code.replace(seed_line, HOSTILE_CACHE))
+        unhashable = box.evaluate(
+            problem, problem.seed_code.replace("evicted.append(victim)", "evicted.append([victim])")
+        )
+        honest = box.evaluate(problem, problem.seed_code.replace(seed_line, '    return item["last_use"]\n'))
+        seed = box.evaluate(problem, problem.seed_code)
+    finally:
+        box.close()
+    assert faked.scores == {"shifting": 0.0, "hot_and_scan": 0.0, "loop": 0.0}, faked
+    assert "is not in the cache" in (faked.feedback or "")
+    assert unhashable.scores == {"shifting": 0.0, "hot_and_scan": 0.0, "loop": 0.0}, unhashable
+    assert [round(v, 3) for v in honest.scores.values()] == [0.949, 0.651, 0.02]
+    assert [round(v, 3) for v in seed.scores.values()] == [0.911, 0.543, 0.012]

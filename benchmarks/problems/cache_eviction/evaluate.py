@@ -66,8 +66,24 @@ def cases():
 
 
 def score(case, output):
-    trace = case["input"]["trace"]
+    """Replays the trace with the candidate's evictions (its own count of hits is never trusted): a miss with a full
+    cache must evict a key the cache holds."""
+    trace, size = case["input"]["trace"], case["input"]["size"]
     if not isinstance(output, list) or len(output) != len(trace):
-        return 0.0, "simulate() must return one hit flag per request"
-    hits = sum(1 for h in output if h is True)
+        return 0.0, "simulate() must return one entry per request (the evicted key, or None)"
+    cache, hits = set(), 0
+    for t, key in enumerate(trace):
+        if key in cache:
+            hits += 1
+            continue
+        if len(cache) >= size:
+            victim = output[t]
+            try:
+                held = victim in cache
+            except TypeError:  # an unhashable answer
+                held = False
+            if not held:
+                return 0.0, f"request {t}: the evicted key {victim!r} is not in the cache"
+            cache.discard(victim)
+        cache.add(key)
     return hits / case["reference"], f"{hits} hits of {len(trace)} requests (optimal {case['reference']})"

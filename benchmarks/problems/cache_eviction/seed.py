@@ -8,16 +8,19 @@ def priority(item, now):
 
 
 def simulate(case):
-    """Fixed: replay the trace through a cache of case["size"] items; the list of hits (True/False) per request."""
-    table, hits = {}, []
+    """Fixed: replay the trace through a cache of case["size"] items; for each request, the key evicted to make
+    room for it (None on a hit or while the cache has room). The scorer replays these evictions itself."""
+    table, evicted = {}, []
     for now, key in enumerate(case["trace"]):
         if key in table:
             table[key]["last_use"] = now
             table[key]["uses"] += 1
-            hits.append(True)
+            evicted.append(None)
             continue
-        hits.append(False)
+        victim = None
         if len(table) >= case["size"]:
-            del table[min(table, key=lambda k: priority(dict(table[k]), now))]
+            victim = min(table, key=lambda k: priority(dict(table[k]), now))
+            del table[victim]
+        evicted.append(victim)
         table[key] = {"added": now, "last_use": now, "uses": 1}
-    return hits
+    return evicted
