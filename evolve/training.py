@@ -24,7 +24,7 @@ from evolve.archive import Archive, PolicyVersionRecord
 from evolve.archive.group_store import StoredCompletion
 from evolve.fitness import oriented_array, oriented_bounds
 from evolve.problem.config import ComponentSpec
-from policies.optimizer_state import OPTIMIZER_FILE
+from policies.optimizer_state import drop_optimizer
 from policies.policy import InProcessPolicy, Policy, PublishingPolicy, TrainsAsTransformers
 from policies.trainer import PolicyTrainer, ShouldStop, TrainConfig, UpdateStats, never
 from policies.training_groups import Batch, TrainingCompletion, TrainingGroup, normalise
@@ -169,8 +169,14 @@ class ArchiveTrainer:
         latest = max(saved, key=lambda v: v.number, default=None)
         weights = None if latest is None else Path(latest.adapter_path) / "adapter_model.safetensors"
         if weights is not None and weights.is_file():
-            set_peft_model_state_dict(self.trainer.model, load_file(str(weights), device=str(self.trainer.device)))
-            self.trainer.resume_optimizer(weights.parent)
+            loaded = set_peft_model_state_dict(
+                self.trainer.model, load_file(str(weights), device=str(self.trainer.device))
+            )
+            if not getattr(loaded, "unexpected_keys", None):  # moments only for the weights they belong to
+                self.trainer.resume_optimizer(weights.parent)
+        for older in saved:  # moments a crash left behind the newest's
+            if older is not latest:
+                drop_optimizer(Path(older.adapter_path))  # type: ignore[arg-type]
 
     def _versions(self) -> list[PolicyVersionRecord]:
         return member_versions(self.archive, self.run_id, self.member, self.first)
@@ -208,9 +214,6 @@ class ArchiveTrainer:
                 stats=asdict(stats),
                 member=self.member,
             )
-            if current is not None and current.adapter_path:
-                (Path(current.adapter_path) / OPTIMIZER_FILE).unlink(missing_ok=True)  # the newest's is kept
-            return stats
         except BaseException:
             set_peft_model_state_dict(self.trainer.model, weights)
             self.trainer.optimizer.load_state_dict(optimizer)
@@ -218,6 +221,10 @@ class ArchiveTrainer:
                 self._serve_again(serving, None if current is None else current.adapter_path)
             shutil.rmtree(directory, ignore_errors=True)
             raise
+        previous = max((v for v in rows if v.adapter_path), key=lambda v: v.number, default=None)
+        if previous is not None:  # the new version's moments are the ones to resume from
+            drop_optimizer(Path(previous.adapter_path))  # type: ignore[arg-type]
+        return stats
 
     def _save_into(self, directory: Path) -> None:
         """Write under a staging name, then rename: `vN/` is either absent or a complete adapter."""
