@@ -46,7 +46,7 @@ from evolve.archive import Archive
 from evolve.archive.codehash import code_hash
 from evolve.devtools.exact_test import permutation_p
 from evolve.fitness import scalar_bounds, scalar_view
-from evolve.group_slices import step_slice
+from evolve.group_slices import StepProgress, step_slice
 from evolve.problem import Problem, load_problem
 from evolve.prompts import parse_completion
 from evolve.training import ArchiveTrainer
@@ -134,8 +134,9 @@ def training_copy(db: Path, work: Path, keep: list[int]) -> Path:
     return copy
 
 
-def train(source: Path, work: Path, method: str, t: int, steps: int, args: argparse.Namespace) -> Path:
-    """Training t of `method`: `steps` updates on its own copy of the training archive; its newest adapter."""
+def train(source: Path, work: Path, method: str, t: int, steps: int, args: argparse.Namespace) -> Path | None:
+    """Training t of `method`: `steps` updates on its own copy of the training archive; its newest adapter (None
+    where no step had anything to learn from)."""
     folder = work / f"{method}-t{t}"
     folder.mkdir(parents=True, exist_ok=True)
     copy = folder / "train.db"
@@ -161,17 +162,21 @@ def train(source: Path, work: Path, method: str, t: int, steps: int, args: argpa
         components = list(load_problem(Path(run.problem_dir)).components)
         variants = int(run.config["options"]["variants"])
         trainer = ArchiveTrainer(archive, run.id, components, variants, policy, config, folder / "adapters", 10**6)
-        for step in range(len(done), steps):
+        progress = StepProgress(folder / "steps.json")
+        for step in range(progress.next_step(len(done)), steps):
             per_step = args.groups_per_step
             stats = trainer.step(pick=None if per_step is None else step_slice(step, per_step, t, config))
+            progress.record(step, len([v for v in archive.policy_versions(run.id) if v.adapter_path]))
             print(
                 f"{method} t{t} step {step + 1}/{steps}: {stats.samples} completions, clip by epoch "
                 f"{[round(c, 3) for c in stats.epoch_clip_fractions]}",
                 flush=True,
             )
-        latest = max((v for v in archive.policy_versions(run.id) if v.adapter_path), key=lambda v: v.number)
+        saved = [v for v in archive.policy_versions(run.id) if v.adapter_path]
         policy.close()
-        return Path(latest.adapter_path)  # type: ignore[arg-type]
+        if not saved:  # no step had a completion to learn from: the policy is the base's
+            return None
+        return Path(max(saved, key=lambda v: v.number).adapter_path)  # type: ignore[arg-type]
     finally:
         archive.close()
 

@@ -12,7 +12,7 @@ import pytest
 from evolve.archive import Archive
 from evolve.devtools.exact_test import permutation_p
 from evolve.devtools.smoke_archive import smoke_archive
-from evolve.group_slices import spread, step_slice
+from evolve.group_slices import StepProgress, spread, step_slice
 from evolve.training import ArchiveTrainer
 from policies.trainer import TrainConfig
 from policies.training_groups import TrainingCompletion, TrainingGroup
@@ -43,9 +43,42 @@ def test_a_step_slice_holds_groups_with_spread_only_in_turn_and_alike_for_every_
     assert step_slice(0, 2, 0, vpo)(flat) == []
 
 
+def test_spread_is_what_the_estimators_see() -> None:
+    """The same answers in another order, and gains below the estimators' 1e-6 floor, teach nothing: not spread.
+    Two answers 4e-6 apart do teach (a plain closeness test called them equal); a trade-off GRPO's mean cannot
+    see still teaches VPO, so it is offered to every method."""
+    config = TrainConfig(reward_normalisation="improvement")
+
+    def two_answer_group(first: list[list[float]], second: list[list[float]]) -> TrainingGroup:
+        completions = [
+            TrainingCompletion(i, [1], [-0.1], 1.0, np.array(a), np.zeros(len(a), bool))
+            for i, a in enumerate((first, second))
+        ]
+        return TrainingGroup(1, "p", completions, np.zeros(len(first[0])))
+
+    assert not spread(two_answer_group([[0.6], [0.7]], [[0.7], [0.6]]), config)
+    assert not spread(two_answer_group([[1e-7], [1e-7]], [[6e-7], [6e-7]]), config)
+    assert spread(two_answer_group([[0.9], [0.9]], [[0.900004], [0.900004]]), config)
+    assert spread(two_answer_group([[0.7, 0.9], [0.7, 0.9]], [[0.9, 0.7], [0.9, 0.7]]), config)
+
+
+def test_a_resumed_training_takes_the_slice_after_the_last_step_done(tmp_path: Path) -> None:
+    """Steps whose slice taught nothing save no version: the progress file, not the versions, says where to go
+    on, and a version newer than the file is a step that ended after its record."""
+    progress = StepProgress(tmp_path / "steps.json")
+    assert progress.next_step(versions=4) == 4  # before the file existed, every step saved a version
+    progress.record(step=0, versions=1)
+    progress.record(step=1, versions=1)  # step 1 taught nothing
+    progress.record(step=2, versions=2)
+    assert progress.next_step(versions=2) == 3
+    assert progress.next_step(versions=3) == 4  # killed after step 3 saved its version, before its record
+
+
 def test_the_permutation_test_is_exact() -> None:
     assert permutation_p([1.0, 2.0, 3.0], [4.0, 5.0, 6.0]) == pytest.approx(2 / 20)
     assert permutation_p([1.0, 2.0, 3.0], [1.0, 2.0, 3.0]) == 1.0
+    with pytest.raises(ValueError):
+        permutation_p([], [1.0, 2.0])
 
 
 def test_an_update_trains_on_the_groups_its_pick_chose(tmp_path: Path) -> None:
