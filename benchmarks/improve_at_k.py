@@ -162,11 +162,12 @@ def train(source: Path, work: Path, method: str, t: int, steps: int, args: argpa
         components = list(load_problem(Path(run.problem_dir)).components)
         variants = int(run.config["options"]["variants"])
         trainer = ArchiveTrainer(archive, run.id, components, variants, policy, config, folder / "adapters", 10**6)
-        progress = StepProgress(folder / "steps.json")
-        for step in range(progress.next_step(len(done)), steps):
+        progress, versions = StepProgress(folder / "steps.json"), len(done)
+        for step in range(progress.next_step(versions), steps):
             per_step = args.groups_per_step
             stats = trainer.step(pick=None if per_step is None else step_slice(step, per_step, t, config))
-            progress.record(step, len([v for v in archive.policy_versions(run.id) if v.adapter_path]))
+            versions += stats.samples > 0  # a step saves a version exactly when it had samples (else it raises)
+            progress.record(step, versions)
             print(
                 f"{method} t{t} step {step + 1}/{steps}: {stats.samples} completions, clip by epoch "
                 f"{[round(c, 3) for c in stats.epoch_clip_fractions]}",
