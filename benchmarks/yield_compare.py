@@ -8,7 +8,9 @@ Prints each folder's per-problem table (benchmarks.yield's columns), a table of 
 and the line docs/yield.md quotes:
 
 `improvement beats_parent_per_1k_tokens_before=... after=... zero_share_before=...% after=...% new_best_before=N
-after=N` (one line; pooled over the problems both folders hold), then the suite's result line `yield_compare ...`.
+after=N` (one line; pooled over the problems both folders hold); where they hold 2 to 20 runs in common (a problem
+under one seed each), `paired units=n ..._diff=... p=...`: the mean change per run, after - before, with the exact
+sign-flip p over the runs; then the suite's result line `yield_compare ...`.
 
 Usage: python -m benchmarks.yield_compare BEFORE_DIR AFTER_DIR
 """
@@ -24,6 +26,7 @@ from rich.console import Console
 from rich.table import Table
 
 from evolve.archive import Archive, ArchiveError
+from evolve.devtools.exact_test import MAX_PAIRS, sign_flip_p
 from evolve.report.aggregate import run_components
 
 _yield = importlib.import_module("benchmarks.yield")  # `yield` is a keyword
@@ -107,6 +110,20 @@ def improvement_line(before: dict[str, ProblemYield], after: dict[str, ProblemYi
     )
 
 
+def paired_line(before: dict[str, ProblemYield], after: dict[str, ProblemYield]) -> str | None:
+    """The change per unit both folders hold (a problem under one seed: independent runs), after - before, with the
+    exact sign-flip p over the units; None with fewer than 2 units or more than the exact test enumerates."""
+    common = sorted(set(before) & set(after))
+    if not 2 <= len(common) <= MAX_PAIRS:
+        return None
+    beats = [after[n].yields.beats_parent_per_1k_tokens - before[n].yields.beats_parent_per_1k_tokens for n in common]
+    zero = [after[n].yields.zero_share - before[n].yields.zero_share for n in common]
+    return (
+        f"paired units={len(common)} beats_parent_per_1k_tokens_diff={sum(beats) / len(beats):+.3f} "
+        f"p={sign_flip_p(beats):.3f} zero_share_diff={100 * sum(zero) / len(zero):+.1f}% p={sign_flip_p(zero):.3f}"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("before", type=Path, help="the --keep folder of the run before the change")
@@ -123,6 +140,9 @@ def main(argv: list[str] | None = None) -> int:
     console.print(problem_table(f"after: {args.after}", after))
     console.print(side_by_side(before, after))
     print(line)
+    paired = paired_line(before, after)
+    if paired is not None:
+        print(paired)
     print(f"yield_compare problems_before={len(before)} problems_after={len(after)}")
     return 0
 

@@ -289,6 +289,7 @@ class GroupSampler:
             program_view=self.problem.config.program.prompt_view,
             others_view=self.options.others_view,
             fixed_code=self.options.fixed_code,
+            interface_reminder=self.options.interface_reminder,
             multi_file=self.problem.multi_file,
         )
         shape = answer_shape(self.options, edit_format, inputs.fence_tag, codes[parent.id], held, inputs.multi_file)

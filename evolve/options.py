@@ -122,6 +122,11 @@ class RunOptions:
         "show a one-file program's code around its EVOLVE blocks once in each prompt, read-only, so the model sees "
         "how its editable code is called (evolve/prompts/fixed_code.py; docs/yield.md)",
     )
+    interface_reminder: bool = option(
+        False,
+        "name in each prompt the editable code's functions that the fixed code calls (`priority(job)`) and say "
+        "that every variant must define them (evolve/prompts/fixed_code.py; docs/yield.md)",
+    )
     others_view: str = option(
         "code",
         "how a prompt shows the other programs and the parent's recent children: code (whole) or diff (only their "
@@ -272,6 +277,7 @@ class RunOverrides:
     lead_comment: bool | None = None
     copy_guard: bool | None = None
     fixed_code: bool | None = None
+    interface_reminder: bool | None = None
     others_view: str | None = None
     recent_children: int | None = None
     zero_child_feedback: bool | None = None

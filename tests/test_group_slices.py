@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from evolve.archive import Archive
-from evolve.devtools.exact_test import permutation_p
+from evolve.devtools.exact_test import permutation_p, sign_flip_p
 from evolve.devtools.smoke_archive import smoke_archive
 from evolve.group_slices import StepProgress, spread, step_slice
 from evolve.training import ArchiveTrainer
@@ -79,6 +79,18 @@ def test_the_permutation_test_is_exact() -> None:
     assert permutation_p([1.0, 2.0, 3.0], [1.0, 2.0, 3.0]) == 1.0
     with pytest.raises(ValueError):
         permutation_p([], [1.0, 2.0])
+
+
+def test_the_paired_sign_flip_test_is_exact() -> None:
+    """Over 2^n flips: n pairs all one way give 2 / 2^n; pairs that cancel give 1."""
+    assert sign_flip_p([0.5, 1.0, 2.0]) == pytest.approx(2 / 8)
+    assert sign_flip_p([0.1] * 9) == pytest.approx(2 / 512)
+    assert sign_flip_p([1.0, -1.0]) == 1.0
+    assert sign_flip_p([3.0, 1.0, -1.0]) == pytest.approx(6 / 8)  # sums 3+-1+-1: 3 of 4 reach |3|, either sign
+    with pytest.raises(ValueError):
+        sign_flip_p([])
+    with pytest.raises(ValueError):
+        sign_flip_p([1.0] * 21)
 
 
 def test_an_update_trains_on_the_groups_its_pick_chose(tmp_path: Path) -> None:

@@ -29,7 +29,7 @@ from dataclasses import dataclass, replace
 from evolve.problem.blocks import BlockError, EditableBlock, find_blocks
 from evolve.problem.outcome import SwallowedError
 from evolve.prompts.failures import FailureShown, failure_parts
-from evolve.prompts.fixed_code import fixed_code_view
+from evolve.prompts.fixed_code import fixed_code_view, interface_calls
 from evolve.prompts.parser import is_python
 from evolve.prompts.tree_view import current_program, program_blocks, tree_rules
 
@@ -97,6 +97,9 @@ class PromptInputs:
     # The fence language's line comment, for the fixed code's placeholder lines (evolve/group_sampler.py sets it from
     # the grammar's table, which this layer may not import)
     line_comment: str = "#"
+    # Say which of the editable code's functions the fixed code calls (`priority(job)`) and that every variant must
+    # define them: a small model otherwise rewrites the fixed caller instead (evolve/prompts/fixed_code.py)
+    interface_reminder: bool = False
     # The problem's programs are of several files (`Problem.multi_file`): each is shown as its files, and the ask
     # says how to name the file a change is for. Never told from the code: a one-file program whose text starts
     # with a `=== FILE: ` line is one editable text like any other.
@@ -290,10 +293,12 @@ def build_prompt(p: PromptInputs) -> str:
     tree = p.multi_file
     parts = ["# Problem", p.description.strip()]  # fixed for a run: a prompt cache reuses all of it, to "# Task"
     fixed = fixed_code_view(p.parent_code, p.line_comment) if p.fixed_code and not tree else None
+    calls = interface_calls(p.parent_code) if fixed is not None and p.interface_reminder else []
     if fixed is not None:
         parts += [
             "# Fixed code of the program",
-            f"It cannot change; it shows how the editable code is used.\n\n```{tag}\n{fixed}\n```",
+            f"It cannot change; it shows how the editable code is used.{_interface_rule(calls)}\n\n"
+            f"```{tag}\n{fixed}\n```",
         ]
     parts += [
         "# Task",
@@ -318,8 +323,28 @@ def build_prompt(p: PromptInputs) -> str:
         for code in p.recent:
             shown = _changes(p.parent_code, code, RECENT_CAP) if as_diffs else None
             parts.append(_blocks(code, tag, RECENT_CAP, tree) if shown is None else shown)
-    parts += ["# Your answer", _closing(p.variants, fmt, n_blocks, bool(p.recent), tag, tree)]
+    closing = _closing(p.variants, fmt, n_blocks, bool(p.recent), tag, tree)
+    if calls:
+        closing += f" Each variant must define {_listed(calls)}."
+    parts += ["# Your answer", closing]
     return "\n\n".join(parts)
+
+
+def _listed(calls: Sequence[str]) -> str:
+    quoted = [f"`{c}`" for c in calls]
+    return quoted[0] if len(quoted) == 1 else ", ".join(quoted[:-1]) + " and " + quoted[-1]
+
+
+def _interface_rule(calls: Sequence[str]) -> str:
+    """The sentence that names what the fixed code calls from the editable code, or "" where it calls nothing."""
+    if not calls:
+        return ""
+    one = len(calls) == 1
+    return (
+        f" It calls {_listed(calls)} from the editable code: every variant must define "
+        f"{'it, with this name and these parameters' if one else 'them, with these names and parameters'}. "
+        "Write only the editable code, never the fixed code."
+    )
 
 
 def _changes(parent_code: str, code: str, cap: int | None = None) -> str | None:
