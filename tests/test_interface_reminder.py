@@ -40,6 +40,10 @@ def helper(item):
     return item
 
 
+class Bin(object):
+    pass
+
+
 def weight (
     x,
     y,
@@ -49,7 +53,7 @@ def weight (
 
 
 def solve(items):
-    return [score(i) + weight(i, 0) for i in items]
+    return [score(i) + weight(i, 0) for i in items] + [Bin()]
 """
 
 RUST = """// EVOLVE-BLOCK-START

@@ -30,6 +30,8 @@ AROUND_USE = 3  # lines kept either side of a line that calls a name the fixed c
 CALLED = re.compile(r"\b([A-Za-z_]\w*)[^\S\n]*\(")  # a name called, within one line
 # A function or type the fixed code defines itself (Python, Rust); one line at a time, so linear in the code
 DEFINES = re.compile(r"^[^\S\n]*(?:async[^\S\n]+)?(?:def|class|fn|struct|enum)[^\S\n]+(\w+)", re.MULTILINE)
+# A function the blocks define (a type's "parameters" would be its bases or fields: not named)
+FUNCTION = re.compile(r"^[^\S\n]*(?:async[^\S\n]+)?(?:pub[^\S\n]+)?(?:def|fn)[^\S\n]+(\w+)", re.MULTILINE)
 # What may stand between a function's name and its parameter list: spaces, and a Rust function's generics
 BEFORE_PARAMETERS = re.compile(r"[^\S\n]*(?:<[\w\s,:'&<>]*>)?[^\S\n]*")
 # Called like functions, defined by no program: the words of control flow and Python's builtins
@@ -85,7 +87,7 @@ def interface_calls(code: str) -> list[str]:
     called = _called_from_outside(fixed)
     inside = "\n".join(code[b.start : b.end] for b in find_blocks(code))  # fixed_code_view parsed them already
     shown: list[str] = []
-    for match in DEFINES.finditer(inside):
+    for match in FUNCTION.finditer(inside):
         name = match.group(1)
         params = _parameters(inside, match.end())
         if name in called and params is not None and f"{name}{params}" not in shown:
