@@ -20,8 +20,10 @@ trainings a method the smallest p is 0.1). The last line: `improve_at_k none=...
 p_vpo_none=... p_vpo_grpo=...`.
 
 Resumable: everything lives under `--work`: each training's copy and adapters, and the measurements in
-`state.json.xz` (xz-compressed JSON, written after each policy's measurement); a training whose copy holds `--steps`
-versions is not trained again, and one cut off goes on from its newest version and its optimiser's moments.
+`state.json.xz` (xz-compressed JSON, written after each held-out parent a policy is measured on: one policy's
+measurement is hours on a CPU, and one cut off goes on at its next parent with the same draws); a training whose
+copy holds `--steps` versions is not trained again, and one cut off goes on from its newest version and its
+optimiser's moments.
 
     python -m benchmarks.improve_at_k --db A.db --work W [--steps 30] [--trainings 3] [--k 12] [--epochs 4]
         [--groups-per-step 1]
@@ -183,13 +185,18 @@ def train(source: Path, work: Path, method: str, t: int, steps: int, args: argpa
 
 
 def measure(
-    method: str, t: int, policy, problem: Problem, parents: list[Parent], options: dict, k: int, sandbox
+    out: Measurement, policy, problem: Problem, parents: list[Parent], options: dict, k: int, sandbox, checkpoint
 ) -> Measurement:
-    out = Measurement(method, t)
+    """`out` extended to every held-out parent, from the first it has no gains for; `checkpoint(out)` after each
+    parent, so that a measurement of hours cut off resumes at its parent (each parent's draws are seeded by the
+    training and the parent's place: the same whether or not the run was cut)."""
+    t = out.training
     bounds = scalar_bounds(problem.components)
     scale = (bounds[1] - bounds[0]) if bounds and bounds[1] > bounds[0] else 1.0
     m = int(options.get("variants", 3))
     for index, parent in enumerate(parents):
+        if index < len(out.gains):
+            continue
         params = sampling_params(parent, options, 1000 * t + index)
         seen = {code_hash(parent.code, problem.multi_file)}
         best, gains = parent.scalar, []
@@ -207,6 +214,7 @@ def measure(
                     best = max(best, value)
             gains.append((best - parent.scalar) / scale)
         out.gains.append(gains)
+        checkpoint(out)
     return out
 
 
@@ -223,7 +231,9 @@ def save_state(path: Path, state: dict[str, Measurement]) -> None:
     staging.rename(path)
 
 
-def report(state: dict[str, Measurement], methods: list[str], k: int, trainings: int) -> None:
+def report(state: dict[str, Measurement], methods: list[str], k: int, trainings: int, parents: int) -> None:
+    """The table and the line, over the measurements that reached every held-out parent."""
+    state = {key: m for key, m in state.items() if len(m.gains) == parents}
     print(f"| method | training | P(answer beats parent) | best@1 | best@{k} |")
     print("|---|---|---|---|---|")
     for m in sorted(state.values(), key=lambda m: (methods.index(m.method), m.training)):
@@ -254,22 +264,31 @@ def run(args: argparse.Namespace) -> None:
         for t in range(args.trainings):
             for method in args.methods:
                 key = f"{method}-t{t}"
-                if key in state:
+                if key in state and len(state[key].gains) == len(parents):
                     continue
                 adapter = None if method == "none" else train(source, work, method, t, args.steps, args)
                 policy = make_policy(args.policy)
                 if adapter is not None:
                     policy.publish(adapter, 1)  # type: ignore[attr-defined]
-                state[key] = measure(method, t, policy, problem, parents, options, args.k, sandbox)
+                state.setdefault(key, Measurement(method, t))
+                measure(
+                    state[key],
+                    policy,
+                    problem,
+                    parents,
+                    options,
+                    args.k,
+                    sandbox,
+                    lambda _: save_state(state_path, state),
+                )
                 policy.close()
-                save_state(state_path, state)
                 print(
                     f"{key}: P(beat) {state[key].p_beat():.4f} best@{args.k} {state[key].best_at(args.k):.4f}",
                     flush=True,
                 )
     finally:
         sandbox.close()
-    report(state, list(args.methods), args.k, args.trainings)
+    report(state, list(args.methods), args.k, args.trainings, len(parents))
 
 
 def smoke(args: argparse.Namespace) -> None:
