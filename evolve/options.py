@@ -125,7 +125,7 @@ class RunOptions:
     interface_reminder: bool = option(
         False,
         "name in each prompt the editable code's functions that the fixed code calls (`priority(job)`) and say "
-        "that every variant must define them (evolve/prompts/fixed_code.py; docs/yield.md)",
+        "that every variant must define them (off: its A/B showed no gain, docs/yield.md)",
     )
     others_view: str = option(
         "code",

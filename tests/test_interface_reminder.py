@@ -1,7 +1,8 @@
 """The prompt can name the editable code's functions that the fixed code calls, with their parameters, and say that
 every variant must define them (`interface_reminder`): on job_priority's untrained archive 132 of 474 children
 evaluated rewrote the fixed caller `schedule` instead of `priority(job)` and crashed on a NameError. The names come
-from the program's own text; off, the prompt is the one of before, byte for byte."""
+from the program's own text; off (the default: its A/B in docs/yield.md showed no gain), the prompt is the one of
+before, byte for byte."""
 
 from __future__ import annotations
 
