@@ -23,7 +23,8 @@ Resumable: everything lives under `--work`: each training's copy and adapters, a
 `state.json.xz` (xz-compressed JSON, written after each held-out parent a policy is measured on: one policy's
 measurement is hours on a CPU, and one cut off goes on at its next parent with the same draws); a training whose
 copy holds `--steps` versions is not trained again, and one cut off goes on from its newest version and its
-optimiser's moments.
+optimiser's moments. The split a folder began with is kept in `split.json`; a later run whose archive or options
+give other parents is refused (an archive still growing: finish it first, or give a new `--work`).
 
     python -m benchmarks.improve_at_k --db A.db --work W [--steps 30] [--trainings 3] [--k 12] [--epochs 4]
         [--groups-per-step 1]
@@ -111,6 +112,26 @@ def held_out_prompts(db: Path, held: list[int]) -> tuple[Problem, list[Parent], 
     finally:
         archive.close()
     return load_problem(Path(folder)), chosen, json.loads(config).get("options", {})
+
+
+class SplitChanged(Exception):
+    """The work folder was begun on other parents: its training copy and measurements belong to that split."""
+
+
+def keep_split(path: Path, train: list[int], held: list[int]) -> None:
+    """Record the split a work folder begins with; refuse another one later (an archive that grew since, other
+    --train-parents or --held-out): the training copy is made once and the measurements are per held-out parent."""
+    split = {"train": train, "held_out": held}
+    if not path.exists():
+        path.write_text(json.dumps(split))
+        return
+    kept = json.loads(path.read_text())
+    if kept != split:
+        raise SplitChanged(
+            f"{path.parent} was begun on {len(kept['train'])} training and {len(kept['held_out'])} held-out parents "
+            f"({path}), this archive and these options give {len(train)} and {len(held)}: give a new --work, or the "
+            "archive and options it was begun with"
+        )
 
 
 def training_copy(db: Path, work: Path, keep: list[int]) -> Path:
@@ -253,6 +274,7 @@ def run(args: argparse.Namespace) -> None:
     work.mkdir(parents=True, exist_ok=True)
     train_ids, held = split_parents(args.db, args.train_parents, args.held_out)
     print(f"{len(train_ids)} training parents, {len(held)} held out", flush=True)
+    keep_split(work / "split.json", train_ids, held)
     source = training_copy(args.db, work, train_ids)
     problem, parents, options = held_out_prompts(args.db, held)
     state_path = work / "state.json.xz"
@@ -332,7 +354,10 @@ def main(argv: list[str] | None = None) -> None:
         return
     if args.db is None or args.work is None:
         raise SystemExit("give --db (an untrained arm's archive) and --work (a folder kept between runs), or --smoke")
-    run(args)
+    try:
+        run(args)
+    except SplitChanged as exc:
+        raise SystemExit(f"improve_at_k: {exc}") from None
 
 
 if __name__ == "__main__":
