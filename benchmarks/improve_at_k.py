@@ -118,19 +118,20 @@ class SplitChanged(Exception):
     """The work folder was begun on other parents: its training copy and measurements belong to that split."""
 
 
-def keep_split(path: Path, train: list[int], held: list[int]) -> None:
-    """Record the split a work folder begins with; refuse another one later (an archive that grew since, other
-    --train-parents or --held-out): the training copy is made once and the measurements are per held-out parent."""
-    split = {"train": train, "held_out": held}
+def keep_split(path: Path, train: list[int], held: list[int], k: int, policy: str) -> None:
+    """Record the split a work folder begins with, and its K and policy; refuse others later (an archive that grew
+    since, other --train-parents, --held-out, --k or --policy): the training copy is made once and the measurements
+    are per held-out parent, K completions each, of that policy."""
+    split = {"train": train, "held_out": held, "k": k, "policy": policy}
     if not path.exists():
         path.write_text(json.dumps(split))
         return
     kept = json.loads(path.read_text())
     if kept != split:
         raise SplitChanged(
-            f"{path.parent} was begun on {len(kept['train'])} training and {len(kept['held_out'])} held-out parents "
-            f"({path}), this archive and these options give {len(train)} and {len(held)}: give a new --work, or the "
-            "archive and options it was begun with"
+            f"{path.parent} was begun on {len(kept['train'])} training and {len(kept['held_out'])} held-out parents, "
+            f"K={kept.get('k')}, policy {kept.get('policy')} ({path}); this archive and these options give "
+            f"{len(train)} and {len(held)}, K={k}, policy {policy}: give a new --work, or what it was begun with"
         )
 
 
@@ -252,9 +253,9 @@ def save_state(path: Path, state: dict[str, Measurement]) -> None:
     staging.rename(path)
 
 
-def report(state: dict[str, Measurement], methods: list[str], k: int, trainings: int, parents: int) -> None:
-    """The table and the line, over the measurements that reached every held-out parent."""
-    state = {key: m for key, m in state.items() if len(m.gains) == parents}
+def report(state: dict[str, Measurement], methods: list[str], k: int, parents: int) -> None:
+    """The table and the line, over the measurements of `methods` that reached every held-out parent."""
+    state = {key: m for key, m in state.items() if len(m.gains) == parents and m.method in methods}
     print(f"| method | training | P(answer beats parent) | best@1 | best@{k} |")
     print("|---|---|---|---|---|")
     for m in sorted(state.values(), key=lambda m: (methods.index(m.method), m.training)):
@@ -266,7 +267,8 @@ def report(state: dict[str, Measurement], methods: list[str], k: int, trainings:
         for other in ("none", "grpo")
         if per.get("vpo") and per.get(other)
     )
-    print(f"improve_at_k {cells} k={k} trainings={trainings} {tests}".rstrip())
+    finished = min(len(v) for v in per.values())  # trainings of every method measured to the end
+    print(f"improve_at_k {cells} k={k} trainings={finished} {tests}".rstrip())
 
 
 def run(args: argparse.Namespace) -> None:
@@ -274,7 +276,7 @@ def run(args: argparse.Namespace) -> None:
     work.mkdir(parents=True, exist_ok=True)
     train_ids, held = split_parents(args.db, args.train_parents, args.held_out)
     print(f"{len(train_ids)} training parents, {len(held)} held out", flush=True)
-    keep_split(work / "split.json", train_ids, held)
+    keep_split(work / "split.json", train_ids, held, args.k, args.policy)
     source = training_copy(args.db, work, train_ids)
     problem, parents, options = held_out_prompts(args.db, held)
     state_path = work / "state.json.xz"
@@ -310,7 +312,7 @@ def run(args: argparse.Namespace) -> None:
                 )
     finally:
         sandbox.close()
-    report(state, list(args.methods), args.k, args.trainings, len(parents))
+    report(state, list(args.methods), args.k, len(parents))
 
 
 def smoke(args: argparse.Namespace) -> None:

@@ -44,6 +44,7 @@ from evolve.prompts import (
     resolve_edit_format,
     safe_blocks,
 )
+from evolve.prompts.fixed_code import interface_calls
 from evolve.selection import PoolView, RankedProgram, Selector, pick_parent
 from evolve.yields import Scale, worst_values
 from policies.answer_grammar import LINE_COMMENTS, AnswerShape
@@ -143,6 +144,7 @@ class GroupSampler:
         self.problem, self.archive, self.run_id, self.options = problem, archive, run_id, options
         self.selector, self.interrupted = selector, interrupted
         self.zero = Scale(signs(problem.components), worst_values(problem.components))  # which children scored nothing
+        self.seed_interface = interface_calls(problem.seed_code)  # the same for every prompt of the run
 
     async def sample(self, index: int, member: PolicyMember, ask: Ask, pool: PoolView) -> SampledGroup | None:
         """Pick a parent from `pool` (its island's programs, `RunLedger.parent_pool`), prompt, sample and parse
@@ -289,7 +291,7 @@ class GroupSampler:
             program_view=self.problem.config.program.prompt_view,
             others_view=self.options.others_view,
             fixed_code=self.options.fixed_code,
-            interface_reminder=self.options.interface_reminder,
+            interface=self.seed_interface if self.options.interface_reminder else (),
             multi_file=self.problem.multi_file,
         )
         shape = answer_shape(self.options, edit_format, inputs.fence_tag, codes[parent.id], held, inputs.multi_file)

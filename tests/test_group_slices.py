@@ -86,6 +86,8 @@ def test_the_paired_sign_flip_test_is_exact() -> None:
     assert sign_flip_p([0.5, 1.0, 2.0]) == pytest.approx(2 / 8)
     assert sign_flip_p([0.1] * 9) == pytest.approx(2 / 512)
     assert sign_flip_p([1.0, -1.0]) == 1.0
+    assert sign_flip_p([1e-13] * 3) == pytest.approx(2 / 8)  # tiny differences are differences
+    assert sign_flip_p([0.0, 0.0]) == 1.0
     assert sign_flip_p([3.0, 1.0, -1.0]) == pytest.approx(6 / 8)  # sums 3+-1+-1: 3 of 4 reach |3|, either sign
     with pytest.raises(ValueError):
         sign_flip_p([])

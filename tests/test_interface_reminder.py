@@ -41,8 +41,13 @@ def helper(item):
     return item
 
 
+def sort(items):
+    return sorted(items)
+
+
 class Bin(object):
-    pass
+    def score(self, item):
+        return item
 
 
 def weight (
@@ -54,6 +59,8 @@ def weight (
 
 
 def solve(items):
+    # sort(items) and helper(x) would do too
+    items.sort()
     return [score(i) + weight(i, 0) for i in items] + [Bin()]
 """
 
@@ -72,8 +79,11 @@ fn main() {
 def test_the_called_functions_are_read_with_their_parameters_and_helpers_are_left_out():
     seed = (JOB_PRIORITY / "seed.py").read_text()
     assert interface_calls(seed) == ["priority(job)"]
-    assert interface_calls(TWO_CALLED) == ["score(item, bins=(1, 2))", "weight(x, y,)"]
+    # not `helper` (named in a comment), `sort` (a method of the list is called) nor `Bin.score` (a method)
+    assert interface_calls(TWO_CALLED) == ["score(item, bins=(1, 2))", "weight(x, y)"]
     assert interface_calls(RUST) == ["solve(mut n: u32)"]
+    assert interface_calls(RUST.replace("fn solve", "pub(crate) fn solve")) == ["solve(mut n: u32)"]
+    assert interface_calls(RUST.replace("fn solve", "fn new").replace("solve(4)", "Vec::new()")) == []
     whole = "# EVOLVE-BLOCK-START\ndef solve(x):\n    return x\n# EVOLVE-BLOCK-END\n"
     assert interface_calls(whole) == []  # nothing outside the block: no caller to name
     assert interface_calls("def solve(x):\n    return x\n") == []  # no markers
@@ -81,26 +91,31 @@ def test_the_called_functions_are_read_with_their_parameters_and_helpers_are_lef
 
 def test_on_the_prompt_names_them_twice_and_off_it_is_the_prompt_of_before():
     seed = (JOB_PRIORITY / "seed.py").read_text()
-    asked = PromptInputs("Order jobs.", seed, {"flow": 0.5}, None, (), 3, "auto", fixed_code=True)
+    asked = PromptInputs("Order jobs.", seed, {"flow": 0.5}, None, (), 3, "full", fixed_code=True)
     off = build_prompt(asked)
-    on = build_prompt(replace(asked, interface_reminder=True))
+    on = build_prompt(replace(asked, interface=("priority(job)",)))
     assert RULE in on and on.endswith(CLOSING)
     assert off == on.replace(RULE, "").removesuffix(CLOSING)
     fixed_head = on.split("# Current program")[0]
     assert RULE in fixed_head  # in the run's fixed head: a prompt cache keeps it
-    no_fixed = replace(asked, fixed_code=False, interface_reminder=True)
-    assert build_prompt(no_fixed) == build_prompt(replace(no_fixed, interface_reminder=False))
+    as_edits = build_prompt(replace(asked, edit_format="diff", interface=("priority(job)",)))
+    assert as_edits.endswith(" Each variant must keep `priority(job)` defined.")  # an edit must not define it again
+    no_fixed = replace(asked, fixed_code=False, interface=("priority(job)",))
+    assert build_prompt(no_fixed) == build_prompt(replace(no_fixed, interface=()))
 
 
-def test_the_run_option_reaches_a_real_group_s_prompt_and_is_off_by_default(tmp_path):
+def test_the_run_option_reaches_a_real_group_s_prompt_read_from_the_seed_and_is_off_by_default(tmp_path):
+    """The names come from the problem's seed, not the parent: a parent whose signature drifted (or that binds the
+    name another way) is not the interface, and the fixed head stays the same for every prompt of the run."""
     problem = load_problem(JOB_PRIORITY)
     archive = Archive(tmp_path / "a.db")
     try:
         options = RunOptions(group_size=2, variants=3, seed=0, interface_reminder=True)
         run = open_run(archive, problem, options).run
         evaluation = {"scores": {"flow": 0.5, "urgent": 0.44, "tardiness": 0.42}, "scalar": 0.45, "duration_s": 0.1}
-        seed, _ = store_program(archive, run.id, problem.seed_code, evaluation=evaluation)
-        parent = RankedProgram(seed, 0, 0, np.array([0.5, 0.44, 0.42]), 0.45, len(problem.seed_code))
+        drifted = problem.seed_code.replace("def priority(job):", "def priority(j, w=(1, 2)):")
+        seed, _ = store_program(archive, run.id, drifted, evaluation=evaluation)
+        parent = RankedProgram(seed, 0, 0, np.array([0.5, 0.44, 0.42]), 0.45, len(drifted))
         sampler = GroupSampler(problem, archive, run.id, options, TournamentSelector())
         on = sampler.prompt(parent, [], Ask("full", 0.7, "directed")).text
         sampler.options = replace(options, interface_reminder=RunOptions().interface_reminder)

@@ -29,7 +29,7 @@ from dataclasses import dataclass, replace
 from evolve.problem.blocks import BlockError, EditableBlock, find_blocks
 from evolve.problem.outcome import SwallowedError
 from evolve.prompts.failures import FailureShown, failure_parts
-from evolve.prompts.fixed_code import fixed_code_view, interface_calls
+from evolve.prompts.fixed_code import fixed_code_view
 from evolve.prompts.parser import is_python
 from evolve.prompts.tree_view import current_program, program_blocks, tree_rules
 
@@ -97,9 +97,9 @@ class PromptInputs:
     # The fence language's line comment, for the fixed code's placeholder lines (evolve/group_sampler.py sets it from
     # the grammar's table, which this layer may not import)
     line_comment: str = "#"
-    # Say which of the editable code's functions the fixed code calls (`priority(job)`) and that every variant must
-    # define them: a small model otherwise rewrites the fixed caller instead (evolve/prompts/fixed_code.py)
-    interface_reminder: bool = False
+    # The editable code's functions the fixed code calls (`priority(job)`, read once from the problem's seed:
+    # `interface_calls`), said where the fixed code is shown to be what every variant must define; (): not said
+    interface: Sequence[str] = ()
     # The problem's programs are of several files (`Problem.multi_file`): each is shown as its files, and the ask
     # says how to name the file a change is for. Never told from the code: a one-file program whose text starts
     # with a `=== FILE: ` line is one editable text like any other.
@@ -293,7 +293,7 @@ def build_prompt(p: PromptInputs) -> str:
     tree = p.multi_file
     parts = ["# Problem", p.description.strip()]  # fixed for a run: a prompt cache reuses all of it, to "# Task"
     fixed = fixed_code_view(p.parent_code, p.line_comment) if p.fixed_code and not tree else None
-    calls = interface_calls(p.parent_code) if fixed is not None and p.interface_reminder else []
+    calls = p.interface if fixed is not None else ()
     if fixed is not None:
         parts += [
             "# Fixed code of the program",
@@ -324,8 +324,9 @@ def build_prompt(p: PromptInputs) -> str:
             shown = _changes(p.parent_code, code, RECENT_CAP) if as_diffs else None
             parts.append(_blocks(code, tag, RECENT_CAP, tree) if shown is None else shown)
     closing = _closing(p.variants, fmt, n_blocks, bool(p.recent), tag, tree)
-    if calls:
-        closing += f" Each variant must define {_listed(calls)}."
+    if calls:  # an edit keeps what it does not touch: "define" would invite a second definition
+        names = _listed(calls)
+        closing += f" Each variant must {f'keep {names} defined' if fmt == 'diff' else f'define {names}'}."
     parts += ["# Your answer", closing]
     return "\n\n".join(parts)
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import builtins
 import re
+import sys
 
 from evolve.problem.blocks import BlockError, find_blocks, has_markers
 
@@ -30,8 +31,11 @@ AROUND_USE = 3  # lines kept either side of a line that calls a name the fixed c
 CALLED = re.compile(r"\b([A-Za-z_]\w*)[^\S\n]*\(")  # a name called, within one line
 # A function or type the fixed code defines itself (Python, Rust); one line at a time, so linear in the code
 DEFINES = re.compile(r"^[^\S\n]*(?:async[^\S\n]+)?(?:def|class|fn|struct|enum)[^\S\n]+(\w+)", re.MULTILINE)
-# A function the blocks define (a type's "parameters" would be its bases or fields: not named)
-FUNCTION = re.compile(r"^[^\S\n]*(?:async[^\S\n]+)?(?:pub[^\S\n]+)?(?:def|fn)[^\S\n]+(\w+)", re.MULTILINE)
+# A function a block defines at its top level (a method or a nested function is not what the fixed code calls by
+# its bare name; a type's "parameters" would be its bases or fields)
+TOP_FUNCTION = re.compile(r"^(?:pub(?:\([\w ]+\))?[^\S\n]+)?(?:async[^\S\n]+)?(?:def|fn)[^\S\n]+(\w+)", re.MULTILINE)
+# A call of a bare name: not a method or a path's member (`xs.sort()`, `Vec::new()`)
+PLAIN_CALL = re.compile(r"(?<![\w.:])([A-Za-z_]\w*)[^\S\n]*\(")
 # What may stand between a function's name and its parameter list: spaces, and a Rust function's generics
 BEFORE_PARAMETERS = re.compile(r"[^\S\n]*(?:<[\w\s,:'&<>]*>)?[^\S\n]*")
 # Called like functions, defined by no program: the words of control flow and Python's builtins
@@ -80,19 +84,26 @@ def fixed_code_view(code: str, comment: str = "#", budget: int = FIXED_CODE_CHAR
 def interface_calls(code: str) -> list[str]:
     """The functions of the program's EVOLVE blocks that its fixed code calls, each as its name and parameter list
     read from the block's definition line (`priority(job)`), in the order the blocks define them; [] where the
-    program has no fixed code or a definition line is not one this reads (a name with no parameter list found)."""
-    fixed = fixed_code_view(code, budget=len(code) + 1)  # whole: the calls a shrunk view keeps are these same calls
+    program has no fixed code or a definition line is not one this reads (a name with no parameter list found).
+    Read it from the problem's seed, once a run: a child's drifted signature is not the interface."""
+    fixed = fixed_code_view(code, budget=sys.maxsize)  # whole: a cut view could lose the calls
     if fixed is None:
         return []
-    called = _called_from_outside(fixed)
+    called = {m.group(1) for m in PLAIN_CALL.finditer(_without_comments(fixed))} - set(DEFINES.findall(fixed))
     inside = "\n".join(code[b.start : b.end] for b in find_blocks(code))  # fixed_code_view parsed them already
     shown: list[str] = []
-    for match in FUNCTION.finditer(inside):
+    for match in TOP_FUNCTION.finditer(inside):
         name = match.group(1)
         params = _parameters(inside, match.end())
         if name in called and params is not None and f"{name}{params}" not in shown:
             shown.append(f"{name}{params}")
     return shown
+
+
+def _without_comments(code: str) -> str:
+    """Each line up to its first `#` or `//` (a comment names functions it does not call; a string cut short only
+    drops calls, never adds one)."""
+    return "\n".join(re.split(r"#|//", line, maxsplit=1)[0] for line in code.splitlines())
 
 
 def _parameters(text: str, at: int, cap: int = 200) -> str | None:
@@ -105,7 +116,8 @@ def _parameters(text: str, at: int, cap: int = 200) -> str | None:
     for i in range(opening, min(len(text), opening + cap)):
         depth += {"(": 1, ")": -1}.get(text[i], 0)
         if depth == 0:
-            return " ".join(text[opening : i + 1].split()).replace("( ", "(").replace(" )", ")")
+            squeezed = " ".join(text[opening : i + 1].split()).replace("( ", "(").replace(" )", ")")
+            return re.sub(r",\s*\)$", ")", squeezed)  # a trailing comma is layout
     return None
 
 
