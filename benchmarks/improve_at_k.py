@@ -24,7 +24,10 @@ Resumable: everything lives under `--work`: each training's copy and adapters, a
 measurement is hours on a CPU, and one cut off goes on at its next parent with the same draws); a training whose
 copy holds `--steps` versions is not trained again, and one cut off goes on from its newest version and its
 optimiser's moments. The split a folder began with is kept in `split.json`; a later run whose archive or options
-give other parents is refused (an archive still growing: finish it first, or give a new `--work`).
+give other parents is refused (an archive still growing: finish it first, or give a new `--work`). With `--keep
+DIR` (a folder to commit), the small files are copied there after each held-out parent and each finished
+training's adapter is packed there (`benchmarks/kept_work.py`), so that a later sitting on a new machine measures
+it without training again.
 
     python -m benchmarks.improve_at_k --db A.db --work W [--steps 30] [--trainings 3] [--k 12] [--epochs 4]
         [--groups-per-step 1]
@@ -45,6 +48,7 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.best_at_k import Parent, sampling_params
+from benchmarks.kept_work import KeptWork
 from evolve.archive import Archive
 from evolve.archive.codehash import code_hash
 from evolve.devtools.exact_test import permutation_p
@@ -253,6 +257,12 @@ def save_state(path: Path, state: dict[str, Measurement]) -> None:
     staging.rename(path)
 
 
+def checkpoint(path: Path, state: dict[str, Measurement], kept: KeptWork | None) -> None:
+    save_state(path, state)
+    if kept is not None:
+        kept.save()
+
+
 def report(state: dict[str, Measurement], methods: list[str], k: int, parents: int) -> None:
     """The table and the line, over the measurements of `methods` that reached every held-out parent."""
     state = {key: m for key, m in state.items() if len(m.gains) == parents and m.method in methods}
@@ -276,6 +286,9 @@ def run(args: argparse.Namespace) -> None:
     work.mkdir(parents=True, exist_ok=True)
     train_ids, held = split_parents(args.db, args.train_parents, args.held_out)
     print(f"{len(train_ids)} training parents, {len(held)} held out", flush=True)
+    kept = None if args.keep is None else KeptWork(args.keep, work)
+    if kept is not None:
+        kept.restore()  # a new machine: the measurements and split of past sittings
     keep_split(work / "split.json", train_ids, held, args.k, args.policy)
     source = training_copy(args.db, work, train_ids)
     problem, parents, options = held_out_prompts(args.db, held)
@@ -290,7 +303,14 @@ def run(args: argparse.Namespace) -> None:
                 key = f"{method}-t{t}"
                 if key in state and len(state[key].gains) == len(parents):
                     continue
-                adapter = None if method == "none" else train(source, work, method, t, args.steps, args)
+                if method == "none":
+                    adapter = None
+                elif kept is not None and kept.has_adapter(key):
+                    adapter = kept.adapter(key)  # trained in a past sitting: measured, not trained again
+                else:
+                    adapter = train(source, work, method, t, args.steps, args)
+                    if kept is not None:
+                        kept.keep_adapter(key, adapter)
                 policy = make_policy(args.policy)
                 if adapter is not None:
                     policy.publish(adapter, 1)  # type: ignore[attr-defined]
@@ -303,7 +323,7 @@ def run(args: argparse.Namespace) -> None:
                     options,
                     args.k,
                     sandbox,
-                    lambda _: save_state(state_path, state),
+                    lambda _: checkpoint(state_path, state, kept),
                 )
                 policy.close()
                 print(
@@ -349,6 +369,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--learning-rate", type=float, default=1e-4)
     ap.add_argument("--reward-normalisation", default="improvement")
     ap.add_argument("--policy", default="llama:embedded")
+    ap.add_argument(
+        "--keep", type=Path, help="a folder to commit: measurements and finished adapters, kept across machines"
+    )
     ap.add_argument("--smoke", action="store_true")
     args = ap.parse_args(argv)
     if args.smoke:
