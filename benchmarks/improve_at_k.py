@@ -122,11 +122,11 @@ class SplitChanged(Exception):
     """The work folder was begun on other parents: its training copy and measurements belong to that split."""
 
 
-def keep_split(path: Path, train: list[int], held: list[int], k: int, policy: str) -> None:
-    """Record the split a work folder begins with, and its K and policy; refuse others later (an archive that grew
-    since, other --train-parents, --held-out, --k or --policy): the training copy is made once and the measurements
-    are per held-out parent, K completions each, of that policy."""
-    split = {"train": train, "held_out": held, "k": k, "policy": policy}
+def keep_split(path: Path, train: list[int], held: list[int], k: int, policy: str, rank: int) -> None:
+    """Record the split a work folder begins with, and its K, policy and LoRA rank; refuse others later (an archive
+    that grew since, other --train-parents, --held-out, --k, --policy or --lora-rank): the training copy is made once,
+    the measurements are per held-out parent, K completions each, of that policy, and kept adapters have that rank."""
+    split = {"train": train, "held_out": held, "k": k, "policy": policy, "lora_rank": rank}
     if not path.exists():
         path.write_text(json.dumps(split))
         return
@@ -134,8 +134,9 @@ def keep_split(path: Path, train: list[int], held: list[int], k: int, policy: st
     if kept != split:
         raise SplitChanged(
             f"{path.parent} was begun on {len(kept['train'])} training and {len(kept['held_out'])} held-out parents, "
-            f"K={kept.get('k')}, policy {kept.get('policy')} ({path}); this archive and these options give "
-            f"{len(train)} and {len(held)}, K={k}, policy {policy}: give a new --work, or what it was begun with"
+            f"K={kept.get('k')}, policy {kept.get('policy')}, LoRA rank {kept.get('lora_rank')} ({path}); this archive "
+            f"and these options give {len(train)} and {len(held)}, K={k}, policy {policy}, LoRA rank {rank}: give a "
+            "new --work, or what it was begun with"
         )
 
 
@@ -181,6 +182,7 @@ def train(source: Path, work: Path, method: str, t: int, steps: int, args: argpa
             epochs=args.epochs,
             kl_coef=args.kl,
             reward_normalisation=args.reward_normalisation,
+            lora_rank=args.lora_rank,
             versions_back=10**6,
             seed=t,
         )
@@ -289,7 +291,7 @@ def run(args: argparse.Namespace) -> None:
     kept = None if args.keep is None else KeptWork(args.keep, work)
     if kept is not None:
         kept.restore()  # a new machine: the measurements and split of past sittings
-    keep_split(work / "split.json", train_ids, held, args.k, args.policy)
+    keep_split(work / "split.json", train_ids, held, args.k, args.policy, args.lora_rank)
     source = training_copy(args.db, work, train_ids)
     problem, parents, options = held_out_prompts(args.db, held)
     state_path = work / "state.json.xz"
@@ -367,6 +369,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--epochs", type=int, default=4)
     ap.add_argument("--kl", type=float, default=0.0)
     ap.add_argument("--learning-rate", type=float, default=1e-4)
+    # An adapter of the 0.5B model on every projection holds 0.55 M parameters per unit of rank (2.2 MB in float32):
+    # six kept across sittings at rank 16 would put 200 MB in the repository, and RL learns few bits an episode.
+    ap.add_argument("--lora-rank", type=int, default=TrainConfig.lora_rank)
     ap.add_argument("--reward-normalisation", default="improvement")
     ap.add_argument("--policy", default="llama:embedded")
     ap.add_argument(
