@@ -48,7 +48,7 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.best_at_k import Parent, sampling_params
-from benchmarks.kept_work import KeptWork
+from benchmarks.kept_work import KeptMismatch, KeptWork
 from evolve.archive import Archive
 from evolve.archive.codehash import code_hash
 from evolve.devtools.exact_test import permutation_p
@@ -131,6 +131,7 @@ def keep_split(path: Path, train: list[int], held: list[int], k: int, policy: st
         path.write_text(json.dumps(split))
         return
     kept = json.loads(path.read_text())
+    kept.setdefault("lora_rank", TrainConfig.lora_rank)  # begun before the rank was an option: the trainer's
     if kept != split:
         raise SplitChanged(
             f"{path.parent} was begun on {len(kept['train'])} training and {len(kept['held_out'])} held-out parents, "
@@ -292,6 +293,8 @@ def run(args: argparse.Namespace) -> None:
     if kept is not None:
         kept.restore()  # a new machine: the measurements and split of past sittings
     keep_split(work / "split.json", train_ids, held, args.k, args.policy, args.lora_rank)
+    if kept is not None:
+        kept.save()  # the split is kept before any adapter is
     source = training_copy(args.db, work, train_ids)
     problem, parents, options = held_out_prompts(args.db, held)
     state_path = work / "state.json.xz"
@@ -308,7 +311,7 @@ def run(args: argparse.Namespace) -> None:
                 if method == "none":
                     adapter = None
                 elif kept is not None and kept.has_adapter(key):
-                    adapter = kept.adapter(key)  # trained in a past sitting: measured, not trained again
+                    adapter = kept.adapter(key, args.lora_rank)  # trained in a past sitting: measured, not again
                 else:
                     adapter = train(source, work, method, t, args.steps, args)
                     if kept is not None:
@@ -370,7 +373,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--kl", type=float, default=0.0)
     ap.add_argument("--learning-rate", type=float, default=1e-4)
     # An adapter of the 0.5B model on every projection holds 0.55 M parameters per unit of rank (2.2 MB in float32):
-    # six kept across sittings at rank 16 would put 200 MB in the repository, and RL learns few bits an episode.
+    # six kept across sittings at rank 16 would put 210 MB in the repository, and RL learns few bits an episode.
     ap.add_argument("--lora-rank", type=int, default=TrainConfig.lora_rank)
     ap.add_argument("--reward-normalisation", default="improvement")
     ap.add_argument("--policy", default="llama:embedded")
@@ -386,7 +389,7 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit("give --db (an untrained arm's archive) and --work (a folder kept between runs), or --smoke")
     try:
         run(args)
-    except SplitChanged as exc:
+    except (SplitChanged, KeptMismatch) as exc:
         raise SystemExit(f"improve_at_k: {exc}") from None
 
 

@@ -10,12 +10,18 @@ weights) serve a training that goes on, and a finished one does not.
 
 from __future__ import annotations
 
+import json
 import shutil
 import tarfile
 from pathlib import Path
 
 ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
 SMALL_FILES = ("state.json.xz", "split.json")
+
+
+class KeptMismatch(Exception):
+    """The kept folder belongs to another experiment than the work folder (another split, or adapters of another
+    rank): measuring on would mix the two."""
 
 
 class KeptWork:
@@ -27,7 +33,11 @@ class KeptWork:
         folder.mkdir(parents=True, exist_ok=True)
 
     def restore(self) -> None:
-        """Copy the kept small files into a work folder that lacks them (a new machine)."""
+        """Copy the kept small files into a work folder that lacks them (a new machine); refuse a work folder whose
+        split is not the kept one's."""
+        kept, here = self.folder / "split.json", self.work / "split.json"
+        if kept.exists() and here.exists() and json.loads(kept.read_text()) != json.loads(here.read_text()):
+            raise KeptMismatch(f"{here} and {kept} hold different splits: give a new --work, or another --keep")
         for name in SMALL_FILES:
             if (self.folder / name).exists() and not (self.work / name).exists():
                 shutil.copy(self.folder / name, self.work / name)
@@ -43,14 +53,18 @@ class KeptWork:
     def has_adapter(self, key: str) -> bool:
         return (self.folder / f"{key}.adapter.tar.xz").exists() or (self.folder / f"{key}.adapter.none").exists()
 
-    def adapter(self, key: str) -> Path | None:
-        """The kept adapter of training `key`, unpacked under the work folder; None where it learnt nothing."""
+    def adapter(self, key: str, rank: int) -> Path | None:
+        """The kept adapter of training `key`, unpacked under the work folder; None where it learnt nothing. One of
+        another LoRA rank than `rank` is refused (kept before the split recorded its rank)."""
         if (self.folder / f"{key}.adapter.none").exists():
             return None
         into = self.work / key / "kept-adapter"
         into.mkdir(parents=True, exist_ok=True)
         with tarfile.open(self.folder / f"{key}.adapter.tar.xz") as tar:
             tar.extractall(into, filter="data")  # names and modes checked: a plain file in `into`, nothing else
+        kept_rank = json.loads((into / "adapter_config.json").read_text()).get("r")
+        if kept_rank != rank:
+            raise KeptMismatch(f"{self.folder}/{key}.adapter.tar.xz has LoRA rank {kept_rank}, not {rank}")
         return into
 
     def keep_adapter(self, key: str, adapter: Path | None) -> None:
