@@ -21,9 +21,9 @@ p_vpo_none=... p_vpo_grpo=...`.
 
 Resumable: everything lives under `--work`: each training's copy and adapters, and the measurements in
 `state.json.xz` (xz-compressed JSON, written after each held-out parent a policy is measured on: one policy's
-measurement is hours on a CPU, and one cut off goes on at its next parent with the same draws); a training whose
-copy holds `--steps` versions is not trained again, and one cut off goes on from its newest version and its
-optimiser's moments. The split a folder began with is kept in `split.json`; a later run whose archive or options
+measurement is most of an hour on a CPU core, and one cut off goes on at its next parent with the same draws); a
+training whose copy holds `--steps` versions is not trained again, and one cut off goes on from its newest version
+and its optimiser's moments. The split a folder began with is kept in `split.json`; a later run whose archive or options
 give other parents is refused (an archive still growing: finish it first, or give a new `--work`). With `--keep
 DIR` (a folder to commit), the small files are copied there after each held-out parent and each finished
 training's adapter is packed there (`benchmarks/kept_work.py`), so that a later sitting on a new machine measures

@@ -1,11 +1,11 @@
 """What an offline experiment keeps between sittings on machines that do not outlive them: its small files
 (measurements, split) and each finished training's adapter, packed, in a folder the user commits.
 
-Why: on this CPU machine one training (about 2 hours on a core) and the measurement of its policy (1.5 to 4) do not
-fit one 3-hour sitting, and the work folder and the adapters in it are gone with the machine. A kept adapter is the
-trained policy itself, so the next sitting measures it without training again (retraining on another CPU would not
-give the same weights). Only the adapter's config and weights are packed: the optimizer's moments (twice the
-weights) serve a training that goes on, and a finished one does not.
+Why: on this CPU machine one training (about 2 hours on a core) and the measurement of its policy (about 45
+minutes) rarely fit one 3-hour sitting beside other work, and the work folder and the adapters in it are gone with
+the machine. A kept adapter is the trained policy itself, so the next sitting measures it without training again
+(retraining on another CPU would not give the same weights). Only the adapter's config and weights are packed: the
+optimizer's moments (twice the weights) serve a training that goes on, and a finished one does not.
 """
 
 from __future__ import annotations
