@@ -292,9 +292,8 @@ def run(args: argparse.Namespace) -> None:
     kept = None if args.keep is None else KeptWork(args.keep, work)
     if kept is not None:
         kept.restore()  # a new machine: the measurements and split of past sittings
-    keep_split(work / "split.json", train_ids, held, args.k, args.policy, args.lora_rank)
-    if kept is not None:
-        kept.save()  # the split is kept before any adapter is
+    for folder in (work, *([] if kept is None else [kept.folder])):  # the kept split too, before any adapter is
+        keep_split(folder / "split.json", train_ids, held, args.k, args.policy, args.lora_rank)
     source = training_copy(args.db, work, train_ids)
     problem, parents, options = held_out_prompts(args.db, held)
     state_path = work / "state.json.xz"
