@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import queue
 import socket
+import threading
 import time
 from pathlib import Path
 
@@ -70,6 +71,7 @@ class DockerSandbox:
         self._idle: queue.Queue[WarmContainer] = queue.Queue()
         self._spec: ImageSpec | None = None
         self._problem_root: Path | None = None
+        self._switching = threading.Lock()  # both slots may meet a new problem at once: one image, built once
         self._running = RunningJobs()  # for abort_running(): the container of each job in flight
         self.evaluations_in_flight = InFlight()  # CountsEvaluations: a decoding policy leaves each a core
         self._remove_orphans()
@@ -104,10 +106,11 @@ class DockerSandbox:
         )
 
     def _take(self, problem: Problem, ticket: int) -> WarmContainer:
-        if self._problem_root != problem.root:
-            self.close()
-            self._spec = self.image or image_for(self.client, problem, self.base_image)
-            self._problem_root = problem.root
+        with self._switching:
+            if self._problem_root != problem.root:
+                self.close()
+                self._spec = self.image or image_for(self.client, problem, self.base_image)
+                self._problem_root = problem.root
         try:
             return self._idle.get_nowait()
         except queue.Empty:

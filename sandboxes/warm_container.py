@@ -80,12 +80,15 @@ class WarmContainer:
             self.container.kill()
         # Removal can take the daemon many seconds; the worker must not wait for it (an engine that dies first
         # leaves an orphan that the next engine removes).
+        # Started before it is listed: another slot's wait_for_removals() may join anything on the list at once.
         removal = threading.Thread(target=remove_quietly, args=(self.container,), daemon=True)
-        _REMOVALS[:] = [*(t for t in _REMOVALS if t.is_alive()), removal]
         removal.start()
+        with _REMOVALS_LOCK:
+            _REMOVALS[:] = [*(t for t in _REMOVALS if t.is_alive()), removal]
 
 
 _REMOVALS: list[threading.Thread] = []  # removals started by destroy(); wait_for_removals() joins them
+_REMOVALS_LOCK = threading.Lock()  # slots destroy and wait from their own threads
 
 
 def remove_quietly(container: Any) -> None:
@@ -96,5 +99,9 @@ def remove_quietly(container: Any) -> None:
 def wait_for_removals(timeout_s: float) -> None:
     """Wait until every removal destroy() started has finished, for at most `timeout_s` in all."""
     deadline = time.monotonic() + timeout_s
-    while _REMOVALS:
-        _REMOVALS.pop().join(timeout=max(0.0, deadline - time.monotonic()))
+    while True:
+        with _REMOVALS_LOCK:
+            if not _REMOVALS:
+                return
+            removal = _REMOVALS.pop()
+        removal.join(timeout=max(0.0, deadline - time.monotonic()))
