@@ -36,6 +36,8 @@ def stored_program(components: Sequence[ComponentSpec], result: EvaluationResult
         stderr=outcome.stderr[-STORED_OUTPUT:],
         case_errors=dict(outcome.case_errors) or None,
         swallowed=[e.as_dict() for e in outcome.swallowed] or None,
+        # The seed's alone: another program's reply is the candidate's to write (sandboxes/first_calls.py)
+        first_calls=(outcome.first_calls or None) if child.parent_id is None else None,
         started_at=result.started_at,
         finished_at=result.finished_at,
     )

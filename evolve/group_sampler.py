@@ -33,6 +33,7 @@ from evolve.options import RunOptions
 from evolve.policy_calls import PolicyMember
 from evolve.problem import Problem
 from evolve.problem.blocks import has_markers
+from evolve.problem.fixed_code import interface_calls
 from evolve.problem.outcome import SwallowedError
 from evolve.prompts import (
     Composed,
@@ -44,7 +45,6 @@ from evolve.prompts import (
     resolve_edit_format,
     safe_blocks,
 )
-from evolve.prompts.fixed_code import interface_calls
 from evolve.selection import PoolView, RankedProgram, Selector, pick_parent
 from evolve.yields import Scale, worst_values
 from policies.answer_grammar import LINE_COMMENTS, AnswerShape
@@ -72,10 +72,6 @@ class Prompted:
     @property
     def edit_format(self) -> str:
         return self.asked.edit_format
-
-    @property
-    def fence(self) -> str:
-        return self.asked.fence
 
 
 @dataclass(frozen=True)
@@ -145,6 +141,7 @@ class GroupSampler:
         self.selector, self.interrupted = selector, interrupted
         self.zero = Scale(signs(problem.components), worst_values(problem.components))  # which children scored nothing
         self.seed_interface = interface_calls(problem.seed_code)  # the same for every prompt of the run
+        self.seed_calls: list[str] | None = None  # and its first calls, as the seed's evaluation recorded them
 
     async def sample(self, index: int, member: PolicyMember, ask: Ask, pool: PoolView) -> SampledGroup | None:
         """Pick a parent from `pool` (its island's programs, `RunLedger.parent_pool`), prompt, sample and parse
@@ -262,6 +259,8 @@ class GroupSampler:
         holds to their shape (`structured_by`); the shape is decided here, so that the prompt asks for its lead
         comment exactly when the grammar holds it."""
         shown = self.options.recent_children
+        if self.seed_calls is None and self.options.interface_reminder:  # the seed is scored before any group
+            self.seed_calls = self.archive.seed_first_calls(self.run_id)
         may_guard = self.options.copy_guard and self.options.structured != "off" and bool(held)  # answer_shape's
         zero = self.zero if self.options.zero_child_feedback else None  # refused children among the failures
         reads = self.archive.prompt_reads(
@@ -292,6 +291,7 @@ class GroupSampler:
             others_view=self.options.others_view,
             fixed_code=self.options.fixed_code,
             interface=self.seed_interface if self.options.interface_reminder else (),
+            interface_examples=self.seed_calls or (),
             multi_file=self.problem.multi_file,
         )
         shape = answer_shape(self.options, edit_format, inputs.fence_tag, codes[parent.id], held, inputs.multi_file)

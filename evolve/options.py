@@ -120,12 +120,13 @@ class RunOptions:
     fixed_code: bool = option(
         True,
         "show a one-file program's code around its EVOLVE blocks once in each prompt, read-only, so the model sees "
-        "how its editable code is called (evolve/prompts/fixed_code.py; docs/yield.md)",
+        "how its editable code is called (evolve/problem/fixed_code.py; docs/yield.md)",
     )
     interface_reminder: bool = option(
         False,
-        "name in each prompt the editable code's functions that the fixed code calls (`priority(job)`) and say "
-        "that every variant must define them (off: its A/B showed no gain, docs/yield.md)",
+        "name in each prompt the editable code's functions that the fixed code calls (`priority(job)`), say "
+        "that every variant must define them, and show the first call the seed's evaluation made of each "
+        "(off: its A/B without the call showed no gain, docs/yield.md)",
     )
     others_view: str = option(
         "code",

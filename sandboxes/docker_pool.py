@@ -171,7 +171,7 @@ class DockerSandbox:
         name = program_filename(problem)
         assert self._spec is not None
         tools = image_toolchain(self._spec, problem)
-        job = make_job(problem, f"/work/{name}", "/work/_evolve_evaluator.py", "/work", tools)
+        job = make_job(problem, f"/work/{name}", "/work/_evolve_evaluator.py", "/work", tools, code=code)
         job["files"] = files
         if problem.form == "simple":
             job["files"]["_evolve_evaluator.py"] = problem.evaluator_path.read_text()

@@ -121,9 +121,37 @@ def run_job(job):
     files, escapes = job.get("candidate_files"), sys.modules.get("_evolve_escapes")
     watch = files is not None and escapes is not None  # None: record nothing (benchmarks/error_capture_cost.py)
     log = escapes.EscapeLog(files) if watch else NoLog()
-    reply = _run(job, log, watch)
-    swallowed = log.entries(job.get("workdir", "."))
-    return {**reply, "swallowed": swallowed} if swallowed and isinstance(reply, dict) else reply
+    probe = _first_calls(job)
+    probe.start()
+    try:
+        reply = _run(job, log, watch)
+    finally:
+        probe.stop()
+    swallowed, calls = log.entries(job.get("workdir", ".")), probe.entries()
+    if not isinstance(reply, dict):
+        return reply
+    return {**reply, **({"swallowed": swallowed} if swallowed else {}), **({"first_calls": calls} if calls else {})}
+
+
+class NoCalls:
+    """A job that asks for no first calls (any program but the problem's seed): sees nothing."""
+
+    def start(self):
+        pass
+
+    def stop(self):
+        pass
+
+    def entries(self):
+        return []
+
+
+def _first_calls(job):
+    """The seed's job names the functions whose first call to record (`_evolve_first_calls`, shipped with it)."""
+    names, module = job.get("first_calls"), sys.modules.get("_evolve_first_calls")
+    if not names or module is None:
+        return NoCalls()
+    return module.FirstCalls(names, job.get("candidate_files") or [job["program"]])
 
 
 def _run(job, log, watch):

@@ -239,7 +239,8 @@ class ProcessSandbox:
             if self._jail is not None:
                 entry = program_filename(problem)
                 program, evaluator = Path(inside, entry), evaluator and f"{inside}/_evolve_evaluator.py"
-            job = make_job(problem, str(program), evaluator, inside, host_toolchain(problem, inside=bool(self._jail)))
+            tools = host_toolchain(problem, inside=bool(self._jail))
+            job = make_job(problem, str(program), evaluator, inside, tools, code=code)
             reply, stdout, stderr, status = self._run(problem, job, workdir, slot, token, ticket)
             if status == JAIL_REFUSED:  # nothing of the candidate ran: the jail is made once more, listed again
                 reply, stdout, stderr, status = self._run(problem, job, workdir, slot, token, ticket)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from evolve.problem.outcome import SWALLOWED_CAP, ErrorKind
+from evolve.problem.outcome import FIRST_CALLS_CAP, SWALLOWED_CAP, ErrorKind
 
 # What a sandbox may say went wrong; `scorer` is the engine's own verdict on the evaluator, never the sandbox's.
 SANDBOX_KINDS = frozenset(kind.value for kind in ErrorKind) - {"scorer"}
@@ -34,6 +34,11 @@ def malformed(reply: Any, case_names: list[str] | None) -> str | None:
         return f"the reply's build_s is {_kind(build)}, not a number"
     if (why := _swallowed(reply.get("swallowed"))) is not None:
         return why
+    calls = reply.get("first_calls")
+    if calls is not None and not (
+        isinstance(calls, list) and len(calls) <= FIRST_CALLS_CAP and all(isinstance(c, str) for c in calls)
+    ):
+        return f"the reply's first calls are not a list of at most {FIRST_CALLS_CAP} texts"
     if "kind" in reply:
         return _failure(reply, "the reply")
     if case_names is None:

@@ -15,7 +15,8 @@ from typing import Any
 from evolve.filetree import TreeError, split_files
 from evolve.fitness import scalar_view
 from evolve.problem import Problem
-from evolve.problem.outcome import ErrorKind, EvalOutcome, SwallowedError, most_frequent
+from evolve.problem.fixed_code import interface_names
+from evolve.problem.outcome import FIRST_CALL_CAP, ErrorKind, EvalOutcome, SwallowedError, most_frequent
 from evolve.storable import storable_text
 from sandboxes.reply_shape import malformed
 from sandboxes.simple_form import check_simple, simple_job_extras
@@ -24,6 +25,7 @@ from sandboxes.toolchain import Toolchain
 HARNESS_PATH = Path(__file__).with_name("harness.py")
 NATIVE_RUNNER = Path(__file__).with_name("native_run.py")
 ESCAPES = Path(__file__).with_name("escapes.py")  # what the candidate's code raised: the reply's `swallowed`
+FIRST_CALLS = Path(__file__).with_name("first_calls.py")  # the seed's first calls: the reply's `first_calls`
 
 
 @cache
@@ -34,6 +36,11 @@ def _native_runner_source() -> str:
 @cache
 def _escapes_source() -> str:
     return ESCAPES.read_text()
+
+
+@cache
+def _first_calls_source() -> str:
+    return FIRST_CALLS.read_text()
 
 
 def program_filename(problem: Problem) -> str:
@@ -67,10 +74,12 @@ def make_job(
     evaluator_path: str | None,
     workdir: str,
     toolchain: Toolchain | None = None,
+    code: str | None = None,
 ) -> dict[str, Any]:
     """The job a harness runs. Split form carries case inputs only, never the trusted extras. A problem with
     `[run]` also carries its commands (as `toolchain` starts them in this sandbox) and the runner that builds
-    and runs them (sandboxes/native_run.py)."""
+    and runs them (sandboxes/native_run.py). When `code` is the problem's own seed (a Python program of one file),
+    the job also asks for the first call of each function its fixed code calls (sandboxes/first_calls.py)."""
     job: dict[str, Any] = {"program": program_path, "workdir": workdir, "mode": problem.form}
     # The program's own files: what escapes code of theirs is recorded (the reply's `swallowed`, harness.py).
     others = [str(PurePosixPath(workdir, f)) for f in problem.files if f != program_filename(problem)]
@@ -88,6 +97,10 @@ def make_job(
         job["modules"] = {**job.get("modules", {}), "_evolve_native": _native_runner_source()}
     else:
         job["modules"] = {**job.get("modules", {}), "_evolve_escapes": _escapes_source()}
+        names = interface_names(code) if code == problem.seed_code and not problem.multi_file else []
+        if names:
+            job["first_calls"] = names
+            job["modules"]["_evolve_first_calls"] = _first_calls_source()
     return job
 
 
@@ -131,6 +144,7 @@ def interpret(problem: Problem, reply: Any, duration_s: float, sandbox: str) -> 
     outcome.build_s = build_seconds(reply.get("build_s"), duration_s)
     # What the candidate's code raised into the evaluator's, however the evaluator scored it (shape checked above).
     outcome.swallowed = most_frequent([SwallowedError.from_dict(entry) for entry in reply.get("swallowed") or []])
+    outcome.first_calls = [c[:FIRST_CALL_CAP] for c in reply.get("first_calls") or []]  # kept for the seed alone
     return outcome
 
 
@@ -255,4 +269,5 @@ def storable(outcome: EvalOutcome) -> EvalOutcome:
         for e in outcome.swallowed
     ]
     outcome.swallowed = most_frequent(outcome.swallowed)  # a visible escape is longer than what it replaced
+    outcome.first_calls = [text(c)[:FIRST_CALL_CAP] for c in outcome.first_calls]
     return outcome

@@ -128,6 +128,7 @@ def public_calls(archive: Archive, run_id: int) -> dict[str, Callable[[], Any]]:
         "parent_context": lambda: archive.parent_context(seed),
         "recent_child_failures": lambda: archive.recent_child_failures(seed),
         "recent_children": lambda: archive.recent_children(seed),
+        "seed_first_calls": lambda: archive.seed_first_calls(run_id),
     }
 
 

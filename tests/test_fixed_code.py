@@ -1,5 +1,5 @@
 """The code around a one-file program's EVOLVE blocks is shown once in its prompt, read-only and before the task,
-so a small model sees how its editable code is called (evolve/prompts/fixed_code.py)."""
+so a small model sees how its editable code is called (evolve/problem/fixed_code.py)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from evolve.archive import Archive
 from evolve.loop import SearchLoop, run_search
 from evolve.options import RunOptions
 from evolve.problem import load_problem
+from evolve.problem.fixed_code import fixed_code_view
 from evolve.prompts import PromptInputs, build_prompt
-from evolve.prompts.fixed_code import fixed_code_view
 from evolve.runs import open_run
 from policies.replay import ReplayPolicy
 from sandboxes.process import ProcessSandbox

@@ -16,8 +16,8 @@ from evolve.ask_arms import Ask
 from evolve.group_sampler import GroupSampler
 from evolve.options import RunOptions
 from evolve.problem import load_problem
+from evolve.problem.fixed_code import interface_calls
 from evolve.prompts.builder import PromptInputs, build_prompt
-from evolve.prompts.fixed_code import interface_calls
 from evolve.runs import open_run
 from evolve.selection import TournamentSelector
 from evolve.selection.population import RankedProgram
@@ -124,3 +124,17 @@ def test_the_run_option_reaches_a_real_group_s_prompt_read_from_the_seed_and_is_
         archive.close()
     assert RULE in on and on.endswith(CLOSING)
     assert default == on.replace(RULE, "").removesuffix(CLOSING)
+
+
+def test_the_seed_s_first_call_is_said_after_the_names_in_the_fixed_head_and_only_with_them():
+    seed = (JOB_PRIORITY / "seed.py").read_text()
+    asked = PromptInputs("Order jobs.", seed, {"flow": 0.5}, None, (), 3, "full", fixed_code=True)
+    call = "priority({'time': 11, 'urgent': False, 'due': 272})"
+    named = build_prompt(replace(asked, interface=("priority(job)",)))
+    shown = build_prompt(replace(asked, interface=("priority(job)",), interface_examples=(call,)))
+    said = f" Evaluating the seed, it made the call `{call}`."
+    assert shown == named.replace("these parameters.", "these parameters." + said)
+    assert said in shown.split("# Current program")[0]  # the run's fixed head: a prompt cache keeps it
+    assert build_prompt(replace(asked, interface_examples=(call,))) == build_prompt(asked)  # names off: nothing said
+    two = build_prompt(replace(asked, interface=("a(x)", "b(y)"), interface_examples=("a(1)", "b(2)")))
+    assert " Evaluating the seed, it made the calls `a(1)` and `b(2)`. " in two

@@ -238,6 +238,9 @@ class Archive:
     def parent_context(self, program_id: int) -> ParentContext:
         return self.parents.parent_context(program_id)
 
+    def seed_first_calls(self, run_id: int) -> list[str]:
+        return self.parents.seed_first_calls(run_id)
+
     def recent_child_failures(self, parent_id: int, limit: int = 3) -> list[ChildFailure]:
         return self.parents.recent_child_failures(parent_id, limit)
 

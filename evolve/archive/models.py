@@ -183,6 +183,9 @@ class Evaluation(Base):
     case_errors: Mapped[dict[str, Any] | None] = mapped_column(StorableJSON)  # case name → error, split form
     # What the candidate's code raised into the evaluator's, most frequent first: [{type, message, file, line, count}]
     swallowed: Mapped[list[Any] | None] = mapped_column(StorableJSON)
+    # The seed's evaluation only: the first call of each function its fixed code calls, with the real arguments
+    # (`priority({'time': 11, ...})`), which prompts show; None for every other program and in older archives.
+    first_calls: Mapped[list[Any] | None] = mapped_column(StorableJSON)
     started_at: Mapped[datetime | None] = mapped_column(StoredTime)  # when the sandbox got the program
     finished_at: Mapped[datetime | None] = mapped_column(StoredTime)  # when its reply came back
     created_at: Mapped[datetime] = mapped_column(StoredTime, default=utcnow)

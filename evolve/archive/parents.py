@@ -66,6 +66,20 @@ class ParentReads:
             row = s.execute(select(*columns).where(Evaluation.program_id == program_id)).first()
         return ParentContext(*row) if row else ParentContext(None, None, None)
 
+    def seed_first_calls(self, run_id: int) -> list[str]:
+        """The first calls recorded while the run's seed (its first program with no parent) was evaluated: [] before
+        it was, or where none was recorded. One indexed query (`programs.run_id`), read once a run."""
+        q = (
+            select(Evaluation.first_calls)
+            .join(Program, Program.id == Evaluation.program_id)
+            .where(Program.run_id == run_id, Program.parent_id.is_(None))
+            .order_by(Program.id)
+            .limit(1)
+        )
+        with self.db.session() as s:
+            calls = s.execute(q).scalar()
+        return [c for c in calls if isinstance(c, str)] if isinstance(calls, list) else []
+
     def recent_child_failures(self, parent_id: int, limit: int = 3, zero: Scale | None = None) -> list[ChildFailure]:
         """The newest failed children of a parent, how each failed (index on parent_id: no scan). With `zero` (the
         problem's directions and worst values), its refused children too: of its newest `limit` children evaluated

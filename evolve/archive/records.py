@@ -31,6 +31,8 @@ class EvaluationRecord:
     build_s: float | None = None  # a program of another language: its build's seconds, part of duration_s
     # What the candidate's code raised into the evaluator's, most frequent first: [{type, message, file, line, count}]
     swallowed: list[dict[str, Any]] | None = None
+    # The seed's evaluation only: the first call of each function the fixed code calls, with real arguments
+    first_calls: list[str] | None = None
 
     def columns(self) -> dict[str, Any]:
         """The record as the evaluations table's column values (every column, so that rows line up); shallow,
@@ -186,6 +188,7 @@ class StoredEvaluation:
     finished_at: datetime | None
     build_s: float | None
     swallowed: list[dict[str, Any]] | None
+    first_calls: list[str] | None
     created_at: datetime
 
     @classmethod

@@ -206,6 +206,8 @@ def show(db: DbArg, program_id: Annotated[int, typer.Argument(callback=row_id)])
             console.print(printable(f"case {case} failed: {error[:300]}"), highlight=False, markup=False)
         for line in swallowed_lines(ev.swallowed):  # what its code raised while it was evaluated
             console.print(printable(f"raised into the evaluator: {line}"), highlight=False, markup=False)
+        for call in ev.first_calls or ():  # the seed's: what a prompt naming the interface shows as an example
+            console.print(printable(f"first call: {call}"), highlight=False, markup=False)
         if ev.stderr and ev.stderr.strip():
             console.print(f"stderr (tail): {printable(ev.stderr.strip()[-1500:])}", highlight=False, markup=False)
         for stage in ev.stages or []:  # names and values as the candidate's own reply gave them (simple form)

@@ -37,6 +37,8 @@ STAGES_CAP = 16  # stages kept, each with at most METRICS_CAP numbers
 SWALLOWED_CAP = 8  # distinct errors the candidate's code raised into the evaluator's, the most frequent
 SWALLOWED_MESSAGE_CAP = 300
 SWALLOWED_CODE_CAP = 120
+FIRST_CALLS_CAP = 8  # the seed's first calls of the functions the fixed code calls (sandboxes/first_calls.py)
+FIRST_CALL_CAP = 300  # characters of one such call as shown
 
 
 @dataclass(frozen=True)
@@ -108,6 +110,9 @@ class EvalOutcome:
     build_s: float | None = None
     # What the candidate's code raised into the evaluator's or the harness's, the most frequent first (bounded).
     swallowed: list[SwallowedError] = field(default_factory=list)
+    # The problem's seed only: the first call of each function of its editable code that its fixed code calls,
+    # with the real arguments (`priority({'time': 11, ...})`), for prompts to show; [] for every other program.
+    first_calls: list[str] = field(default_factory=list)
     # True when `abort_running()` ended this evaluation: its scores say nothing about the program, so the loop
     # stores nothing for it and the child stays pending.
     aborted: bool = False
@@ -120,6 +125,7 @@ class EvalOutcome:
         if self.stages is not None:
             self.stages = [_stage(s) for s in self.stages[:STAGES_CAP]]
         self.swallowed = most_frequent(self.swallowed)
+        self.first_calls = [c[:FIRST_CALL_CAP] for c in self.first_calls[:FIRST_CALLS_CAP]]
 
     @property
     def ok(self) -> bool:

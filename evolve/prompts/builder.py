@@ -27,9 +27,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from evolve.problem.blocks import BlockError, EditableBlock, find_blocks
+from evolve.problem.fixed_code import fixed_code_view
 from evolve.problem.outcome import SwallowedError
 from evolve.prompts.failures import FailureShown, failure_parts
-from evolve.prompts.fixed_code import fixed_code_view
 from evolve.prompts.parser import is_python
 from evolve.prompts.tree_view import current_program, program_blocks, tree_rules
 
@@ -92,7 +92,7 @@ class PromptInputs:
     # The comment prefix ("#", "//") of the line each fenced block must open with, `# Change: ...`, where the answer
     # is held to it (`AnswerShape.lead_comment`, decided with the shape in evolve/group_sampler.py); "": not asked
     lead_comment: str = ""
-    # Show a one-file program's code around its blocks, read-only, in the fixed head (evolve/prompts/fixed_code.py)
+    # Show a one-file program's code around its blocks, read-only, in the fixed head (evolve/problem/fixed_code.py)
     fixed_code: bool = False
     # The fence language's line comment, for the fixed code's placeholder lines (evolve/group_sampler.py sets it from
     # the grammar's table, which this layer may not import)
@@ -100,6 +100,9 @@ class PromptInputs:
     # The editable code's functions the fixed code calls (`priority(job)`, read once from the problem's seed:
     # `interface_calls`), said where the fixed code is shown to be what every variant must define; (): not said
     interface: Sequence[str] = ()
+    # Those functions' first calls with real arguments, as the seed's evaluation recorded them (sandboxes/
+    # first_calls.py: `priority({'time': 11, ...})`), said after them; (): none recorded, or the interface not said
+    interface_examples: Sequence[str] = ()
     # The problem's programs are of several files (`Problem.multi_file`): each is shown as its files, and the ask
     # says how to name the file a change is for. Never told from the code: a one-file program whose text starts
     # with a `=== FILE: ` line is one editable text like any other.
@@ -295,10 +298,10 @@ def build_prompt(p: PromptInputs) -> str:
     fixed = fixed_code_view(p.parent_code, p.line_comment) if p.fixed_code and not tree else None
     calls = p.interface if fixed is not None else ()
     if fixed is not None:
+        rule = _interface_rule(calls, p.interface_examples)
         parts += [
             "# Fixed code of the program",
-            f"It cannot change; it shows how the editable code is used.{_interface_rule(calls)}\n\n"
-            f"```{tag}\n{fixed}\n```",
+            f"It cannot change; it shows how the editable code is used.{rule}\n\n```{tag}\n{fixed}\n```",
         ]
     parts += [
         "# Task",
@@ -336,14 +339,20 @@ def _listed(calls: Sequence[str]) -> str:
     return quoted[0] if len(quoted) == 1 else ", ".join(quoted[:-1]) + " and " + quoted[-1]
 
 
-def _interface_rule(calls: Sequence[str]) -> str:
-    """The sentence that names what the fixed code calls from the editable code, or "" where it calls nothing."""
+def _interface_rule(calls: Sequence[str], examples: Sequence[str] = ()) -> str:
+    """The sentence that names what the fixed code calls from the editable code, or "" where it calls nothing;
+    then the calls the seed's evaluation made, which show what the arguments are (one job's dict, not the list)."""
     if not calls:
         return ""
     one = len(calls) == 1
+    seen = (
+        f" Evaluating the seed, it made the call{'' if len(examples) == 1 else 's'} {_listed(examples)}."
+        if examples
+        else ""
+    )
     return (
         f" It calls {_listed(calls)} from the editable code: every variant must define "
-        f"{'it, with this name and these parameters' if one else 'them, with these names and parameters'}. "
+        f"{'it, with this name and these parameters' if one else 'them, with these names and parameters'}.{seen} "
         "Write only the editable code, never the fixed code."
     )
 

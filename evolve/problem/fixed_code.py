@@ -100,6 +100,12 @@ def interface_calls(code: str) -> list[str]:
     return shown
 
 
+def interface_names(code: str) -> list[str]:
+    """The bare names of `interface_calls` (`priority`): the functions whose first call the seed's evaluation
+    records (sandboxes/first_calls.py)."""
+    return [call.split("(", 1)[0] for call in interface_calls(code)]
+
+
 def _without_comments(code: str) -> str:
     """Each line up to its first `#` or `//` (a comment names functions it does not call; a string cut short only
     drops calls, never adds one)."""

@@ -1,0 +1,213 @@
+"""The seed's first calls (issue #59): while the problem's own seed is evaluated, the sandbox records the first call
+of each function of its editable code that its fixed code calls, with the real arguments; the archive keeps it with
+the seed's evaluation alone, and a prompt that names the interface (`interface_reminder`) shows it. Shown one real
+call of `priority` (one job's dict), the embedded model's children beat their parent 1.5 times as often per token on
+job_priority (docs/yield.md). No other program's reply is believed: a child that forges the record is stored
+without one, and the prompt shows the seed's.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from evolve.archive import Archive
+from evolve.cli import app
+from evolve.problem import load_problem
+from sandboxes.first_calls import CALL_CAP, FirstCalls
+from tests.helpers import hiding_sandbox
+
+JOB_PRIORITY = Path(__file__).resolve().parent.parent / "benchmarks" / "problems" / "job_priority"
+FIRST_JOB = "priority({'time': 11, 'urgent': False, 'due': 272})"  # the instance's first job, keys in its order
+SEED_SCORES = {"flow": 0.5029, "urgent": 0.441, "tardiness": 0.4179}  # rounded: the seed keeps the given order
+
+# An OpenEvolve folder whose fixed code calls the block's function with one case's dict.
+SEED = """# EVOLVE-BLOCK-START
+def step(case):
+    return case["x"] + 1
+# EVOLVE-BLOCK-END
+
+
+def solve(x):
+    return step({"x": x, "tag": "case"}) * step({"x": x, "tag": "again"})
+"""
+SEED_CALL = "step({'x': 0, 'tag': 'case'})"
+EVALUATOR = """
+import importlib.util
+
+
+def evaluate(program_path):
+    spec = importlib.util.spec_from_file_location("candidate", program_path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    right = sum(module.solve(x) == (x + 1) * (x + 1) for x in range(4))
+    exact = sum(module.solve(x) == x * x for x in range(4))
+    return {"combined_score": exact / 4, "right": right / 4}
+"""
+EXACT = 'def step(case):\n    return case["x"]\n'  # solve(x) == x * x
+# A child that makes the harness say it recorded a call, as a seed's reply would: stored without it.
+FORGER = (
+    "import sys\n"
+    "for _m in list(sys.modules.values()):\n"
+    "    if hasattr(_m, 'NoCalls'):\n"
+    "        _m.NoCalls.entries = lambda self: [\"step('forged by a child')\"]\n"
+    'def step(case):\n    return case["x"] + 2\n'
+)
+
+
+def _in_block(body: str) -> str:
+    return SEED.replace('def step(case):\n    return case["x"] + 1\n', body)
+
+
+def _completion(*codes: str) -> str:
+    return "".join(f"<variant {k}>\n```python\n{c}```\n</variant {k}>\n" for k, c in enumerate(codes, start=1))
+
+
+def priority(job, *extra, weight=1.0, **named):  # a function of this file's, named as the probe is asked
+    return weight
+
+
+def test_the_probe_shows_each_named_function_s_first_call_as_written_bounded_and_then_stops_watching():
+    probe = FirstCalls(["priority", "absent"], [__file__])
+    probe.start()
+    try:
+        sorted([{"time": 3, "due": 9}, {"time": 1}], key=priority)
+        priority({"time": 5})  # a later call: the first one stands
+        priority([0] * 10_000, "x" * 10_000, weight=2.0, note={"deep": {"deeper": {"deepest": {"at": 1}}}})
+    finally:
+        probe.stop()
+    assert probe.entries() == ["priority({'time': 3, 'due': 9}, weight=1.0)"]  # keys in their order, not sorted
+
+    big = FirstCalls(["priority"], [__file__])
+    big.start()
+    priority([0] * 10_000, "x" * 10_000, weight=2.0, note={"deep": {"deeper": {"deepest": {"at": 1}}}})
+    assert sys.getprofile() is None  # every name seen: the hook removed itself, the rest of the job pays nothing
+    big.stop()
+    [call] = big.entries()
+    assert call == (
+        "priority([0, 0, 0, 0, 0, 0, ...], 'xxxxxxxxxxxxxxxxxxxxxxxxxxx...xxxxxxxxxxxxxxxxxxxxxxxxxxxx', "
+        "weight=2.0, note={'deep': {'deeper': {'deepest': {...}}}})"
+    )
+    assert len(call) <= CALL_CAP
+
+    other_file = FirstCalls(["priority"], ["/elsewhere/seed.py"])  # the same name in code not the program's
+    other_file.start()
+    priority({"time": 1})
+    other_file.stop()
+    assert other_file.entries() == []
+
+
+def test_a_call_in_another_thread_is_seen_too():
+    probe = FirstCalls(["priority"], [__file__])
+    probe.start()
+    try:
+        worker = threading.Thread(target=priority, args=({"time": 7},))
+        worker.start()
+        worker.join()
+    finally:
+        probe.stop()
+    assert probe.entries() == ["priority({'time': 7}, weight=1.0)"]
+
+
+@pytest.fixture(scope="module", params=["process", pytest.param("docker", marks=pytest.mark.docker)])
+def sandbox(request):
+    box = hiding_sandbox(request.param, 2)
+    yield box
+    box.close()
+
+
+def test_the_seed_s_evaluation_records_its_first_call_and_no_other_program_s_does(sandbox):
+    problem = load_problem(JOB_PRIORITY)
+    seed = sandbox.evaluate(problem, problem.seed_code)
+    assert seed.first_calls == [FIRST_JOB]
+    assert {k: round(v, 4) for k, v in seed.scores.items()} == SEED_SCORES
+    child = sandbox.evaluate(problem, problem.seed_code.replace("return 0", "return job['time']"))
+    assert child.first_calls == []  # not asked: the record is the seed's alone
+    assert child.scores["flow"] == 1.0 and child.error_kind is None  # shortest first is optimal for the flow
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sandbox_kind", ["process", pytest.param("docker", marks=pytest.mark.docker)])
+def test_a_run_stores_the_seed_s_first_call_and_the_next_prompt_shows_it_never_a_child_s(tmp_path, sandbox_kind):
+    if sandbox_kind == "docker":
+        hiding_sandbox("docker", 1).close()  # a skip (a failure in CI) when no daemon answers
+    folder = tmp_path / "called"
+    folder.mkdir()
+    (folder / "initial_program.py").write_text(SEED)
+    (folder / "evaluator.py").write_text(EVALUATOR)
+    replay = tmp_path / "replay.json"
+    replay.write_text(json.dumps([_completion(FORGER), _completion(EXACT)]))
+    db = tmp_path / "run.db"
+    args = ["run", str(folder), "--db", str(db), "--policy", f"replay:{replay}", "--sandbox", sandbox_kind]
+    args += ["--workers", "1", "--group-size", "1", "--variants", "1", "--max-evaluations", "3"]
+    args += ["--edit-format", "full", "--no-stop-when-solved", "--stall-groups", "1000", "--interface-reminder"]
+    ran = CliRunner().invoke(app, args, catch_exceptions=False)
+    assert ran.exit_code == 0, ran.stdout + ran.stderr
+
+    with sqlite3.connect(db) as con:
+        rows = con.execute(
+            "SELECT p.code, p.parent_id, e.scores, e.first_calls FROM programs p "
+            "JOIN evaluations e ON e.program_id = p.id ORDER BY p.id"
+        ).fetchall()
+        prompts = [text for (text,) in con.execute("SELECT text FROM prompts ORDER BY id")]
+
+    def which(code: str, parent: int | None) -> str:
+        return "seed" if parent is None else "forger" if "forged" in code else "exact"
+
+    stored = {
+        which(code, parent): (json.loads(scores), calls and json.loads(calls)) for code, parent, scores, calls in rows
+    }
+    assert stored == {
+        "seed": ({"combined_score": 0.0, "right": 1.0}, [SEED_CALL]),
+        "forger": ({"combined_score": 0.0, "right": 0.0}, None),  # its record dropped, its scores its own
+        "exact": ({"combined_score": 1.0, "right": 0.0}, None),
+    }
+    said = "It calls `step(case)` from the editable code: every variant must define it, with this name and these "
+    said += f"parameters. Evaluating the seed, it made the call `{SEED_CALL}`."
+    assert len(prompts) >= 2 and all(said in p for p in prompts)
+    assert not any("forged by a child" in p.split("# Current program")[0] for p in prompts)
+    shown = CliRunner().invoke(app, ["show", str(db), "1"], catch_exceptions=False)
+    assert shown.exit_code == 0 and f"first call: {SEED_CALL}" in shown.stdout, shown.stdout
+
+
+def test_an_archive_of_the_previous_version_upgrades_and_its_seed_shows_no_call(tmp_path):
+    from alembic import command
+    from alembic.config import Config
+    from sqlalchemy import create_engine
+
+    from evolve.archive.database import MIGRATIONS
+    from tests.helpers import square_run, store_program
+
+    _, archive, run, _ = square_run(tmp_path)
+    evaluation = {"scores": {"c0": 0.0}, "scalar": 0.0, "duration_s": 1, "first_calls": ["solve(3)"]}
+    store_program(archive, run.id, _in_block(EXACT), evaluation=evaluation)
+    assert archive.seed_first_calls(run.id) == ["solve(3)"]
+    archive.close()
+    engine = create_engine(f"sqlite:///{tmp_path / 'a.db'}")
+    with engine.begin() as conn:
+        cfg = Config()
+        cfg.set_main_option("script_location", str(MIGRATIONS))
+        cfg.attributes["connection"] = conn
+        command.downgrade(cfg, "0008_issue59")
+    engine.dispose()
+    with sqlite3.connect(tmp_path / "a.db") as con:
+        assert "first_calls" not in {row[1] for row in con.execute("PRAGMA table_info(evaluations)")}
+    archive = Archive(tmp_path / "a.db")
+    try:
+        assert archive.seed_first_calls(run.id) == []
+    finally:
+        archive.close()
+
+
+def test_an_object_s_address_is_left_out_of_the_call():
+    probe = FirstCalls(["priority"], [__file__])
+    probe.start()
+    priority(object())
+    probe.stop()
+    assert probe.entries() == ["priority(<object object>, weight=1.0)"]  # not `at 0x7f...`: it varies, says nothing
