@@ -111,10 +111,14 @@ class DockerSandbox:
                 self.close()
                 self._spec = self.image or image_for(self.client, problem, self.base_image)
                 self._problem_root = problem.root
-        try:
-            return self._idle.get_nowait()
-        except queue.Empty:
-            return self._fresh(problem, ticket)
+        while True:
+            try:
+                box = self._idle.get_nowait()
+            except queue.Empty:
+                return self._fresh(problem, ticket)
+            if box.made_for == problem.root:
+                return box
+            box.destroy()  # put back by a job of the problem before a switch: its image and binds are that one's
 
     def _fresh(self, problem: Problem, ticket: int) -> WarmContainer:
         """A new container whose runner said it is ready, made a second time when the first failed: the daemon
@@ -124,14 +128,16 @@ class DockerSandbox:
         up to READY_WAIT_S, and Ctrl-C cuts the wait."""
         import docker.errors
 
-        assert self._spec is not None
+        spec = self._spec
+        assert spec is not None
         why = ""
         for _ in range(2):
             try:
-                box = WarmContainer(self.client, container_settings(self._spec, problem), self.spawn)
+                box = WarmContainer(self.client, container_settings(spec, problem), self.spawn)
             except docker.errors.APIError as exc:
                 why = str(exc)
                 continue
+            box.made_for = problem.root
             with self._running.running(ticket, box.interrupt):
                 if box.wait_ready():
                     return box

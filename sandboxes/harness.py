@@ -122,9 +122,8 @@ def run_job(job):
     watch = files is not None and escapes is not None  # None: record nothing (benchmarks/error_capture_cost.py)
     log = escapes.EscapeLog(files) if watch else NoLog()
     probe = _first_calls(job)
-    probe.start()
     try:
-        reply = _run(job, log, watch)
+        reply = _run(job, log, watch, probe)
     finally:
         probe.stop()
     swallowed, calls = log.entries(job.get("workdir", ".")), probe.entries()
@@ -148,13 +147,13 @@ class NoCalls:
 
 def _first_calls(job):
     """The seed's job names the functions whose first call to record (`_evolve_first_calls`, shipped with it)."""
-    names, module = job.get("first_calls"), sys.modules.get("_evolve_first_calls")
-    if not names or module is None:
+    asked, module = job.get("first_calls"), sys.modules.get("_evolve_first_calls")
+    if not asked or module is None:
         return NoCalls()
-    return module.FirstCalls(names, job.get("candidate_files") or [job["program"]])
+    return module.FirstCalls(asked["names"], job["program"], asked["block_lines"])
 
 
-def _run(job, log, watch):
+def _run(job, log, watch, probe):
     os.chdir(job.get("workdir", "."))
     sys.path.insert(0, os.path.dirname(job["program"]))
     native = job.get("native")
@@ -169,9 +168,11 @@ def _run(job, log, watch):
         reply = run_simple(job)  # the evaluator runs the built program; the reply says how long the build took
         return {**reply, "build_s": native.get("build_s")}
     if job["mode"] == "split":
+        probe.start()
         return run_split(job, log)  # the harness calls the candidate itself: its own handlers note what escapes
     if watch:
         sys.modules["_evolve_escapes"].watch_candidate_imports(log)
+    probe.start()  # after the escape watcher: its view of the module hands out what the module's globals hold
     return run_simple(job)
 
 

@@ -15,8 +15,16 @@ from typing import Any
 from evolve.filetree import TreeError, split_files
 from evolve.fitness import scalar_view
 from evolve.problem import Problem
+from evolve.problem.blocks import find_blocks
 from evolve.problem.fixed_code import interface_names
-from evolve.problem.outcome import FIRST_CALL_CAP, ErrorKind, EvalOutcome, SwallowedError, most_frequent
+from evolve.problem.outcome import (
+    FIRST_CALL_CAP,
+    FIRST_CALLS_CAP,
+    ErrorKind,
+    EvalOutcome,
+    SwallowedError,
+    most_frequent,
+)
 from evolve.storable import storable_text
 from sandboxes.reply_shape import malformed
 from sandboxes.simple_form import check_simple, simple_job_extras
@@ -97,11 +105,22 @@ def make_job(
         job["modules"] = {**job.get("modules", {}), "_evolve_native": _native_runner_source()}
     else:
         job["modules"] = {**job.get("modules", {}), "_evolve_escapes": _escapes_source()}
-        names = interface_names(code) if code == problem.seed_code and not problem.multi_file else []
-        if names:
-            job["first_calls"] = names
+        asked = first_calls_asked(problem) if code == problem.seed_code and not problem.multi_file else None
+        if asked is not None:
+            job["first_calls"] = asked
             job["modules"]["_evolve_first_calls"] = _first_calls_source()
     return job
+
+
+def first_calls_asked(problem: Problem) -> dict[str, Any] | None:
+    """What the seed's job asks `_evolve_first_calls` for: the functions its fixed code calls (at most as many as a
+    reply may carry) and its blocks' lines, since a call from the editable code itself is not the interface."""
+    names = list(dict.fromkeys(interface_names(problem.seed_code)))[:FIRST_CALLS_CAP]
+    if not names:
+        return None
+    code = problem.seed_code
+    lines = [[code.count("\n", 0, b.start) + 1, code.count("\n", 0, b.end) + 1] for b in find_blocks(code)]
+    return {"names": names, "block_lines": lines}
 
 
 def native_section(problem: Problem, toolchain: Toolchain) -> dict[str, Any]:

@@ -27,6 +27,7 @@ class WarmContainer:
         daemon refuses to start is removed before the error is raised."""
         self.container = client.containers.create(**settings)
         self.spawn, self.uses, self._stray = spawn, 0, False
+        self.made_for: object = None  # the problem (its root) the pool made it for: never reused for another
         attach = None
         try:
             attach = self.container.attach_socket(params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1})
@@ -99,9 +100,9 @@ def remove_quietly(container: Any) -> None:
 def wait_for_removals(timeout_s: float) -> None:
     """Wait until every removal destroy() started has finished, for at most `timeout_s` in all."""
     deadline = time.monotonic() + timeout_s
-    while True:
-        with _REMOVALS_LOCK:
-            if not _REMOVALS:
-                return
-            removal = _REMOVALS.pop()
+    with _REMOVALS_LOCK:  # joined from a copy: two slots waiting at once each wait for every removal
+        started = list(_REMOVALS)
+    for removal in started:
         removal.join(timeout=max(0.0, deadline - time.monotonic()))
+    with _REMOVALS_LOCK:
+        _REMOVALS[:] = [t for t in _REMOVALS if t.is_alive()]

@@ -76,3 +76,28 @@ def test_waiting_for_removals_while_another_slot_destroys_never_joins_an_unstart
     warm_container.wait_for_removals(30)
     assert errors == []
     assert _SlowRemoval.removed == 1500  # every removal ran to its end, and was waited for
+
+
+class _TakesItsTime(_SlowRemoval):
+    def remove(self, force: bool, v: bool) -> None:
+        time.sleep(0.3)
+        _SlowRemoval.removed += 1
+
+
+def test_two_slots_waiting_at_once_each_wait_for_every_removal():
+    _SlowRemoval.removed = 0
+    box = warm_container.WarmContainer.__new__(warm_container.WarmContainer)
+    box.container, box._channel, box._attach = _TakesItsTime(), _Closed(), _Closed()
+    box.destroy()
+    removed_when_done: list[int] = []
+
+    def wait() -> None:
+        warm_container.wait_for_removals(10)
+        removed_when_done.append(_SlowRemoval.removed)
+
+    slots = [threading.Thread(target=wait) for _ in range(2)]
+    for slot in slots:
+        slot.start()
+    for slot in slots:
+        slot.join(timeout=30)
+    assert removed_when_done == [1, 1]  # neither returned while the removal the other was joining still ran

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import sys
-import threading
 from pathlib import Path
 
 import pytest
@@ -20,8 +18,8 @@ from typer.testing import CliRunner
 from evolve.archive import Archive
 from evolve.cli import app
 from evolve.problem import load_problem
-from sandboxes.first_calls import CALL_CAP, FirstCalls
-from tests.helpers import hiding_sandbox
+from evolve.problem.outcome import FIRST_CALLS_CAP
+from tests.helpers import hiding_sandbox, write_problem
 
 JOB_PRIORITY = Path(__file__).resolve().parent.parent / "benchmarks" / "problems" / "job_priority"
 FIRST_JOB = "priority({'time': 11, 'urgent': False, 'due': 272})"  # the instance's first job, keys in its order
@@ -69,52 +67,6 @@ def _completion(*codes: str) -> str:
     return "".join(f"<variant {k}>\n```python\n{c}```\n</variant {k}>\n" for k, c in enumerate(codes, start=1))
 
 
-def priority(job, *extra, weight=1.0, **named):  # a function of this file's, named as the probe is asked
-    return weight
-
-
-def test_the_probe_shows_each_named_function_s_first_call_as_written_bounded_and_then_stops_watching():
-    probe = FirstCalls(["priority", "absent"], [__file__])
-    probe.start()
-    try:
-        sorted([{"time": 3, "due": 9}, {"time": 1}], key=priority)
-        priority({"time": 5})  # a later call: the first one stands
-        priority([0] * 10_000, "x" * 10_000, weight=2.0, note={"deep": {"deeper": {"deepest": {"at": 1}}}})
-    finally:
-        probe.stop()
-    assert probe.entries() == ["priority({'time': 3, 'due': 9}, weight=1.0)"]  # keys in their order, not sorted
-
-    big = FirstCalls(["priority"], [__file__])
-    big.start()
-    priority([0] * 10_000, "x" * 10_000, weight=2.0, note={"deep": {"deeper": {"deepest": {"at": 1}}}})
-    assert sys.getprofile() is None  # every name seen: the hook removed itself, the rest of the job pays nothing
-    big.stop()
-    [call] = big.entries()
-    assert call == (
-        "priority([0, 0, 0, 0, 0, 0, ...], 'xxxxxxxxxxxxxxxxxxxxxxxxxxx...xxxxxxxxxxxxxxxxxxxxxxxxxxxx', "
-        "weight=2.0, note={'deep': {'deeper': {'deepest': {...}}}})"
-    )
-    assert len(call) <= CALL_CAP
-
-    other_file = FirstCalls(["priority"], ["/elsewhere/seed.py"])  # the same name in code not the program's
-    other_file.start()
-    priority({"time": 1})
-    other_file.stop()
-    assert other_file.entries() == []
-
-
-def test_a_call_in_another_thread_is_seen_too():
-    probe = FirstCalls(["priority"], [__file__])
-    probe.start()
-    try:
-        worker = threading.Thread(target=priority, args=({"time": 7},))
-        worker.start()
-        worker.join()
-    finally:
-        probe.stop()
-    assert probe.entries() == ["priority({'time': 7}, weight=1.0)"]
-
-
 @pytest.fixture(scope="module", params=["process", pytest.param("docker", marks=pytest.mark.docker)])
 def sandbox(request):
     box = hiding_sandbox(request.param, 2)
@@ -130,6 +82,24 @@ def test_the_seed_s_evaluation_records_its_first_call_and_no_other_program_s_doe
     child = sandbox.evaluate(problem, problem.seed_code.replace("return 0", "return job['time']"))
     assert child.first_calls == []  # not asked: the record is the seed's alone
     assert child.scores["flow"] == 1.0 and child.error_kind is None  # shortest first is optimal for the flow
+
+
+# Nine functions the fixed code calls, one of them defined in two blocks: more than a reply may carry.
+MANY = (
+    "# EVOLVE-BLOCK-START\n"
+    + "".join(f"def f{i}(x):\n    return x\n\n\n" for i in range(9))
+    + "# EVOLVE-BLOCK-END\n\n# EVOLVE-BLOCK-START\ndef f0(x, y=0):\n    return x\n# EVOLVE-BLOCK-END\n\n\n"
+    + "def solve(x):\n    return ("
+    + " + ".join(f"f{i}(x)" for i in range(9))
+    + ") // 9\n"
+)
+
+
+def test_a_seed_calling_more_functions_than_a_reply_carries_is_scored_as_before(sandbox, tmp_path):
+    problem = load_problem(write_problem(tmp_path / "many", seed=MANY))
+    seed = sandbox.evaluate(problem, problem.seed_code)
+    assert (seed.error_kind, seed.scores) == (None, {"c0": 0.0, "c1": 0.0})  # solve(x) = x, the cases want x * x
+    assert seed.first_calls == [f"f{i}(2)" for i in range(FIRST_CALLS_CAP)]
 
 
 @pytest.mark.slow
@@ -203,11 +173,3 @@ def test_an_archive_of_the_previous_version_upgrades_and_its_seed_shows_no_call(
         assert archive.seed_first_calls(run.id) == []
     finally:
         archive.close()
-
-
-def test_an_object_s_address_is_left_out_of_the_call():
-    probe = FirstCalls(["priority"], [__file__])
-    probe.start()
-    priority(object())
-    probe.stop()
-    assert probe.entries() == ["priority(<object object>, weight=1.0)"]  # not `at 0x7f...`: it varies, says nothing
