@@ -326,6 +326,16 @@ class RunLedger:
         """Ctrl-C or SIGTERM: stop now, leave queued children pending; a second one raises KeyboardInterrupt."""
         self.control.interrupt()
 
+    def seed_failed(self, kind: object, error: str | None) -> None:
+        """The seed failed its evaluation: nothing can be a parent, so the run stops at once with its error, not
+        after a streak of groups that found no parent (or, under a small group budget, as "group budget reached")."""
+        said = " ".join((error or "no error given").split())[:300]
+        what = getattr(kind, "value", kind)
+        self.control.fail_systemic(
+            f"the seed failed its evaluation ({what}: {said}); fix the seed or its evaluator (`evolve check PROBLEM` "
+            "scores the seed alone)"
+        )
+
     def session_lost(self, line: str) -> None:
         """Another session took the problem's lock: stop at once, as a repeated failure does."""
         self.control.fail_systemic(line)

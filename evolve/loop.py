@@ -326,6 +326,8 @@ class SearchLoop:
         if self.timeout is not None:  # a problem without a timeout takes one from its seed's time
             self.timeout.seed_scored(result.outcome)
         await self.flow.commit([result])
+        if not result.outcome.ok:  # no program may be a parent: stop with why, before groups fail to pick one
+            self.ledger.seed_failed(result.outcome.error_kind, result.outcome.error)
         return True
 
     async def _watch_time(self) -> None:

@@ -207,3 +207,26 @@ def test_a_setting_the_format_does_not_know_names_the_format_page_where_it_can_b
     with pytest.raises(ProblemError) as raised:
         load_problem(folder)
     assert str(raised.value).endswith("; see docs/problem-format.md in the vpo-evolve repository")
+
+
+def test_a_run_whose_seed_fails_stops_at_once_saying_why_whatever_its_group_budget(tmp_path):
+    """A failed seed leaves no program to be a parent: the run stopped after five groups had failed to pick one,
+    and under a group budget of three it said "group budget reached" and exited 0, with nothing done."""
+    from typer.testing import CliRunner
+
+    from evolve.cli import app
+    from tests.helpers import hiding_sandbox
+
+    hiding_sandbox("process", 1).close()  # a skip (a failure in CI) without bubblewrap
+    crashing = "# EVOLVE-BLOCK-START\ndef solve(x):\n    return undefined_name\n# EVOLVE-BLOCK-END\n"
+    folder = write_problem(tmp_path / "p", seed=crashing)
+    replay = tmp_path / "replay.json"
+    replay.write_text('["<variant 1>\\n```python\\ndef solve(x):\\n    return x * x\\n```\\n</variant 1>\\n"]')
+    args = ["run", str(folder), "--db", str(tmp_path / "a.db"), "--policy", f"replay:{replay}"]
+    ran = CliRunner().invoke(app, [*args, "--sandbox", "process", "--max-groups", "3"])
+    assert ran.exit_code == 1, ran.stdout
+    assert (
+        "stopped: the seed failed its evaluation (crash: every case failed; first: NameError: name 'undefined_name' "
+        "is not defined); fix the seed or its evaluator (`evolve check PROBLEM` scores the seed alone)"
+    ) in " ".join(ran.stdout.split())
+    assert ", 0 groups," in ran.stdout
