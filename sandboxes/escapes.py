@@ -256,7 +256,9 @@ def watch_candidate_imports(log):
                 value = namespace.get(name, _MISSING)
                 if value is _MISSING:
                     raise AttributeError(f"module has no attribute {name!r}")
-                return wrapper if value is function else value
+                stand_in = STAND_INS.get(id(value))  # the seed's first-call recorder of this very function
+                held = value is function or (stand_in is not None and stand_in[0] is value and stand_in[1] is function)
+                return wrapper if held else value
 
             def write(self, value):
                 namespace[name] = value
@@ -304,6 +306,10 @@ def watch_candidate_imports(log):
 
 
 _MISSING = object()
+# id -> (stand-in, function): the seed's first-call recorders (sandboxes/first_calls.py) put in a module's globals
+# for the fixed code; a module's reader (an evaluator) is handed the function's watched wrapper instead, as before
+# (pickled by name, inspected as the function, its exceptions counted), never the recorder.
+STAND_INS = {}
 
 
 def _importer(frame):

@@ -11,9 +11,11 @@ the program is the problem's own seed (sandboxes/scoring.py) and keeps it only f
 Stdlib only: shipped with the job as `_evolve_first_calls`. How: when a module is loaded from the program's file
 (the harness's own import in the split form, the evaluator's in the simple form: `SourceFileLoader.exec_module`),
 each named function in its globals is replaced by a one-shot recorder, which the fixed code reaches through those
-globals and the evaluator through the module. The first call made from outside the editable blocks is written
-down and the function put back, so the seed's evaluation pays for one call of each, not for every call (a profile
-hook slowed a seed 3.5 times, which the run then took as its timeout rule's measure). Calls from inside the blocks
+globals; an evaluator reading the module gets the function as before (the escape watcher's wrapper: pickled by
+name, inspected as the function, its exceptions counted), so it is the fixed code's calls that are seen. The first
+call made from outside the editable blocks is written down and the function put back, so the seed's evaluation
+pays for one call of each, not for every call (a profile hook slowed a seed 3.5 times, which the run then took as
+its timeout rule's measure). Calls from inside the blocks
 are not the interface: after CALLS_FROM_BLOCKS of them the recorder gives up. Not seen: a function taken from the
 module before its first call was recorded and kept (`KEY = priority` at import), calls in another process.
 """
@@ -37,7 +39,8 @@ _OWN_REPR = (bool, int, float, complex, type(None), type, range, slice, types.Fu
 class _Shown(reprlib.Repr):
     """A repr bounded in work as well as length: six items a container, three levels, 60 characters a string; a
     dict's keys in their own order (the base class sorts them); a container subclass shown as its base; any other
-    object as `<TypeName>` or `<TypeName of N items>`, so no repr of the program's own runs, however large."""
+    object as `<TypeName>` or `<TypeName of N items>`, so a program's own `__repr__` does not run, however large.
+    Left to reprlib: a set is sorted whole before it is cut, and a type is chosen by its name."""
 
     def __init__(self):
         super().__init__()
@@ -85,12 +88,15 @@ class FirstCalls:
         self.calls = {}  # name -> the call as shown (None where showing it failed)
         self._shown = _Shown()
         self._put_back = None
+        self._stand_ins = None
 
     def start(self):
-        """Watch modules loaded from the program's file from now on (after the escape watcher, so that its view of
-        a module hands out our recorder while it stands in the module's globals)."""
+        """Watch modules loaded from the program's file from now on (after the escape watcher, whose view of a
+        module hands a reader the function's watched wrapper, never our recorder: `STAND_INS`)."""
         if not self.names:
             return
+        escapes = sys.modules.get("_evolve_escapes")  # read now, before any code of the program's has run
+        self._stand_ins = getattr(escapes, "STAND_INS", None) if escapes is not None else None
         loader = importlib.machinery.SourceFileLoader
         loaded = loader.exec_module
         probe = self
@@ -107,6 +113,7 @@ class FirstCalls:
         if self._put_back is not None:
             self._put_back()
             self._put_back = None
+        self._stand_ins = None
 
     def entries(self):
         """The calls seen, in the order of `names`."""
@@ -116,7 +123,9 @@ class FirstCalls:
         for name in self.names:
             function = namespace.get(name)
             if type(function) is types.FunctionType and self._is_program(function.__code__.co_filename):
-                namespace[name] = self._recorder(namespace, name, function)
+                recorder = namespace[name] = self._recorder(namespace, name, function)
+                if self._stand_ins is not None:  # a reader of the module gets the function's own watched wrapper
+                    self._stand_ins[id(recorder)] = (recorder, function)
 
     def _recorder(self, namespace, name, function):
         probe, from_blocks = self, itertools.count(1)

@@ -18,6 +18,7 @@ from typer.testing import CliRunner
 from evolve.archive import Archive
 from evolve.cli import app
 from evolve.problem import load_problem
+from evolve.problem.openevolve import load_openevolve
 from evolve.problem.outcome import FIRST_CALLS_CAP
 from tests.helpers import hiding_sandbox, write_problem
 
@@ -173,3 +174,57 @@ def test_an_archive_of_the_previous_version_upgrades_and_its_seed_shows_no_call(
         assert archive.seed_first_calls(run.id) == []
     finally:
         archive.close()
+
+
+# An evaluator that holds the function, calls it (once raising), pickles it and inspects it: what it sees of the
+# seed must be what it sees of any program (a recorder handed to it had broke pickling and hid the exception).
+HOLDING_SEED = """# EVOLVE-BLOCK-START
+def step(case):
+    return 1 / case["x"]
+# EVOLVE-BLOCK-END
+
+
+def solve(x):
+    return step({"x": x})
+"""
+HOLDING_EVALUATOR = """
+import importlib.util, inspect, pickle, sys
+
+
+def evaluate(program_path):
+    spec = importlib.util.spec_from_file_location("held", program_path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["held"] = module
+    spec.loader.exec_module(module)
+    f = module.step
+    failed = 0
+    for x in (0, 2):
+        try:
+            f({"x": x})
+        except ZeroDivisionError:
+            failed += 1
+    module.solve(4)
+    pickle.dumps(f)
+    plain = inspect.isfunction(f) and f.__code__.co_argcount == 1 and "solve" in f.__globals__
+    return {"combined_score": 1.0 - failed / 2, "plain": float(plain)}
+"""
+
+
+def test_what_an_evaluator_holding_the_function_sees_of_the_seed_is_what_it_sees_of_any_program(sandbox, tmp_path):
+    folder = tmp_path / "holding"
+    folder.mkdir()
+    (folder / "initial_program.py").write_text(HOLDING_SEED)
+    (folder / "evaluator.py").write_text(HOLDING_EVALUATOR)
+    problem, _ = load_openevolve(folder, lambda p: sandbox.evaluate(p, p.seed_code))
+    seed = sandbox.evaluate(problem, problem.seed_code)
+    twin = sandbox.evaluate(problem, problem.seed_code + "\n")  # the same program, not the seed: nothing asked
+    assert (
+        (seed.error_kind, seed.scores)
+        == (twin.error_kind, twin.scores)
+        == (None, {"combined_score": 0.5, "plain": 1.0})
+    )
+    assert [e.as_dict() | {"file": None} for e in seed.swallowed] == [
+        e.as_dict() | {"file": None} for e in twin.swallowed
+    ]
+    assert [(e.type, e.count) for e in seed.swallowed] == [("ZeroDivisionError", 1)]
+    assert (seed.first_calls, twin.first_calls) == (["step({'x': 4})"], [])  # the fixed code's call
