@@ -332,3 +332,23 @@ def simple_form_toml(components: tuple[str, str], timeout_s: int) -> str:
         f'components = [{{ name = "{first}", bounds = [0.0, 1.0] }}, {{ name = "{second}", bounds = [0.0, 1.0] }}]\n'
         f"[limits]\ntimeout_s = {timeout_s}\nmemory_mb = 512\n"
     )
+
+
+def downgrade_archive(db: Path, revision: str) -> None:
+    """Take the SQLite archive `db` down to migration `revision`: an archive of an earlier version, which the next
+    `Archive(db)` upgrades again."""
+    from alembic import command
+    from alembic.config import Config
+    from sqlalchemy import create_engine
+
+    from evolve.archive.database import MIGRATIONS
+
+    engine = create_engine(f"sqlite:///{db}")
+    try:
+        with engine.begin() as conn:
+            cfg = Config()
+            cfg.set_main_option("script_location", str(MIGRATIONS))
+            cfg.attributes["connection"] = conn
+            command.downgrade(cfg, revision)
+    finally:
+        engine.dispose()

@@ -66,15 +66,10 @@ def test_a_child_that_changes_one_file_of_fifty_stores_one_new_blob(tmp_path):
 def test_an_archive_from_before_program_files_opens_and_its_run_resumes(tmp_path):
     """A one-file archive at the schema before this change: it opens (migrated), reads its programs back as they
     were, and its run resumes and scores a new child."""
-    from alembic import command
-    from alembic.config import Config
-    from sqlalchemy import create_engine
-
-    from evolve.archive.database import MIGRATIONS
     from evolve.loop import SearchLoop, run_search
     from evolve.runs import open_run
     from policies.replay import ReplayPolicy
-    from tests.helpers import SQUARE_SEED
+    from tests.helpers import SQUARE_SEED, downgrade_archive
     from tests.test_loop_parts import answer, block, wired
 
     loop = wired(tmp_path, ["-"], group_size=1, variants=1, max_evaluations=2)
@@ -85,13 +80,7 @@ def test_an_archive_from_before_program_files_opens_and_its_run_resumes(tmp_path
         evaluation={"scores": {"c0": 0.0, "c1": 0.0}, "scalar": 0.0, "duration_s": 0.1},
     )
     loop.archive.close()
-    engine = create_engine(f"sqlite:///{tmp_path / 'a.db'}")
-    with engine.begin() as conn:
-        cfg = Config()
-        cfg.set_main_option("script_location", str(MIGRATIONS))
-        cfg.attributes["connection"] = conn
-        command.downgrade(cfg, "0005_issue24")
-    engine.dispose()
+    downgrade_archive(tmp_path / "a.db", "0005_issue24")
     db = sqlite3.connect(tmp_path / "a.db")
     assert "tree_length" not in {row[1] for row in db.execute("PRAGMA table_info(programs)")}
     assert "build_s" not in {row[1] for row in db.execute("PRAGMA table_info(evaluations)")}  # nor 0007's column

@@ -148,25 +148,14 @@ def test_a_run_stores_the_seed_s_first_call_and_the_next_prompt_shows_it_never_a
 
 
 def test_an_archive_of_the_previous_version_upgrades_and_its_seed_shows_no_call(tmp_path):
-    from alembic import command
-    from alembic.config import Config
-    from sqlalchemy import create_engine
-
-    from evolve.archive.database import MIGRATIONS
-    from tests.helpers import square_run, store_program
+    from tests.helpers import downgrade_archive, square_run, store_program
 
     _, archive, run, _ = square_run(tmp_path)
     evaluation = {"scores": {"c0": 0.0}, "scalar": 0.0, "duration_s": 1, "first_calls": ["solve(3)"]}
     store_program(archive, run.id, _in_block(EXACT), evaluation=evaluation)
     assert archive.seed_first_calls(run.id) == ["solve(3)"]
     archive.close()
-    engine = create_engine(f"sqlite:///{tmp_path / 'a.db'}")
-    with engine.begin() as conn:
-        cfg = Config()
-        cfg.set_main_option("script_location", str(MIGRATIONS))
-        cfg.attributes["connection"] = conn
-        command.downgrade(cfg, "0008_issue59")
-    engine.dispose()
+    downgrade_archive(tmp_path / "a.db", "0008_issue59")
     with sqlite3.connect(tmp_path / "a.db") as con:
         assert "first_calls" not in {row[1] for row in con.execute("PRAGMA table_info(evaluations)")}
     archive = Archive(tmp_path / "a.db")

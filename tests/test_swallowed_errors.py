@@ -212,23 +212,12 @@ def test_what_the_candidate_catches_itself_is_not_recorded(sandbox, simple_probl
 
 
 def test_an_archive_of_the_previous_version_upgrades_with_no_swallowed_errors(tmp_path):
-    from alembic import command
-    from alembic.config import Config
-    from sqlalchemy import create_engine
-
-    from evolve.archive.database import MIGRATIONS
-    from tests.helpers import square_run, store_program
+    from tests.helpers import downgrade_archive, square_run, store_program
 
     _, archive, run, _ = square_run(tmp_path)
     pid, _ = store_program(archive, run.id, SEED, evaluation={"scores": {"c0": 0.0}, "scalar": 0.0, "duration_s": 1})
     archive.close()
-    engine = create_engine(f"sqlite:///{tmp_path / 'a.db'}")
-    with engine.begin() as conn:
-        cfg = Config()
-        cfg.set_main_option("script_location", str(MIGRATIONS))
-        cfg.attributes["connection"] = conn
-        command.downgrade(cfg, "0007_issue25")
-    engine.dispose()
+    downgrade_archive(tmp_path / "a.db", "0007_issue25")
     with sqlite3.connect(tmp_path / "a.db") as con:
         assert "swallowed" not in {row[1] for row in con.execute("PRAGMA table_info(evaluations)")}
     archive = Archive(tmp_path / "a.db")
